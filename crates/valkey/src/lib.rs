@@ -1,0 +1,1 @@
+//! The Valkey cluster layer.

@@ -1,0 +1,1 @@
+//! Support for end-to-end suites on the testbed.

@@ -1,0 +1,56 @@
+# One front door. `make demo` and `make test` do all set-up on a fresh machine.
+SHELL := /bin/bash
+CACHE ?= $(HOME)/.cache/valkey-rs
+CARGO ?= cargo
+# Everything is built with the release profile, so tests, the testbed and the
+# operator share one set of compiled dependencies.
+CARGO_PROFILE := --release
+TESTBED := target/release/testbed
+OPERATOR := target/release/valkey-operator
+DEMO_DIR ?= .testbed
+E2E_DIR ?= .testbed-e2e
+
+.PHONY: setup build test lint fmt unit crd crd-check e2e demo demo-down bench clean
+
+setup:
+	bash scripts/setup.sh
+
+build: setup
+	$(CARGO) build $(CARGO_PROFILE) --workspace --bins
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets $(CARGO_PROFILE) -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+crd: build
+	$(OPERATOR) crd > deploy/crd/valkeycluster.yaml
+
+# The committed CRD must equal what the Rust types generate.
+crd-check: build
+	@diff -u deploy/crd/valkeycluster.yaml <($(OPERATOR) crd) && echo "crd: deploy/crd/valkeycluster.yaml is up to date"
+
+unit: build
+	$(CARGO) test $(CARGO_PROFILE) --workspace --exclude e2e
+
+# e2e suites on a testbed of their own (3 zones x 3 nodes), brought up and down here.
+e2e: build
+	bash scripts/e2e.sh $(E2E_DIR)
+
+test: lint crd-check unit e2e
+
+demo: build
+	bash scripts/demo.sh $(DEMO_DIR)
+
+demo-down:
+	-$(TESTBED) down --dir $(DEMO_DIR)
+
+bench: build
+	bash scripts/bench.sh
+
+clean:
+	-$(TESTBED) down --dir $(DEMO_DIR)
+	-$(TESTBED) down --dir $(E2E_DIR)
+	$(CARGO) clean

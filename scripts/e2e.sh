@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs the e2e suites (package `e2e`) on a testbed of their own.
+# The testbed suite brings up and tears down testbeds itself; the operator
+# suites share the one brought up here, and each starts its own operator.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=$(realpath -m "${1:-$root/.testbed-e2e}")
+tb=$root/target/release/testbed
+export TESTBED_BIN=$tb
+export OPERATOR_BIN=$root/target/release/valkey-operator
+export VALKEY_RS_ROOT=$root
+
+cleanup() { "$tb" down --dir "$dir" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+"$tb" down --dir "$dir" >/dev/null 2>&1 || true
+"$tb" up --dir "$dir"
+export TESTBED_DIR=$dir
+export KUBECONFIG=$dir/kubeconfig
+cd "$root"
+cargo test --release -p e2e -- --test-threads=1 --nocapture

@@ -1,1 +1,3 @@
 //! Support for end-to-end suites on the testbed.
+
+pub mod cluster;

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Independent judge for the e2e suites: the Python `valkey` cluster client.
+
+It talks to the cluster the way an application would (slot-aware routing,
+MOVED handling, topology refresh) and knows nothing of the operator.
+
+    judge.py fill   --host IP --password P --count N [--prefix K]
+    judge.py load   --host IP --password P --out FILE [--seconds S] [--stop-file F]
+                    [--wait-replicas N] [--prefix K]
+    judge.py verify --host IP --password P --in FILE
+
+`load` writes keys until --seconds pass or --stop-file appears, and appends
+every key whose write was acknowledged (and, with --wait-replicas, confirmed by
+WAIT) to FILE. It prints one JSON line: writes, acked, errors, longest gap
+between two acknowledged writes in ms. `verify` reads every key of FILE back
+and exits 1 if any is missing or wrong.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from valkey.cluster import ClusterNode, ValkeyCluster
+from valkey.exceptions import ValkeyError
+
+
+def connect(args):
+    # Retries inside the client are kept small: the judge must see outages.
+    return ValkeyCluster(
+        startup_nodes=[ClusterNode(h, args.port) for h in args.host],
+        password=args.password or None,
+        socket_timeout=2.0,
+        socket_connect_timeout=2.0,
+        cluster_error_retry_attempts=3,
+        decode_responses=True,
+    )
+
+
+def connect_retrying(args, deadline_s=60.0):
+    start = time.monotonic()
+    while True:
+        try:
+            client = connect(args)
+            client.ping()
+            return client
+        except (ValkeyError, OSError) as err:
+            if time.monotonic() - start > deadline_s:
+                print(f"judge: cannot connect: {err}", file=sys.stderr)
+                sys.exit(2)
+            time.sleep(0.5)
+
+
+def cmd_fill(args):
+    client = connect_retrying(args)
+    for i in range(args.count):
+        client.set(f"{args.prefix}:{i}", str(i))
+    bad = [i for i in range(args.count) if client.get(f"{args.prefix}:{i}") != str(i)]
+    print(json.dumps({"written": args.count, "missing_or_wrong": len(bad)}))
+    return 1 if bad else 0
+
+
+def cmd_load(args):
+    client = connect_retrying(args)
+    deadline = time.monotonic() + args.seconds
+    writes = acked = errors = 0
+    longest_gap = 0.0
+    last_ack = time.monotonic()
+    i = 0
+    with open(args.out, "a", encoding="utf-8") as out:
+        while time.monotonic() < deadline:
+            if args.stop_file and os.path.exists(args.stop_file):
+                break
+            key = f"{args.prefix}:{i}"
+            i += 1
+            writes += 1
+            try:
+                client.set(key, key)
+                if args.wait_replicas:
+                    node = client.get_node_from_key(key)
+                    got = client.execute_command(
+                        "WAIT", args.wait_replicas, 1000, target_nodes=node
+                    )
+                    if int(got) < args.wait_replicas:
+                        # Not confirmed by a replica: not counted as durable.
+                        continue
+                now = time.monotonic()
+                longest_gap = max(longest_gap, now - last_ack)
+                last_ack = now
+                acked += 1
+                out.write(key + "\n")
+                out.flush()
+            except (ValkeyError, OSError):
+                errors += 1
+                time.sleep(0.05)
+                try:
+                    client = connect(args)
+                except (ValkeyError, OSError):
+                    pass
+            if args.interval_ms:
+                time.sleep(args.interval_ms / 1000.0)
+    print(json.dumps({
+        "writes": writes,
+        "acked": acked,
+        "errors": errors,
+        "longest_gap_ms": round(longest_gap * 1000.0, 1),
+    }))
+    return 0
+
+
+def cmd_verify(args):
+    client = connect_retrying(args)
+    with open(args.infile, encoding="utf-8") as f:
+        keys = [line.strip() for line in f if line.strip()]
+    missing = []
+    for key in keys:
+        for attempt in range(20):
+            try:
+                if client.get(key) != key:
+                    missing.append(key)
+                break
+            except (ValkeyError, OSError):
+                time.sleep(0.25)
+                client = connect(args)
+        else:
+            missing.append(key)
+    print(json.dumps({"checked": len(keys), "missing": len(missing), "first_missing": missing[:5]}))
+    return 1 if missing else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", action="append", required=True, help="a member's IP (repeatable)")
+    parser.add_argument("--port", type=int, default=6379)
+    parser.add_argument("--password", default="")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    fill = sub.add_parser("fill")
+    fill.add_argument("--count", type=int, default=10000)
+    fill.add_argument("--prefix", default="fill")
+    load = sub.add_parser("load")
+    load.add_argument("--out", required=True)
+    load.add_argument("--seconds", type=float, default=60.0)
+    load.add_argument("--stop-file")
+    load.add_argument("--wait-replicas", type=int, default=0)
+    load.add_argument("--interval-ms", type=float, default=2.0)
+    load.add_argument("--prefix", default="load")
+    verify = sub.add_parser("verify")
+    verify.add_argument("--in", dest="infile", required=True)
+    args = parser.parse_args()
+    return {"fill": cmd_fill, "load": cmd_load, "verify": cmd_verify}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+//! From `kubectl apply` to a healthy cluster: 3x1 and 3x2 clusters become Ready,
+//! pass `redis-cli --cluster check`, take 10,000 keys from the Python cluster
+//! client and give every one back; pods carry the contract labels; with zone and
+//! node Required 1, every shard has one member in every zone.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use e2e::cluster::{Env, MemberPod, condition};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+fn manifest(name: &str, shards: u32, replicas: u32, extra: &str) -> String {
+    format!(
+        "apiVersion: valkey.rs/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: {name}
+spec:
+  shards: {shards}
+  replicas: {replicas}
+  resources:
+    requests: {{cpu: 100m, memory: 64Mi}}
+{extra}"
+    )
+}
+
+fn node_zones(env: &Env) -> BTreeMap<String, String> {
+    let nodes = env.kubectl_json(&["get", "nodes"]).unwrap();
+    nodes["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["metadata"]["name"].as_str().unwrap().to_string(),
+                n["metadata"]["labels"]["topology.kubernetes.io/zone"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+fn assert_healthy(env: &Env, ns: &str, name: &str, shards: u32, replicas: u32) -> Vec<MemberPod> {
+    let members = env.members(ns, name).unwrap();
+    assert_eq!(
+        members.len() as u32,
+        shards * (replicas + 1),
+        "members: {members:#?}"
+    );
+    for m in &members {
+        assert!(m.ready, "member pod {} not Ready: {m:?}", m.name);
+        assert!(!m.ip.is_empty(), "member pod {} has no IP", m.name);
+        assert_eq!(
+            m.name,
+            format!("{name}-{}-{}-0", m.shard, m.member),
+            "pod name"
+        );
+    }
+    let primaries: Vec<_> = members.iter().filter(|m| m.role == "primary").collect();
+    assert_eq!(
+        primaries.len() as u32,
+        shards,
+        "one primary per shard by label: {members:#?}"
+    );
+    let replicas_n = members.iter().filter(|m| m.role == "replica").count() as u32;
+    assert_eq!(
+        replicas_n,
+        shards * replicas,
+        "replica labels: {members:#?}"
+    );
+    let password = env.password(ns, name).unwrap();
+    for m in &members {
+        env.cluster_check(&m.ip, &password).unwrap();
+    }
+    members
+}
+
+fn fill_and_read(env: &Env, members: &[MemberPod], password: &str) {
+    let hosts: Vec<&str> = members.iter().map(|m| m.ip.as_str()).collect();
+    let out = env
+        .judge(&hosts, password, &["fill", "--count", "10000"])
+        .unwrap();
+    assert_eq!(out["written"], 10000, "{out}");
+    assert_eq!(out["missing_or_wrong"], 0, "{out}");
+}
+
+#[test]
+fn a_3x1_and_a_3x2_cluster_go_from_apply_to_ready_and_keep_every_key() {
+    let Some(env) = Env::or_skip("operator_bootstrap") else {
+        return;
+    };
+    env.install_crd().unwrap();
+    let _operator = env.start_operator("bootstrap").unwrap();
+    let ns = env.namespace("e2e-bootstrap").unwrap();
+
+    env.apply(&ns.name, &manifest("one", 3, 1, "")).unwrap();
+    let spread = "  replicaSpreadConstraints:
+    - {topologyKey: zone, maxReplicas: 1, mode: Required}
+    - {topologyKey: node, maxReplicas: 1, mode: Required}
+";
+    env.apply(&ns.name, &manifest("two", 3, 2, spread)).unwrap();
+
+    for (name, replicas) in [("one", 1), ("two", 2)] {
+        let obj = env
+            .wait_condition(&ns.name, name, "Ready", "True", Duration::from_secs(240))
+            .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", _operator.tail(60)));
+        assert_eq!(obj["status"]["readyShards"], 3, "{}", obj["status"]);
+        let members = assert_healthy(&env, &ns.name, name, 3, replicas);
+        let password = env.password(&ns.name, name).unwrap();
+        fill_and_read(&env, &members, &password);
+    }
+
+    // Required zone 1 + node 1: one member of every shard in every zone, on
+    // distinct nodes, as the real kube-scheduler bound them.
+    let zones = node_zones(&env);
+    let members = env.members(&ns.name, "two").unwrap();
+    for shard in 0..3 {
+        let of_shard: Vec<_> = members.iter().filter(|m| m.shard == shard).collect();
+        let in_zones: BTreeSet<_> = of_shard.iter().map(|m| zones[&m.node].clone()).collect();
+        let on_nodes: BTreeSet<_> = of_shard.iter().map(|m| m.node.clone()).collect();
+        assert_eq!(in_zones.len(), 3, "shard {shard} zones: {of_shard:#?}");
+        assert_eq!(on_nodes.len(), 3, "shard {shard} nodes: {of_shard:#?}");
+    }
+    let obj = env.cluster(&ns.name, "two").unwrap();
+    let spread = condition(&obj, "TopologySpread").expect("TopologySpread condition");
+    assert_eq!(spread["status"], "True", "{spread}");
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# `make bench`: prints the figures reported in docs/benchmarks.md.
+#  1. the placement planner (criterion);
+#  2. the testbed: warm `up` to Ready nodes, pod bound -> Ready;
+#  3. the operator on the testbed: apply -> Ready, RSS, API writes per resync.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+echo "== placement planner (criterion) =="
+cargo bench -p placement --bench planner -- --noplot 2>&1 | grep -E "^[a-z_/0-9 ]+time:|^\S.*time:|Benchmarking .*: Analyzing" -A0 || true
+
+echo
+echo "== testbed and operator figures =="
+cargo run --release -q -p e2e --bin e2e-bench -- "$@"

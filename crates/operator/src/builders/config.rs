@@ -1,0 +1,263 @@
+//! valkey.conf: what the operator owns, what the user adds, and which of the
+//! user's keys Valkey takes live (CONFIG SET) versus at start only (restart).
+//!
+//! The file is rendered in three sections, and Valkey keeps the *last* value of
+//! a key it reads, so the order is the precedence:
+//! 1. defaults the user may override (`appendonly`, `save`, `shutdown-timeout`,
+//!    `cluster-require-full-coverage`...);
+//! 2. the user's `spec.config` (owned keys were refused by validation);
+//! 3. the settings the operator owns (cluster mode, ports, files...), last so
+//!    that nothing above can change them.
+//!
+//! Per-pod values (`cluster-announce-ip`, the password) are not in the file:
+//! they come as `valkey-server` arguments expanded from the pod's environment
+//! (see [`super::statefulset`]); `availability-zone` is set live by the
+//! operator once the pod's node is known.
+
+use api::ValidatedCluster;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// `cluster-node-timeout`, in milliseconds. Valkey's default (15 s) is tuned
+/// for bare metal; on Kubernetes a pod that stops answering for 5 s is either
+/// gone or on a node that is going NotReady, and failing over sooner shortens
+/// the write outage. Not lower: a garbage-collected or CPU-throttled pod must
+/// not trigger spurious failovers, and a majority must still agree within 2x.
+pub const CLUSTER_NODE_TIMEOUT_MS: u32 = 5000;
+/// Seconds a primary waits on SIGTERM for a replica to catch up before it
+/// hands over its slots (`shutdown-on-sigterm failover`).
+pub const SHUTDOWN_TIMEOUT_SECONDS: u32 = 10;
+/// Where data and nodes.conf live: the PVC when persistence is on, else an emptyDir.
+pub const DATA_DIR: &str = "/data";
+/// nodes.conf, on the data volume so a restarted pod keeps its node id.
+pub const NODES_CONF: &str = "/data/nodes.conf";
+/// Where the ConfigMap is mounted.
+pub const CONFIG_DIR: &str = "/etc/valkey";
+/// The key of valkey.conf in the ConfigMap (and its file name).
+pub const CONFIG_FILE: &str = "valkey.conf";
+
+/// valkey.conf keys Valkey refuses to change at runtime (IMMUTABLE or
+/// PROTECTED configs of Valkey 9.1: measured by CONFIG SET of every key of
+/// `CONFIG GET *` on valkey-server 9.1.2), plus directives that are not configs
+/// at all (`loadmodule`). A change of one of these needs a rolling restart;
+/// every other key goes in with CONFIG SET.
+const RESTART_KEYS: &[&str] = &[
+    "aclfile",
+    "always-show-logo",
+    "aof-rewrite-cpulist",
+    "appenddirname",
+    "appendfilename",
+    "bgsave-cpulist",
+    "bio-cpulist",
+    "cluster-config-file",
+    "cluster-databases",
+    "cluster-enabled",
+    "cluster-port",
+    "daemonize",
+    "databases",
+    "dbfilename",
+    "dir",
+    "disable-thp",
+    "enable-debug-command",
+    "enable-module-command",
+    "enable-protected-configs",
+    "hash-seed",
+    "loadmodule",
+    "logfile",
+    "mptcp",
+    "pidfile",
+    "rdbchecksum",
+    "rdma-bind",
+    "rdma-completion-vector",
+    "rdma-port",
+    "rdma-rx-size",
+    "repl-mptcp",
+    "server-cpulist",
+    "set-proc-title",
+    "socket-mark-id",
+    "supervised",
+    "syslog-enabled",
+    "syslog-facility",
+    "syslog-ident",
+    "tcp-backlog",
+];
+
+/// Whether Valkey reads `key` at start only, so changing it needs a restart.
+/// Keys compare case-insensitively, and `_` spellings (`bio_cpulist`) as `-`.
+pub fn requires_restart(key: &str) -> bool {
+    let key = key.to_ascii_lowercase().replace('_', "-");
+    RESTART_KEYS.contains(&key.as_str())
+}
+
+/// The user's keys that Valkey takes live: applied with CONFIG SET on every
+/// member, no restart.
+pub fn live_config(cluster: &ValidatedCluster) -> BTreeMap<String, String> {
+    cluster
+        .config
+        .iter()
+        .filter(|(k, _)| !requires_restart(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The user's keys that only a restart applies; their values are part of the
+/// members' restart hash.
+pub fn restart_config(cluster: &ValidatedCluster) -> BTreeMap<String, String> {
+    cluster
+        .config
+        .iter()
+        .filter(|(k, _)| requires_restart(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Renders valkey.conf (see the module docs for the order).
+pub fn render(cluster: &ValidatedCluster) -> String {
+    let mut out = String::new();
+    out.push_str("# Rendered by valkey-operator; edit spec.config of the ValkeyCluster instead.\n");
+    out.push_str("\n# Defaults (spec.config may override)\n");
+    for (k, v) in overridable_defaults(cluster) {
+        line(&mut out, k, &v);
+    }
+    if !cluster.config.is_empty() {
+        out.push_str("\n# spec.config\n");
+        for (k, v) in &cluster.config {
+            line(&mut out, k, v);
+        }
+    }
+    out.push_str("\n# Owned by the operator\n");
+    for (k, v) in owned_settings() {
+        line(&mut out, k, &v);
+    }
+    out
+}
+
+/// The operator's defaults, in file order.
+fn overridable_defaults(cluster: &ValidatedCluster) -> Vec<(&'static str, String)> {
+    let persistent = cluster.persistence.is_some();
+    vec![
+        ("appendonly", yes_no(persistent)),
+        // Without a volume, snapshots only cost CPU and disk: a restarted pod
+        // starts empty anyway and is reseeded by its shard's primary.
+        ("save", if persistent { "3600 1 300 100 60 10000".into() } else { "\"\"".into() }),
+        // Slots of a shard that lost every member must not take the whole
+        // cluster down: the other shards keep serving (clients see CLUSTERDOWN
+        // only for the lost slots). Atomic slot migration keeps coverage full
+        // during scaling, so full coverage is never needed for correctness.
+        ("cluster-require-full-coverage", "no".into()),
+        ("shutdown-timeout", SHUTDOWN_TIMEOUT_SECONDS.to_string()),
+    ]
+}
+
+/// The settings the operator owns, in file order.
+fn owned_settings() -> Vec<(&'static str, String)> {
+    vec![
+        ("daemonize", "no".into()),
+        ("port", api::constants::VALKEY_PORT.to_string()),
+        // Every address of the pod (its IP for peers and clients, loopback for
+        // the probe); `-::*` makes IPv6 optional.
+        ("bind", "* -::*".into()),
+        // With a password protected mode does not apply; without one the
+        // operator (and clients) connect from outside the pod.
+        ("protected-mode", "no".into()),
+        ("dir", DATA_DIR.into()),
+        ("cluster-enabled", "yes".into()),
+        ("cluster-port", api::constants::CLUSTER_BUS_PORT.to_string()),
+        ("cluster-config-file", NODES_CONF.into()),
+        ("cluster-node-timeout", CLUSTER_NODE_TIMEOUT_MS.to_string()),
+        // The operator owns placement: Valkey must not move replicas to
+        // orphaned primaries on its own.
+        ("cluster-allow-replica-migration", "no".into()),
+        ("cluster-preferred-endpoint-type", "ip".into()),
+        // A primary hands its slots to an in-sync replica before it stops.
+        ("shutdown-on-sigterm", "failover".into()),
+        ("shutdown-on-sigint", "default".into()),
+    ]
+}
+
+fn yes_no(b: bool) -> String {
+    if b { "yes".into() } else { "no".into() }
+}
+
+fn line(out: &mut String, key: &str, value: &str) {
+    let value = if value.is_empty() { "\"\"" } else { value };
+    // Writing into a String cannot fail.
+    let _ = writeln!(out, "{key} {value}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::test_support::cluster;
+
+    #[test]
+    fn owned_settings_come_after_user_config_so_they_win() {
+        let mut c = cluster("cache", 3, 1);
+        c.config.insert("maxmemory-policy".into(), "allkeys-lru".into());
+        let conf = render(&c);
+        let user = conf.find("maxmemory-policy allkeys-lru").unwrap();
+        let owned = conf.find("cluster-enabled yes").unwrap();
+        assert!(user < owned);
+    }
+
+    #[test]
+    fn user_config_overrides_the_operator_defaults() {
+        let mut c = cluster("cache", 3, 1);
+        c.config.insert("appendonly".into(), "yes".into());
+        let conf = render(&c);
+        let default = conf.find("appendonly no").unwrap();
+        let user = conf.find("appendonly yes").unwrap();
+        assert!(default < user, "the user's value is read last:\n{conf}");
+    }
+
+    #[test]
+    fn cluster_settings_the_operator_relies_on_are_rendered() {
+        let conf = render(&cluster("cache", 3, 1));
+        for expected in [
+            "cluster-enabled yes",
+            "cluster-config-file /data/nodes.conf",
+            "cluster-node-timeout 5000",
+            "cluster-allow-replica-migration no",
+            "shutdown-on-sigterm failover",
+            "shutdown-timeout 10",
+            "port 6379",
+            "cluster-port 16379",
+            "dir /data",
+        ] {
+            assert!(conf.lines().any(|l| l == expected), "missing {expected:?} in\n{conf}");
+        }
+    }
+
+    #[test]
+    fn without_persistence_snapshots_and_aof_are_off() {
+        let conf = render(&cluster("cache", 1, 0));
+        assert!(conf.lines().any(|l| l == "appendonly no"));
+        assert!(conf.lines().any(|l| l == "save \"\""));
+    }
+
+    #[test]
+    fn an_empty_value_is_rendered_as_an_empty_string() {
+        let mut c = cluster("cache", 1, 0);
+        c.config.insert("notify-keyspace-events".into(), String::new());
+        assert!(render(&c).lines().any(|l| l == "notify-keyspace-events \"\""));
+    }
+
+    #[test]
+    fn immutable_keys_need_a_restart_and_the_rest_go_in_live() {
+        assert!(requires_restart("databases"));
+        assert!(requires_restart("TCP-BACKLOG"));
+        assert!(requires_restart("bio_cpulist"));
+        assert!(!requires_restart("maxmemory-policy"));
+        assert!(!requires_restart("maxmemory"));
+        assert!(!requires_restart("io-threads"));
+    }
+
+    #[test]
+    fn user_config_splits_into_live_and_restart_keys() {
+        let mut c = cluster("cache", 1, 0);
+        c.config.insert("maxmemory".into(), "100mb".into());
+        c.config.insert("databases".into(), "4".into());
+        assert_eq!(live_config(&c).keys().collect::<Vec<_>>(), ["maxmemory"]);
+        assert_eq!(restart_config(&c).keys().collect::<Vec<_>>(), ["databases"]);
+    }
+}

@@ -1,0 +1,226 @@
+//! Pure builders of the Kubernetes objects a ValkeyCluster owns: from a
+//! [`ValidatedCluster`] and the placement plan to the exact objects the
+//! controller applies. No I/O here; every builder is unit-tested.
+//!
+//! - [`statefulset`]: one single-replica StatefulSet per member;
+//! - [`scheduling`]: the plan as pod affinity rules;
+//! - [`config`]: valkey.conf, and which keys go in live;
+//! - [`services`], [`pdb`], [`secret`]: the rest of what a cluster owns.
+
+pub mod config;
+pub mod hash;
+pub mod pdb;
+pub mod scheduling;
+pub mod secret;
+pub mod services;
+pub mod statefulset;
+
+use api::ValidatedCluster;
+use api::constants::{FIELD_MANAGER, LABEL_CLUSTER, LABEL_MEMBER, LABEL_SHARD};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use scheduling::MemberPlacement;
+use std::collections::BTreeMap;
+
+/// `<cluster>-headless`.
+pub fn headless_service_name(cluster: &str) -> String {
+    format!("{cluster}-headless")
+}
+
+/// The client Service is named after the cluster.
+pub fn client_service_name(cluster: &str) -> String {
+    cluster.to_string()
+}
+
+/// `<cluster>-config`.
+pub fn config_map_name(cluster: &str) -> String {
+    format!("{cluster}-config")
+}
+
+/// `<cluster>-<shard>`.
+pub fn pdb_name(cluster: &str, shard: u32) -> String {
+    format!("{cluster}-{shard}")
+}
+
+/// Labels on every object a cluster owns.
+pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_CLUSTER.to_string(), cluster.to_string()),
+        ("app.kubernetes.io/name".to_string(), "valkey".to_string()),
+        ("app.kubernetes.io/instance".to_string(), cluster.to_string()),
+        ("app.kubernetes.io/managed-by".to_string(), FIELD_MANAGER.to_string()),
+    ])
+}
+
+/// Selects every member pod of a cluster.
+pub fn cluster_selector(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(LABEL_CLUSTER.to_string(), cluster.to_string())])
+}
+
+/// Selects the member pods of one shard.
+pub fn shard_selector(cluster: &str, shard: u32) -> BTreeMap<String, String> {
+    let mut l = cluster_selector(cluster);
+    l.insert(LABEL_SHARD.to_string(), shard.to_string());
+    l
+}
+
+/// Selects one member's pod (the StatefulSet selector; immutable).
+pub fn member_selector(cluster: &str, shard: u32, member: u32) -> BTreeMap<String, String> {
+    let mut l = shard_selector(cluster, shard);
+    l.insert(LABEL_MEMBER.to_string(), member.to_string());
+    l
+}
+
+/// Labels of a member's StatefulSet and pod (without the live role).
+pub fn member_labels(cluster: &str, shard: u32, member: u32) -> BTreeMap<String, String> {
+    let mut l = cluster_labels(cluster);
+    l.extend(member_selector(cluster, shard, member));
+    l
+}
+
+/// The ConfigMap holding valkey.conf.
+pub fn config_map(c: &ValidatedCluster, owner: &OwnerReference) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(config_map_name(&c.name)),
+            namespace: Some(c.namespace.clone()),
+            labels: Some(cluster_labels(&c.name)),
+            owner_references: Some(vec![owner.clone()]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(config::CONFIG_FILE.to_string(), config::render(c))])),
+        ..Default::default()
+    }
+}
+
+/// Every object a cluster should have, except the Secret (created only when
+/// absent, see [`secret`]).
+#[derive(Debug, Clone)]
+pub struct Desired {
+    pub config_map: ConfigMap,
+    pub headless: Service,
+    pub client: Service,
+    pub pdbs: Vec<PodDisruptionBudget>,
+    pub statefulsets: Vec<StatefulSet>,
+}
+
+/// Builds [`Desired`]. `placement(shard, member)` says where the plan puts each
+/// member; `claim_templates(name)` gives the volumeClaimTemplates of an
+/// existing StatefulSet (kept as they are: Kubernetes forbids changing them).
+pub fn desired<'a>(
+    c: &ValidatedCluster,
+    owner: &OwnerReference,
+    placement: impl Fn(u32, u32) -> MemberPlacement,
+    claim_templates: impl Fn(&str) -> Option<&'a [PersistentVolumeClaim]>,
+) -> Desired {
+    let mut statefulsets = Vec::new();
+    for shard in 0..c.shards {
+        for member in 0..=c.replicas {
+            let p = placement(shard, member);
+            let name = api::constants::member_name(&c.name, shard, member);
+            statefulsets.push(statefulset::statefulset(statefulset::MemberInput {
+                cluster: c,
+                owner,
+                shard,
+                member,
+                placement: &p,
+                existing_claim_templates: claim_templates(&name),
+            }));
+        }
+    }
+    Desired {
+        config_map: config_map(c, owner),
+        headless: services::headless(c, owner),
+        client: services::client(c, owner),
+        pdbs: if c.pod_disruption_budget {
+            (0..c.shards).map(|s| pdb::pdb(c, owner, s)).collect()
+        } else {
+            Vec::new()
+        },
+        statefulsets,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use api::v1alpha1::{Persistence, ReclaimPolicy, ValkeyCluster, ValkeyClusterSpec};
+    use api::ValidatedCluster;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    pub fn cluster(name: &str, shards: i32, replicas: i32) -> ValidatedCluster {
+        let mut vc = ValkeyCluster::new(
+            name,
+            ValkeyClusterSpec {
+                shards,
+                replicas,
+                ..Default::default()
+            },
+        );
+        vc.metadata.namespace = Some("ns".into());
+        vc.metadata.uid = Some("uid-1".into());
+        api::v1alpha1::validate(&vc).unwrap()
+    }
+
+    pub fn cluster_with_persistence(name: &str, shards: i32, replicas: i32, policy: &str) -> ValidatedCluster {
+        let mut vc = ValkeyCluster::new(
+            name,
+            ValkeyClusterSpec {
+                shards,
+                replicas,
+                persistence: Some(Persistence {
+                    size: Quantity("1Gi".into()),
+                    storage_class_name: None,
+                    reclaim_policy: if policy == "Delete" {
+                        ReclaimPolicy::Delete
+                    } else {
+                        ReclaimPolicy::Retain
+                    },
+                    node_loss_grace_seconds: 300,
+                }),
+                ..Default::default()
+            },
+        );
+        vc.metadata.namespace = Some("ns".into());
+        api::v1alpha1::validate(&vc).unwrap()
+    }
+
+    pub fn owner() -> OwnerReference {
+        OwnerReference {
+            api_version: "valkey.rs/v1alpha1".into(),
+            kind: "ValkeyCluster".into(),
+            name: "cache".into(),
+            uid: "uid-1".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use test_support::{cluster, owner};
+
+    #[test]
+    fn a_cluster_owns_one_statefulset_per_member_and_one_budget_per_shard() {
+        let c = cluster("cache", 3, 2);
+        let d = desired(&c, &owner(), |_, _| MemberPlacement::Unplanned, |_| None);
+        let names: Vec<_> = d.statefulsets.iter().filter_map(|s| s.metadata.name.clone()).collect();
+        assert_eq!(names.len(), 9);
+        assert_eq!(names[0], "cache-0-0");
+        assert_eq!(names[8], "cache-2-2");
+        assert_eq!(d.pdbs.len(), 3);
+        assert_eq!(d.config_map.metadata.name.as_deref(), Some("cache-config"));
+    }
+
+    #[test]
+    fn budgets_can_be_turned_off() {
+        let mut c = cluster("cache", 3, 1);
+        c.pod_disruption_budget = false;
+        let d = desired(&c, &owner(), |_, _| MemberPlacement::Unplanned, |_| None);
+        assert!(d.pdbs.is_empty());
+    }
+}

@@ -1,0 +1,75 @@
+//! The password Secret `<cluster>-auth` the operator generates when the user
+//! names none. It is only ever *created*: once it exists the operator never
+//! overwrites or deletes it (clients may have read the password), and a
+//! Secret the user named is never touched at all.
+
+use super::cluster_labels;
+use api::ValidatedCluster;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use rand::RngExt as _;
+use std::collections::BTreeMap;
+
+/// Length of a generated password: 32 alphanumerics, about 190 bits.
+pub const PASSWORD_LENGTH: usize = 32;
+
+/// A fresh random password.
+pub fn generate_password() -> String {
+    let mut rng = rand::rng();
+    (0..PASSWORD_LENGTH)
+        .map(|_| char::from(rng.sample(rand::distr::Alphanumeric)))
+        .collect()
+}
+
+/// The Secret to create when it is absent, or `None` when the user named their
+/// own Secret or auth is off.
+pub fn auth_secret(c: &ValidatedCluster, owner: &OwnerReference, password: &str) -> Option<Secret> {
+    if !c.auth.enabled || !c.auth.operator_managed {
+        return None;
+    }
+    Some(Secret {
+        metadata: ObjectMeta {
+            name: Some(c.auth.secret_name.clone()),
+            namespace: Some(c.namespace.clone()),
+            labels: Some(cluster_labels(&c.name)),
+            owner_references: Some(vec![owner.clone()]),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([(c.auth.secret_key.clone(), password.to_string())])),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::test_support::{cluster, owner};
+
+    #[test]
+    fn generated_passwords_are_long_alphanumeric_and_differ() {
+        let a = generate_password();
+        let b = generate_password();
+        assert_eq!(a.len(), PASSWORD_LENGTH);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn the_operator_makes_cluster_auth_with_key_password() {
+        let s = auth_secret(&cluster("cache", 3, 1), &owner(), "pw").unwrap();
+        assert_eq!(s.metadata.name.as_deref(), Some("cache-auth"));
+        assert_eq!(s.string_data.unwrap()["password"], "pw");
+    }
+
+    #[test]
+    fn a_secret_the_user_named_is_never_built() {
+        let mut c = cluster("cache", 3, 1);
+        c.auth.operator_managed = false;
+        c.auth.secret_name = "mine".into();
+        assert!(auth_secret(&c, &owner(), "pw").is_none());
+        let mut off = cluster("cache", 3, 1);
+        off.auth.enabled = false;
+        assert!(auth_secret(&off, &owner(), "pw").is_none());
+    }
+}

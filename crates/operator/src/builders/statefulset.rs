@@ -1,0 +1,462 @@
+//! One single-replica StatefulSet per member, `<cluster>-<shard>-<member>`.
+//!
+//! Why one StatefulSet per member: each pod gets its own scheduling rules (the
+//! planned domain), a stable name and its own PVC, and the operator can delete
+//! exactly the member it means to. `updateStrategy: OnDelete`: a template
+//! change never restarts a pod by itself; the operator deletes pods one at a
+//! time, replicas first, after a graceful failover (see the controller's
+//! rolling update).
+//!
+//! Two hashes on the pod template tell the controller what a running pod is
+//! out of date for:
+//! - [`ANNOTATION_RESTART_HASH`]: image, resources, env, args, probes and the
+//!   restart-only part of valkey.conf: a differing pod needs a restart;
+//! - [`ANNOTATION_PLACEMENT_HASH`]: affinity, tolerations, node selector and
+//!   priority class: a differing pod that is still Pending is re-created (pod
+//!   scheduling rules are immutable); a running one stays where it is.
+
+use super::config::{self, CONFIG_DIR, CONFIG_FILE, DATA_DIR};
+use super::hash::Fnv;
+use super::scheduling::{self, MemberPlacement};
+use super::{config_map_name, headless_service_name, member_labels, member_selector};
+use api::ValidatedCluster;
+use api::constants::{CLUSTER_BUS_PORT, VALKEY_PORT, member_name};
+use api::v1alpha1::ReclaimPolicy;
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    ExecAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
+    PodTemplateSpec, Probe, SecretKeySelector, TCPSocketAction, Volume, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+
+/// Pod annotation: hash of what only a restart applies.
+pub const ANNOTATION_RESTART_HASH: &str = "valkey.rs/restart-hash";
+/// Pod annotation: hash of the pod's scheduling rules.
+pub const ANNOTATION_PLACEMENT_HASH: &str = "valkey.rs/placement-hash";
+/// Name of the Valkey container.
+pub const CONTAINER: &str = "valkey";
+/// Environment variable holding the password (from the Secret).
+pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
+/// Name of the data volume (and of the PVC template: PVCs are `data-<pod>`).
+pub const DATA_VOLUME: &str = "data";
+
+/// Everything one member's StatefulSet depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct MemberInput<'a> {
+    pub cluster: &'a ValidatedCluster,
+    pub owner: &'a OwnerReference,
+    pub shard: u32,
+    pub member: u32,
+    pub placement: &'a MemberPlacement,
+    /// The volumeClaimTemplates of the existing StatefulSet: immutable in
+    /// Kubernetes, so a grown `persistence.size` is applied to the PVCs
+    /// directly and the templates stay as created.
+    pub existing_claim_templates: Option<&'a [PersistentVolumeClaim]>,
+}
+
+/// The member's StatefulSet.
+pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
+    let c = input.cluster;
+    let name = member_name(&c.name, input.shard, input.member);
+    let labels = member_labels(&c.name, input.shard, input.member);
+    let mut pod_labels = c.pod_labels.clone();
+    pod_labels.extend(labels.clone());
+
+    let mut pod_spec = pod_spec(c);
+    let restart_hash = Fnv::default()
+        .add_json(&pod_spec)
+        .add_json(&config::restart_config(c))
+        .hex();
+    pod_spec.affinity = scheduling::affinity(
+        &c.name,
+        input.shard,
+        &c.spread,
+        input.placement,
+        c.affinity.as_ref(),
+    );
+    pod_spec.tolerations = (!c.tolerations.is_empty()).then(|| c.tolerations.clone());
+    pod_spec.node_selector = (!c.node_selector.is_empty()).then(|| c.node_selector.clone());
+    pod_spec.priority_class_name = c.priority_class_name.clone();
+    let placement_hash = Fnv::default()
+        .add_json(&pod_spec.affinity)
+        .add_json(&pod_spec.tolerations)
+        .add_json(&pod_spec.node_selector)
+        .add_json(&pod_spec.priority_class_name)
+        .hex();
+
+    let mut annotations = c.pod_annotations.clone();
+    annotations.insert(ANNOTATION_RESTART_HASH.into(), restart_hash);
+    annotations.insert(ANNOTATION_PLACEMENT_HASH.into(), placement_hash);
+
+    let claim_templates = c.persistence.as_ref().map(|p| match input.existing_claim_templates {
+        Some(existing) => existing.to_vec(),
+        None => vec![PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(DATA_VOLUME.into()),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: p.storage_class_name.clone(),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([("storage".to_string(), p.size.clone())])),
+                    limits: None,
+                }),
+                ..Default::default()
+            }),
+            status: None,
+        }],
+    });
+    let retention = c.persistence.as_ref().map(|p| {
+        let policy = match p.reclaim_policy {
+            ReclaimPolicy::Delete => "Delete",
+            ReclaimPolicy::Retain => "Retain",
+        };
+        StatefulSetPersistentVolumeClaimRetentionPolicy {
+            when_deleted: Some(policy.into()),
+            // Always 1 replica: scaling never happens.
+            when_scaled: Some("Retain".into()),
+        }
+    });
+
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(c.namespace.clone()),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![input.owner.clone()]),
+            ..Default::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(1),
+            service_name: Some(headless_service_name(&c.name)),
+            pod_management_policy: Some("Parallel".into()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".into()),
+                rolling_update: None,
+            }),
+            selector: LabelSelector {
+                match_labels: Some(member_selector(&c.name, input.shard, input.member)),
+                match_expressions: None,
+            },
+            persistent_volume_claim_retention_policy: retention,
+            volume_claim_templates: claim_templates,
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(annotations),
+                    ..Default::default()
+                }),
+                spec: Some(pod_spec),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The pod spec without scheduling rules (those are added by the caller, out
+/// of the restart hash).
+fn pod_spec(c: &ValidatedCluster) -> PodSpec {
+    let mut volumes = vec![Volume {
+        name: "config".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map_name(&c.name),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    if c.persistence.is_none() {
+        volumes.push(Volume {
+            name: DATA_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        });
+    }
+    PodSpec {
+        containers: vec![container(c)],
+        volumes: Some(volumes),
+        termination_grace_period_seconds: Some(c.termination_grace_period_seconds),
+        // Valkey needs no Service environment variables, and hundreds of
+        // Services in a namespace would otherwise bloat every pod's env.
+        enable_service_links: Some(false),
+        automount_service_account_token: Some(false),
+        image_pull_secrets: (!c.image_pull_secrets.is_empty()).then(|| c.image_pull_secrets.clone()),
+        ..Default::default()
+    }
+}
+
+fn container(c: &ValidatedCluster) -> Container {
+    let mut env = vec![
+        field_env("POD_IP", "status.podIP"),
+        field_env("POD_NAME", "metadata.name"),
+        field_env("NODE_NAME", "spec.nodeName"),
+    ];
+    let mut args = vec![
+        format!("{CONFIG_DIR}/{CONFIG_FILE}"),
+        // Kubernetes expands $(VAR) in args from the container's env: every
+        // member announces its own pod IP (peers and clients must not learn
+        // it from connection source addresses).
+        "--cluster-announce-ip".into(),
+        "$(POD_IP)".into(),
+    ];
+    if c.auth.enabled {
+        env.push(EnvVar {
+            name: PASSWORD_ENV.into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: c.auth.secret_name.clone(),
+                    key: c.auth.secret_key.clone(),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }),
+            value: None,
+        });
+        // The probe's valkey-cli reads the password from the environment
+        // (redis-cli and valkey-cli use different names).
+        for name in ["VALKEYCLI_AUTH", "REDISCLI_AUTH"] {
+            env.push(EnvVar {
+                name: name.into(),
+                value: Some(format!("$({PASSWORD_ENV})")),
+                value_from: None,
+            });
+        }
+        // Valkey hides its arguments behind the process title, so the
+        // password does not show in `ps`.
+        args.extend([
+            "--requirepass".into(),
+            format!("$({PASSWORD_ENV})"),
+            "--primaryauth".into(),
+            format!("$({PASSWORD_ENV})"),
+        ]);
+    }
+    let port = |name: &str, p: u16| ContainerPort {
+        name: Some(name.into()),
+        container_port: i32::from(p),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    };
+    Container {
+        name: CONTAINER.into(),
+        image: Some(c.image.clone()),
+        image_pull_policy: c.image_pull_policy.map(|p| p.as_str().to_string()),
+        command: Some(vec!["valkey-server".into()]),
+        args: Some(args),
+        env: Some(env),
+        ports: Some(vec![port("client", VALKEY_PORT), port("bus", CLUSTER_BUS_PORT)]),
+        resources: (c.resources != Default::default()).then(|| c.resources.clone()),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "config".into(),
+                mount_path: CONFIG_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: DATA_VOLUME.into(),
+                mount_path: DATA_DIR.into(),
+                ..Default::default()
+            },
+        ]),
+        // `-e`: exit non-zero on an error reply (NOAUTH, LOADING), so Ready
+        // means "answers commands", not only "accepts connections".
+        readiness_probe: Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(vec![
+                    "valkey-cli".into(),
+                    "-e".into(),
+                    "-p".into(),
+                    VALKEY_PORT.to_string(),
+                    "ping".into(),
+                ]),
+            }),
+            period_seconds: Some(5),
+            timeout_seconds: Some(3),
+            failure_threshold: Some(3),
+            ..Default::default()
+        }),
+        // A server loading a large dataset answers LOADING to PING but still
+        // accepts connections: liveness must not kill it.
+        liveness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(i32::from(VALKEY_PORT)),
+                host: None,
+            }),
+            initial_delay_seconds: Some(10),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(6),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                api_version: None,
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::test_support::{cluster, owner};
+    use api::constants::{LABEL_CLUSTER, LABEL_MEMBER, LABEL_ROLE, LABEL_SHARD};
+
+    fn build(c: &ValidatedCluster, placement: &MemberPlacement) -> StatefulSet {
+        statefulset(MemberInput {
+            cluster: c,
+            owner: &owner(),
+            shard: 1,
+            member: 2,
+            placement,
+            existing_claim_templates: None,
+        })
+    }
+
+    fn annotation(s: &StatefulSet, key: &str) -> String {
+        s.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()[key].clone()
+    }
+
+    fn placed(node: &str) -> MemberPlacement {
+        MemberPlacement::Placed {
+            node: node.into(),
+            domains: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn one_pod_named_after_cluster_shard_member_updated_only_on_delete() {
+        let c = cluster("cache", 3, 2);
+        let s = build(&c, &placed("n1"));
+        assert_eq!(s.metadata.name.as_deref(), Some("cache-1-2"));
+        let spec = s.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(1));
+        assert_eq!(spec.update_strategy.as_ref().unwrap().type_.as_deref(), Some("OnDelete"));
+        assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+        assert_eq!(spec.service_name.as_deref(), Some("cache-headless"));
+        let labels = spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        assert_eq!(labels[LABEL_CLUSTER], "cache");
+        assert_eq!(labels[LABEL_SHARD], "1");
+        assert_eq!(labels[LABEL_MEMBER], "2");
+        assert!(!labels.contains_key(LABEL_ROLE), "the role label follows the live role");
+        assert_eq!(s.metadata.owner_references.as_ref().unwrap()[0].controller, Some(true));
+    }
+
+    #[test]
+    fn the_password_comes_from_the_secret_and_the_announce_ip_from_the_pod() {
+        let c = cluster("cache", 3, 1);
+        let s = build(&c, &placed("n1"));
+        let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
+        let args = container.args.clone().unwrap();
+        let pos = args.iter().position(|a| a == "--cluster-announce-ip").unwrap();
+        assert_eq!(args[pos + 1], "$(POD_IP)");
+        assert!(args.windows(2).any(|w| w == ["--requirepass", "$(VALKEY_PASSWORD)"]));
+        assert!(args.windows(2).any(|w| w == ["--primaryauth", "$(VALKEY_PASSWORD)"]));
+        let env = container.env.clone().unwrap();
+        let pw = env.iter().find(|e| e.name == PASSWORD_ENV).unwrap();
+        let secret = pw.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+        assert_eq!(secret.name, "cache-auth");
+        assert_eq!(secret.key, "password");
+    }
+
+    #[test]
+    fn without_auth_no_password_is_passed() {
+        let mut c = cluster("cache", 3, 1);
+        c.auth.enabled = false;
+        let s = build(&c, &placed("n1"));
+        let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
+        assert!(!container.args.as_ref().unwrap().iter().any(|a| a.contains("requirepass")));
+        assert!(!container.env.as_ref().unwrap().iter().any(|e| e.name == PASSWORD_ENV));
+    }
+
+    #[test]
+    fn a_new_placement_changes_the_placement_hash_but_not_the_restart_hash() {
+        let c = cluster("cache", 3, 1);
+        let a = build(&c, &placed("n1"));
+        let b = build(&c, &placed("n2"));
+        assert_eq!(annotation(&a, ANNOTATION_RESTART_HASH), annotation(&b, ANNOTATION_RESTART_HASH));
+        assert_ne!(annotation(&a, ANNOTATION_PLACEMENT_HASH), annotation(&b, ANNOTATION_PLACEMENT_HASH));
+    }
+
+    #[test]
+    fn a_live_config_key_does_not_restart_but_a_restart_key_or_the_image_does() {
+        let base = cluster("cache", 3, 1);
+        let hash = |c: &ValidatedCluster| annotation(&build(c, &placed("n1")), ANNOTATION_RESTART_HASH);
+        let mut live = base.clone();
+        live.config.insert("maxmemory-policy".into(), "allkeys-lru".into());
+        assert_eq!(hash(&base), hash(&live));
+        let mut restart = base.clone();
+        restart.config.insert("databases".into(), "4".into());
+        assert_ne!(hash(&base), hash(&restart));
+        let mut image = base.clone();
+        image.image = "valkey/valkey:9.2".into();
+        assert_ne!(hash(&base), hash(&image));
+    }
+
+    #[test]
+    fn persistence_gives_a_claim_template_and_the_retention_of_the_reclaim_policy() {
+        let mut c = crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Delete");
+        let s = build(&c, &placed("n1"));
+        let spec = s.spec.unwrap();
+        assert_eq!(spec.volume_claim_templates.as_ref().unwrap()[0].metadata.name.as_deref(), Some("data"));
+        let retention = spec.persistent_volume_claim_retention_policy.unwrap();
+        assert_eq!(retention.when_deleted.as_deref(), Some("Delete"));
+        let pod = spec.template.spec.unwrap();
+        assert!(!pod.volumes.unwrap().iter().any(|v| v.name == DATA_VOLUME), "data is the PVC");
+
+        c.persistence.as_mut().unwrap().reclaim_policy = ReclaimPolicy::Retain;
+        let s = build(&c, &placed("n1"));
+        let retention = s.spec.unwrap().persistent_volume_claim_retention_policy.unwrap();
+        assert_eq!(retention.when_deleted.as_deref(), Some("Retain"));
+    }
+
+    #[test]
+    fn existing_claim_templates_are_kept_because_kubernetes_forbids_changing_them() {
+        let c = crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
+        let old = vec![PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some("data".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }];
+        let s = statefulset(MemberInput {
+            cluster: &c,
+            owner: &owner(),
+            shard: 0,
+            member: 0,
+            placement: &placed("n1"),
+            existing_claim_templates: Some(&old),
+        });
+        assert_eq!(s.spec.unwrap().volume_claim_templates, Some(old));
+    }
+
+    #[test]
+    fn without_persistence_data_is_an_empty_dir() {
+        let c = cluster("cache", 1, 0);
+        let s = build(&c, &placed("n1"));
+        let spec = s.spec.unwrap();
+        assert!(spec.volume_claim_templates.is_none());
+        let vols = spec.template.spec.unwrap().volumes.unwrap();
+        assert!(vols.iter().any(|v| v.name == DATA_VOLUME && v.empty_dir.is_some()));
+    }
+}

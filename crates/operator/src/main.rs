@@ -1,1 +1,53 @@
-fn main() {}
+//! The `valkey-operator` binary: parses the command line and dispatches.
+
+use clap::{Parser, Subcommand};
+use operator::{crd_cmd, plan_cmd, run};
+use std::process::ExitCode;
+
+/// Kubernetes operator for sharded Valkey clusters.
+#[derive(Debug, Parser)]
+#[command(name = "valkey-operator", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the controller (KUBECONFIG or in-cluster config).
+    Run(run::RunArgs),
+    /// Print the ValkeyCluster CustomResourceDefinition as YAML.
+    Crd,
+    /// Plan member placement for a ValkeyCluster over Nodes and Pods read from
+    /// files. Exit 0 when every member is placed, 2 when not, 1 on bad input.
+    Plan(plan_cmd::PlanArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Usage errors exit 1 (clap's default, 2, means "infeasible" for plan).
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Command::Run(args) => match run::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Crd => match crd_cmd::write(&mut std::io::stdout().lock()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Plan(args) => plan_cmd::main(&args),
+    }
+}

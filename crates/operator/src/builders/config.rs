@@ -139,7 +139,14 @@ fn overridable_defaults(cluster: &ValidatedCluster) -> Vec<(&'static str, String
         ("appendonly", yes_no(persistent)),
         // Without a volume, snapshots only cost CPU and disk: a restarted pod
         // starts empty anyway and is reseeded by its shard's primary.
-        ("save", if persistent { "3600 1 300 100 60 10000".into() } else { "\"\"".into() }),
+        (
+            "save",
+            if persistent {
+                "3600 1 300 100 60 10000".into()
+            } else {
+                "\"\"".into()
+            },
+        ),
         // Slots of a shard that lost every member must not take the whole
         // cluster down: the other shards keep serving (clients see CLUSTERDOWN
         // only for the lost slots). Atomic slot migration keeps coverage full
@@ -193,7 +200,8 @@ mod tests {
     #[test]
     fn owned_settings_come_after_user_config_so_they_win() {
         let mut c = cluster("cache", 3, 1);
-        c.config.insert("maxmemory-policy".into(), "allkeys-lru".into());
+        c.config
+            .insert("maxmemory-policy".into(), "allkeys-lru".into());
         let conf = render(&c);
         let user = conf.find("maxmemory-policy allkeys-lru").unwrap();
         let owned = conf.find("cluster-enabled yes").unwrap();
@@ -224,7 +232,10 @@ mod tests {
             "cluster-port 16379",
             "dir /data",
         ] {
-            assert!(conf.lines().any(|l| l == expected), "missing {expected:?} in\n{conf}");
+            assert!(
+                conf.lines().any(|l| l == expected),
+                "missing {expected:?} in\n{conf}"
+            );
         }
     }
 
@@ -238,8 +249,13 @@ mod tests {
     #[test]
     fn an_empty_value_is_rendered_as_an_empty_string() {
         let mut c = cluster("cache", 1, 0);
-        c.config.insert("notify-keyspace-events".into(), String::new());
-        assert!(render(&c).lines().any(|l| l == "notify-keyspace-events \"\""));
+        c.config
+            .insert("notify-keyspace-events".into(), String::new());
+        assert!(
+            render(&c)
+                .lines()
+                .any(|l| l == "notify-keyspace-events \"\"")
+        );
     }
 
     #[test]

@@ -49,8 +49,14 @@ pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_CLUSTER.to_string(), cluster.to_string()),
         ("app.kubernetes.io/name".to_string(), "valkey".to_string()),
-        ("app.kubernetes.io/instance".to_string(), cluster.to_string()),
-        ("app.kubernetes.io/managed-by".to_string(), FIELD_MANAGER.to_string()),
+        (
+            "app.kubernetes.io/instance".to_string(),
+            cluster.to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            FIELD_MANAGER.to_string(),
+        ),
     ])
 }
 
@@ -90,7 +96,10 @@ pub fn config_map(c: &ValidatedCluster, owner: &OwnerReference) -> ConfigMap {
             owner_references: Some(vec![owner.clone()]),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([(config::CONFIG_FILE.to_string(), config::render(c))])),
+        data: Some(BTreeMap::from([(
+            config::CONFIG_FILE.to_string(),
+            config::render(c),
+        )])),
         ..Default::default()
     }
 }
@@ -145,8 +154,8 @@ pub fn desired<'a>(
 
 #[cfg(test)]
 pub(crate) mod test_support {
-    use api::v1alpha1::{Persistence, ReclaimPolicy, ValkeyCluster, ValkeyClusterSpec};
     use api::ValidatedCluster;
+    use api::v1alpha1::{Persistence, ReclaimPolicy, ValkeyCluster, ValkeyClusterSpec};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
@@ -164,7 +173,12 @@ pub(crate) mod test_support {
         api::v1alpha1::validate(&vc).unwrap()
     }
 
-    pub fn cluster_with_persistence(name: &str, shards: i32, replicas: i32, policy: &str) -> ValidatedCluster {
+    pub fn cluster_with_persistence(
+        name: &str,
+        shards: i32,
+        replicas: i32,
+        policy: &str,
+    ) -> ValidatedCluster {
         let mut vc = ValkeyCluster::new(
             name,
             ValkeyClusterSpec {
@@ -208,7 +222,11 @@ mod tests {
     fn a_cluster_owns_one_statefulset_per_member_and_one_budget_per_shard() {
         let c = cluster("cache", 3, 2);
         let d = desired(&c, &owner(), |_, _| MemberPlacement::Unplanned, |_| None);
-        let names: Vec<_> = d.statefulsets.iter().filter_map(|s| s.metadata.name.clone()).collect();
+        let names: Vec<_> = d
+            .statefulsets
+            .iter()
+            .filter_map(|s| s.metadata.name.clone())
+            .collect();
         assert_eq!(names.len(), 9);
         assert_eq!(names[0], "cache-0-0");
         assert_eq!(names[8], "cache-2-2");

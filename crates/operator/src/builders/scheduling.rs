@@ -135,7 +135,12 @@ pub fn affinity(
         preferred_during_scheduling_ignored_during_execution: non_empty(
             preferred_nodes
                 .into_iter()
-                .chain(user_node.preferred_during_scheduling_ignored_during_execution.into_iter().flatten())
+                .chain(
+                    user_node
+                        .preferred_during_scheduling_ignored_during_execution
+                        .into_iter()
+                        .flatten(),
+                )
                 .collect(),
         ),
     };
@@ -144,20 +149,31 @@ pub fn affinity(
         required_during_scheduling_ignored_during_execution: non_empty(
             required_anti
                 .into_iter()
-                .chain(user_anti.required_during_scheduling_ignored_during_execution.into_iter().flatten())
+                .chain(
+                    user_anti
+                        .required_during_scheduling_ignored_during_execution
+                        .into_iter()
+                        .flatten(),
+                )
                 .collect(),
         ),
         preferred_during_scheduling_ignored_during_execution: non_empty(
             preferred_anti
                 .into_iter()
-                .chain(user_anti.preferred_during_scheduling_ignored_during_execution.into_iter().flatten())
+                .chain(
+                    user_anti
+                        .preferred_during_scheduling_ignored_during_execution
+                        .into_iter()
+                        .flatten(),
+                )
                 .collect(),
         ),
     };
     let affinity = Affinity {
         node_affinity: (node_affinity != NodeAffinity::default()).then_some(node_affinity),
         pod_affinity: user.pod_affinity,
-        pod_anti_affinity: (pod_anti_affinity != PodAntiAffinity::default()).then_some(pod_anti_affinity),
+        pod_anti_affinity: (pod_anti_affinity != PodAntiAffinity::default())
+            .then_some(pod_anti_affinity),
     };
     (affinity != Affinity::default()).then_some(affinity)
 }
@@ -166,7 +182,10 @@ use MemberPlacement::{Placed, Unplaced, Unplanned};
 
 /// The operator's required expressions ANDed into every user term (terms are
 /// ORed, so adding them to only one term would let the others escape).
-fn merge_required(user: Option<NodeSelector>, ours: &[NodeSelectorRequirement]) -> Option<NodeSelector> {
+fn merge_required(
+    user: Option<NodeSelector>,
+    ours: &[NodeSelectorRequirement],
+) -> Option<NodeSelector> {
     let user_terms = user.map(|s| s.node_selector_terms).unwrap_or_default();
     if ours.is_empty() {
         return (!user_terms.is_empty()).then_some(NodeSelector {
@@ -247,7 +266,10 @@ mod tests {
     fn required_exprs(a: &Affinity) -> Vec<Vec<(String, String, Vec<String>)>> {
         a.node_affinity
             .as_ref()
-            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .map(|s| {
                 s.node_selector_terms
                     .iter()
@@ -255,7 +277,13 @@ mod tests {
                         t.match_expressions
                             .iter()
                             .flatten()
-                            .map(|e| (e.key.clone(), e.operator.clone(), e.values.clone().unwrap_or_default()))
+                            .map(|e| {
+                                (
+                                    e.key.clone(),
+                                    e.operator.clone(),
+                                    e.values.clone().unwrap_or_default(),
+                                )
+                            })
                             .collect()
                     })
                     .collect()
@@ -269,7 +297,11 @@ mod tests {
         let a = affinity("c", 0, &cs, &placed("n1", Some("a")), None).unwrap();
         assert_eq!(
             required_exprs(&a),
-            vec![vec![(ZONE_KEY.to_string(), "In".to_string(), vec!["a".to_string()])]]
+            vec![vec![(
+                ZONE_KEY.to_string(),
+                "In".to_string(),
+                vec!["a".to_string()]
+            )]]
         );
         // maxReplicas 2: no anti-affinity (it would mean at most one).
         assert!(a.pod_anti_affinity.is_none());
@@ -280,13 +312,24 @@ mod tests {
         let cs = [constraint(HOSTNAME_KEY, 1, SpreadMode::Required)];
         let a = affinity("c", 2, &cs, &placed("n1", None), None).unwrap();
         let anti = a.pod_anti_affinity.unwrap();
-        let terms = anti.required_during_scheduling_ignored_during_execution.unwrap();
+        let terms = anti
+            .required_during_scheduling_ignored_during_execution
+            .unwrap();
         assert_eq!(terms.len(), 1);
         assert_eq!(terms[0].topology_key, HOSTNAME_KEY);
-        let labels = terms[0].label_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+        let labels = terms[0]
+            .label_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap();
         assert_eq!(labels.get(LABEL_CLUSTER).map(String::as_str), Some("c"));
         assert_eq!(labels.get(LABEL_SHARD).map(String::as_str), Some("2"));
-        assert!(anti.preferred_during_scheduling_ignored_during_execution.is_none());
+        assert!(
+            anti.preferred_during_scheduling_ignored_during_execution
+                .is_none()
+        );
     }
 
     #[test]
@@ -295,14 +338,24 @@ mod tests {
         let a = affinity("c", 0, &cs, &placed("n1", Some("a")), None).unwrap();
         assert!(required_exprs(&a).is_empty());
         let node = a.node_affinity.unwrap();
-        let prefs = node.preferred_during_scheduling_ignored_during_execution.unwrap();
+        let prefs = node
+            .preferred_during_scheduling_ignored_during_execution
+            .unwrap();
         assert_eq!(prefs.len(), 2);
         assert_eq!(prefs[0].weight, WEIGHT_PLANNED_NODE);
-        assert_eq!(prefs[0].preference.match_fields.as_ref().unwrap()[0].values, Some(vec!["n1".to_string()]));
+        assert_eq!(
+            prefs[0].preference.match_fields.as_ref().unwrap()[0].values,
+            Some(vec!["n1".to_string()])
+        );
         assert_eq!(prefs[1].weight, WEIGHT_PREFERRED_DOMAIN);
         let anti = a.pod_anti_affinity.unwrap();
-        assert!(anti.required_during_scheduling_ignored_during_execution.is_none());
-        let preferred = anti.preferred_during_scheduling_ignored_during_execution.unwrap();
+        assert!(
+            anti.required_during_scheduling_ignored_during_execution
+                .is_none()
+        );
+        let preferred = anti
+            .preferred_during_scheduling_ignored_during_execution
+            .unwrap();
         assert_eq!(preferred[0].weight, WEIGHT_PREFERRED_SPREAD);
         assert_eq!(preferred[0].pod_affinity_term.topology_key, ZONE_KEY);
     }
@@ -311,7 +364,11 @@ mod tests {
     fn a_preferred_constraint_planned_onto_nodes_without_the_key_prefers_no_domain() {
         let cs = [constraint(ZONE_KEY, 2, SpreadMode::Preferred)];
         let a = affinity("c", 0, &cs, &placed("n1", None), None).unwrap();
-        let prefs = a.node_affinity.unwrap().preferred_during_scheduling_ignored_during_execution.unwrap();
+        let prefs = a
+            .node_affinity
+            .unwrap()
+            .preferred_during_scheduling_ignored_during_execution
+            .unwrap();
         assert_eq!(prefs.len(), 1, "only the planned node");
     }
 
@@ -337,11 +394,18 @@ mod tests {
         };
         let cs = [constraint(ZONE_KEY, 1, SpreadMode::Required)];
         let a = affinity("c", 0, &cs, &placed("n1", Some("a")), Some(&user)).unwrap();
-        let zone = (ZONE_KEY.to_string(), "In".to_string(), vec!["a".to_string()]);
+        let zone = (
+            ZONE_KEY.to_string(),
+            "In".to_string(),
+            vec!["a".to_string()],
+        );
         assert_eq!(
             required_exprs(&a),
             vec![
-                vec![("disk".into(), "In".into(), vec!["ssd".into()]), zone.clone()],
+                vec![
+                    ("disk".into(), "In".into(), vec!["ssd".into()]),
+                    zone.clone()
+                ],
                 vec![("disk".into(), "In".into(), vec!["nvme".into()]), zone],
             ]
         );
@@ -382,7 +446,11 @@ mod tests {
         let a = affinity("c", 0, &cs, &p, None).unwrap();
         assert_eq!(
             required_exprs(&a),
-            vec![vec![(UNPLACEABLE_KEY.to_string(), "Exists".to_string(), vec![])]]
+            vec![vec![(
+                UNPLACEABLE_KEY.to_string(),
+                "Exists".to_string(),
+                vec![]
+            )]]
         );
         // The shard's anti-affinity still applies.
         assert!(a.pod_anti_affinity.is_some());

@@ -35,7 +35,10 @@ pub fn auth_secret(c: &ValidatedCluster, owner: &OwnerReference, password: &str)
             owner_references: Some(vec![owner.clone()]),
             ..Default::default()
         },
-        string_data: Some(BTreeMap::from([(c.auth.secret_key.clone(), password.to_string())])),
+        string_data: Some(BTreeMap::from([(
+            c.auth.secret_key.clone(),
+            password.to_string(),
+        )])),
         type_: Some("Opaque".into()),
         ..Default::default()
     })

@@ -34,7 +34,10 @@ pub fn headless(c: &ValidatedCluster, owner: &OwnerReference) -> Service {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
             selector: Some(cluster_selector(&c.name)),
-            ports: Some(vec![port("client", VALKEY_PORT), port("bus", CLUSTER_BUS_PORT)]),
+            ports: Some(vec![
+                port("client", VALKEY_PORT),
+                port("bus", CLUSTER_BUS_PORT),
+            ]),
             ..Default::default()
         }),
         status: None,

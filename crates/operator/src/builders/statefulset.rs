@@ -95,26 +95,29 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     annotations.insert(ANNOTATION_RESTART_HASH.into(), restart_hash);
     annotations.insert(ANNOTATION_PLACEMENT_HASH.into(), placement_hash);
 
-    let claim_templates = c.persistence.as_ref().map(|p| match input.existing_claim_templates {
-        Some(existing) => existing.to_vec(),
-        None => vec![PersistentVolumeClaim {
-            metadata: ObjectMeta {
-                name: Some(DATA_VOLUME.into()),
-                labels: Some(labels.clone()),
-                ..Default::default()
-            },
-            spec: Some(PersistentVolumeClaimSpec {
-                access_modes: Some(vec!["ReadWriteOnce".into()]),
-                storage_class_name: p.storage_class_name.clone(),
-                resources: Some(VolumeResourceRequirements {
-                    requests: Some(BTreeMap::from([("storage".to_string(), p.size.clone())])),
-                    limits: None,
+    let claim_templates = c
+        .persistence
+        .as_ref()
+        .map(|p| match input.existing_claim_templates {
+            Some(existing) => existing.to_vec(),
+            None => vec![PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(DATA_VOLUME.into()),
+                    labels: Some(labels.clone()),
+                    ..Default::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    access_modes: Some(vec!["ReadWriteOnce".into()]),
+                    storage_class_name: p.storage_class_name.clone(),
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([("storage".to_string(), p.size.clone())])),
+                        limits: None,
+                    }),
+                    ..Default::default()
                 }),
-                ..Default::default()
-            }),
-            status: None,
-        }],
-    });
+                status: None,
+            }],
+        });
     let retention = c.persistence.as_ref().map(|p| {
         let policy = match p.reclaim_policy {
             ReclaimPolicy::Delete => "Delete",
@@ -189,7 +192,8 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
         // Services in a namespace would otherwise bloat every pod's env.
         enable_service_links: Some(false),
         automount_service_account_token: Some(false),
-        image_pull_secrets: (!c.image_pull_secrets.is_empty()).then(|| c.image_pull_secrets.clone()),
+        image_pull_secrets: (!c.image_pull_secrets.is_empty())
+            .then(|| c.image_pull_secrets.clone()),
         ..Default::default()
     }
 }
@@ -252,7 +256,10 @@ fn container(c: &ValidatedCluster) -> Container {
         command: Some(vec!["valkey-server".into()]),
         args: Some(args),
         env: Some(env),
-        ports: Some(vec![port("client", VALKEY_PORT), port("bus", CLUSTER_BUS_PORT)]),
+        ports: Some(vec![
+            port("client", VALKEY_PORT),
+            port("bus", CLUSTER_BUS_PORT),
+        ]),
         resources: (c.resources != Default::default()).then(|| c.resources.clone()),
         volume_mounts: Some(vec![
             VolumeMount {
@@ -333,7 +340,17 @@ mod tests {
     }
 
     fn annotation(s: &StatefulSet, key: &str) -> String {
-        s.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()[key].clone()
+        s.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()[key]
+            .clone()
     }
 
     fn placed(node: &str) -> MemberPlacement {
@@ -350,15 +367,31 @@ mod tests {
         assert_eq!(s.metadata.name.as_deref(), Some("cache-1-2"));
         let spec = s.spec.as_ref().unwrap();
         assert_eq!(spec.replicas, Some(1));
-        assert_eq!(spec.update_strategy.as_ref().unwrap().type_.as_deref(), Some("OnDelete"));
+        assert_eq!(
+            spec.update_strategy.as_ref().unwrap().type_.as_deref(),
+            Some("OnDelete")
+        );
         assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
         assert_eq!(spec.service_name.as_deref(), Some("cache-headless"));
-        let labels = spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        let labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .as_ref()
+            .unwrap();
         assert_eq!(labels[LABEL_CLUSTER], "cache");
         assert_eq!(labels[LABEL_SHARD], "1");
         assert_eq!(labels[LABEL_MEMBER], "2");
-        assert!(!labels.contains_key(LABEL_ROLE), "the role label follows the live role");
-        assert_eq!(s.metadata.owner_references.as_ref().unwrap()[0].controller, Some(true));
+        assert!(
+            !labels.contains_key(LABEL_ROLE),
+            "the role label follows the live role"
+        );
+        assert_eq!(
+            s.metadata.owner_references.as_ref().unwrap()[0].controller,
+            Some(true)
+        );
     }
 
     #[test]
@@ -367,13 +400,28 @@ mod tests {
         let s = build(&c, &placed("n1"));
         let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
         let args = container.args.clone().unwrap();
-        let pos = args.iter().position(|a| a == "--cluster-announce-ip").unwrap();
+        let pos = args
+            .iter()
+            .position(|a| a == "--cluster-announce-ip")
+            .unwrap();
         assert_eq!(args[pos + 1], "$(POD_IP)");
-        assert!(args.windows(2).any(|w| w == ["--requirepass", "$(VALKEY_PASSWORD)"]));
-        assert!(args.windows(2).any(|w| w == ["--primaryauth", "$(VALKEY_PASSWORD)"]));
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--requirepass", "$(VALKEY_PASSWORD)"])
+        );
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--primaryauth", "$(VALKEY_PASSWORD)"])
+        );
         let env = container.env.clone().unwrap();
         let pw = env.iter().find(|e| e.name == PASSWORD_ENV).unwrap();
-        let secret = pw.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+        let secret = pw
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
         assert_eq!(secret.name, "cache-auth");
         assert_eq!(secret.key, "password");
     }
@@ -384,8 +432,22 @@ mod tests {
         c.auth.enabled = false;
         let s = build(&c, &placed("n1"));
         let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
-        assert!(!container.args.as_ref().unwrap().iter().any(|a| a.contains("requirepass")));
-        assert!(!container.env.as_ref().unwrap().iter().any(|e| e.name == PASSWORD_ENV));
+        assert!(
+            !container
+                .args
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|a| a.contains("requirepass"))
+        );
+        assert!(
+            !container
+                .env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|e| e.name == PASSWORD_ENV)
+        );
     }
 
     #[test]
@@ -393,16 +455,24 @@ mod tests {
         let c = cluster("cache", 3, 1);
         let a = build(&c, &placed("n1"));
         let b = build(&c, &placed("n2"));
-        assert_eq!(annotation(&a, ANNOTATION_RESTART_HASH), annotation(&b, ANNOTATION_RESTART_HASH));
-        assert_ne!(annotation(&a, ANNOTATION_PLACEMENT_HASH), annotation(&b, ANNOTATION_PLACEMENT_HASH));
+        assert_eq!(
+            annotation(&a, ANNOTATION_RESTART_HASH),
+            annotation(&b, ANNOTATION_RESTART_HASH)
+        );
+        assert_ne!(
+            annotation(&a, ANNOTATION_PLACEMENT_HASH),
+            annotation(&b, ANNOTATION_PLACEMENT_HASH)
+        );
     }
 
     #[test]
     fn a_live_config_key_does_not_restart_but_a_restart_key_or_the_image_does() {
         let base = cluster("cache", 3, 1);
-        let hash = |c: &ValidatedCluster| annotation(&build(c, &placed("n1")), ANNOTATION_RESTART_HASH);
+        let hash =
+            |c: &ValidatedCluster| annotation(&build(c, &placed("n1")), ANNOTATION_RESTART_HASH);
         let mut live = base.clone();
-        live.config.insert("maxmemory-policy".into(), "allkeys-lru".into());
+        live.config
+            .insert("maxmemory-policy".into(), "allkeys-lru".into());
         assert_eq!(hash(&base), hash(&live));
         let mut restart = base.clone();
         restart.config.insert("databases".into(), "4".into());
@@ -414,18 +484,32 @@ mod tests {
 
     #[test]
     fn persistence_gives_a_claim_template_and_the_retention_of_the_reclaim_policy() {
-        let mut c = crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Delete");
+        let mut c =
+            crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Delete");
         let s = build(&c, &placed("n1"));
         let spec = s.spec.unwrap();
-        assert_eq!(spec.volume_claim_templates.as_ref().unwrap()[0].metadata.name.as_deref(), Some("data"));
+        assert_eq!(
+            spec.volume_claim_templates.as_ref().unwrap()[0]
+                .metadata
+                .name
+                .as_deref(),
+            Some("data")
+        );
         let retention = spec.persistent_volume_claim_retention_policy.unwrap();
         assert_eq!(retention.when_deleted.as_deref(), Some("Delete"));
         let pod = spec.template.spec.unwrap();
-        assert!(!pod.volumes.unwrap().iter().any(|v| v.name == DATA_VOLUME), "data is the PVC");
+        assert!(
+            !pod.volumes.unwrap().iter().any(|v| v.name == DATA_VOLUME),
+            "data is the PVC"
+        );
 
         c.persistence.as_mut().unwrap().reclaim_policy = ReclaimPolicy::Retain;
         let s = build(&c, &placed("n1"));
-        let retention = s.spec.unwrap().persistent_volume_claim_retention_policy.unwrap();
+        let retention = s
+            .spec
+            .unwrap()
+            .persistent_volume_claim_retention_policy
+            .unwrap();
         assert_eq!(retention.when_deleted.as_deref(), Some("Retain"));
     }
 
@@ -457,6 +541,9 @@ mod tests {
         let spec = s.spec.unwrap();
         assert!(spec.volume_claim_templates.is_none());
         let vols = spec.template.spec.unwrap().volumes.unwrap();
-        assert!(vols.iter().any(|v| v.name == DATA_VOLUME && v.empty_dir.is_some()));
+        assert!(
+            vols.iter()
+                .any(|v| v.name == DATA_VOLUME && v.empty_dir.is_some())
+        );
     }
 }

@@ -1,0 +1,72 @@
+//! Names shared by the operator, its pods and everything that inspects them.
+//!
+//! These strings are a public contract: pods carry these labels, clients and
+//! tests select on them, and server-side apply records the field manager.
+
+/// The API group of every custom resource of this project.
+pub const GROUP: &str = "valkey.rs";
+/// The served and stored API version.
+pub const VERSION: &str = "v1alpha1";
+/// The kind of the cluster resource.
+pub const KIND: &str = "ValkeyCluster";
+
+/// Label on every object the operator owns: the name of its ValkeyCluster.
+pub const LABEL_CLUSTER: &str = "valkey.rs/cluster";
+/// Label on member pods (and their StatefulSets): the shard index, `0..shards`.
+pub const LABEL_SHARD: &str = "valkey.rs/shard";
+/// Label on member pods (and their StatefulSets): the member index within its
+/// shard, `0..=replicas`; member 0 is the primary at creation.
+pub const LABEL_MEMBER: &str = "valkey.rs/member";
+/// Label on member pods: the live Valkey role, [`ROLE_PRIMARY`] or [`ROLE_REPLICA`].
+pub const LABEL_ROLE: &str = "valkey.rs/role";
+/// Value of [`LABEL_ROLE`] on a pod whose Valkey is a primary.
+pub const ROLE_PRIMARY: &str = "primary";
+/// Value of [`LABEL_ROLE`] on a pod whose Valkey is a replica.
+pub const ROLE_REPLICA: &str = "replica";
+/// Every label key with this prefix belongs to the operator; `spec.podLabels`
+/// may not use it.
+pub const LABEL_PREFIX: &str = "valkey.rs/";
+
+/// The one field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "valkey-operator";
+/// Finalizer the controller may put on a ValkeyCluster when deletion needs work
+/// that owner references cannot do (e.g. PVCs under `reclaimPolicy: Delete`).
+pub const FINALIZER: &str = "valkey.rs/cleanup";
+
+/// Valkey client port, on the pod IP.
+pub const VALKEY_PORT: u16 = 6379;
+/// Valkey cluster bus port (client port + 10000).
+pub const CLUSTER_BUS_PORT: u16 = 16379;
+
+/// Name of the Secret the operator keeps the password in when the user names none.
+pub fn auth_secret_name(cluster: &str) -> String {
+    format!("{cluster}-auth")
+}
+
+/// Name of a member's StatefulSet: `<cluster>-<shard>-<member>`.
+pub fn member_name(cluster: &str, shard: u32, member: u32) -> String {
+    format!("{cluster}-{shard}-{member}")
+}
+
+/// Longest StatefulSet name that still fits the labels Kubernetes derives from
+/// it (`controller-revision-hash` = `<name>-<10 chars>` must be a 63-character
+/// label value).
+pub const MAX_STATEFULSET_NAME: usize = 52;
+/// Longest ValkeyCluster name (checked in CEL and in validation): leaves room for
+/// `-<shard>-<member>` within [`MAX_STATEFULSET_NAME`].
+pub const MAX_CLUSTER_NAME: usize = 40;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_statefulsets_are_named_cluster_shard_member() {
+        assert_eq!(member_name("cache", 2, 1), "cache-2-1");
+    }
+
+    #[test]
+    fn the_operator_keeps_the_password_in_cluster_auth() {
+        assert_eq!(auth_secret_name("cache"), "cache-auth");
+    }
+}

@@ -1,0 +1,18 @@
+//! `valkey.rs/v1alpha1`: the first served version of the API.
+//!
+//! - [`spec`]: the user's request, with schema bounds and CEL rules;
+//! - [`status`]: what the operator observed and did;
+//! - [`defaults`]: default values, shared by serde and the schema;
+//! - [`validation`]: the same rules in Rust, producing a [`ValidatedCluster`].
+
+pub mod defaults;
+pub mod spec;
+pub mod status;
+pub mod validation;
+
+pub use spec::*;
+pub use status::*;
+pub use validation::{
+    FieldError, MemberRequest, ResolvedSpreadConstraint, ValidatedCluster, ValidationError,
+    validate, validate_update,
+};

@@ -1,0 +1,449 @@
+//! `ValkeyCluster.spec`: what the user asks for.
+//!
+//! Every field's doc comment becomes its description in the CRD schema, which is
+//! what `kubectl explain valkeycluster.spec.<field>` prints: write them for users.
+//! Schema bounds and CEL rules sit on the fields; the same rules are checked once
+//! more in Rust by [`super::validation`], which is the only reader of this raw
+//! spec inside the operator.
+
+use super::defaults;
+use super::status::ValkeyClusterStatus;
+use super::validation::cel;
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A sharded Valkey cluster: `shards` primaries, each with `replicas` replicas,
+/// placed over nodes, zones and regions by `replicaSpreadConstraints`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "valkey.rs",
+    version = "v1alpha1",
+    kind = "ValkeyCluster",
+    namespaced,
+    status = "ValkeyClusterStatus",
+    shortname = "vkc",
+    category = "valkey",
+    derive = "PartialEq",
+    doc = "A sharded Valkey cluster managed by valkey-operator.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        description = "Whether every shard serves its slots with all its members in sync",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Shards",
+        type_ = "integer",
+        description = "Shards (primaries) asked for",
+        json_path = ".spec.shards"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        description = "Replicas per shard asked for",
+        json_path = ".spec.replicas"
+    ),
+    printcolumn(
+        name = "Topology",
+        type_ = "string",
+        description = "How the members are spread over the topology",
+        json_path = ".status.topologySummary"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    validation = Rule::new(cel::CLUSTER_NAME).message(cel::CLUSTER_NAME_MESSAGE),
+)]
+#[x_kube(validation = Rule::new(cel::PERSISTENCE_FIXED)
+    .message(cel::PERSISTENCE_FIXED_MESSAGE)
+    .field_path(".persistence")
+    .reason(Reason::FieldValueForbidden))]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyClusterSpec {
+    /// Number of shards: each shard is one primary with its replicas and owns an
+    /// even share of the 16384 hash slots. 1 to 16384. Changing it scales the
+    /// cluster out or in, moving slots with Valkey's atomic slot migration.
+    #[serde(default = "defaults::shards")]
+    #[schemars(range(min = 1, max = 16384))]
+    pub shards: i32,
+
+    /// Replicas per shard: a shard has `replicas + 1` members (member 0 is the
+    /// primary at creation). 0 means no redundancy.
+    #[serde(default = "defaults::replicas")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+
+    /// Container image of Valkey (version 9 or later: the operator relies on
+    /// atomic slot migration and `shutdown-on-sigterm failover`). Changing it
+    /// rolls the members one at a time, replicas first.
+    #[serde(default = "defaults::image")]
+    #[schemars(length(min = 1))]
+    pub image: String,
+
+    /// When the kubelet pulls the image: Always, IfNotPresent or Never.
+    /// Kubernetes' default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<ImagePullPolicy>,
+
+    /// Secrets for pulling the image from a private registry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+
+    /// CPU and memory of each member's Valkey container. The placement planner
+    /// counts `requests` (or `limits` where no request is given) against each
+    /// node's allocatable room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Extra valkey.conf directives, e.g. `maxmemory-policy: allkeys-lru`.
+    /// Keys the operator owns are refused: cluster mode and its files,
+    /// cluster-node-timeout, cluster-announce-*, cluster-port, port, bind, dir,
+    /// requirepass, masterauth/primaryauth, masteruser/primaryuser, aclfile,
+    /// cluster-allow-replica-migration, shutdown-on-sigterm, availability-zone,
+    /// daemonize, include, unixsocket*, and the other keys listed in the
+    /// operator's documentation. Keys Valkey can change live are applied with
+    /// CONFIG SET, the others by a rolling restart.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "cel::config_schema")]
+    pub config: BTreeMap<String, String>,
+
+    /// Give each member a PersistentVolumeClaim for its data and nodes.conf.
+    /// Without it, data lives in an emptyDir and a re-created pod starts empty
+    /// (its shard's primary reseeds it). Can only be set at creation: it cannot
+    /// be added or removed later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<Persistence>,
+
+    /// Where member pods may run, on top of the placement the operator plans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<Scheduling>,
+
+    /// How the members of one shard (its primary and replicas) are spread over
+    /// failure domains: at most `maxReplicas` members of a shard per domain of
+    /// `topologyKey`. The operator plans every member's node before its pod is
+    /// scheduled and gives the pod rules that make the scheduler keep the plan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    // No FieldValueDuplicate reason: the API server drops the message for it.
+    #[x_kube(validation = Rule::new(cel::spread_unique()).message(cel::SPREAD_UNIQUE_MESSAGE))]
+    pub replica_spread_constraints: Vec<ReplicaSpreadConstraint>,
+
+    /// Keeps live primaries spread over the topology: after failovers, the
+    /// operator moves primaries back with graceful failovers.
+    #[serde(default)]
+    pub primary_balancing: PrimaryBalancing,
+
+    /// Password authentication for clients and between members.
+    #[serde(default)]
+    pub auth: Auth,
+
+    /// PodDisruptionBudgets that keep voluntary disruptions (drains, evictions)
+    /// from taking two members of one shard at once.
+    #[serde(default)]
+    pub pod_disruption_budget: PodDisruptionBudget,
+
+    /// Seconds a member pod gets to stop. On SIGTERM a primary hands its slots
+    /// to an in-sync replica first (up to 10 s of shutdown-timeout plus the
+    /// failover), so at least 15.
+    #[serde(default = "defaults::termination_grace_period_seconds")]
+    #[schemars(range(min = 15))]
+    pub termination_grace_period_seconds: i64,
+
+    /// Extra labels on member pods. Keys under `valkey.rs/` belong to the
+    /// operator and are refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new(cel::POD_LABELS_NOT_OWNED)
+        .message(cel::POD_LABELS_NOT_OWNED_MESSAGE)
+        .reason(Reason::FieldValueForbidden))]
+    pub pod_labels: BTreeMap<String, String>,
+
+    /// Extra annotations on member pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
+
+    /// The Service clients connect to (any member redirects to the right shard).
+    #[serde(default)]
+    pub client_service: ClientService,
+}
+
+/// When the kubelet pulls the image.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum ImagePullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl ImagePullPolicy {
+    /// The name Kubernetes uses in a container's `imagePullPolicy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "Always",
+            Self::IfNotPresent => "IfNotPresent",
+            Self::Never => "Never",
+        }
+    }
+}
+
+/// Persistent storage of each member.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(
+    validation = Rule::new(cel::STORAGE_CLASS_IMMUTABLE)
+        .message(cel::STORAGE_CLASS_IMMUTABLE_MESSAGE)
+        .field_path(".storageClassName")
+        .reason(Reason::FieldValueForbidden),
+    validation = Rule::new(cel::SIZE_ONLY_GROWS)
+        .message(cel::SIZE_ONLY_GROWS_MESSAGE)
+        .field_path(".size")
+        .reason(Reason::FieldValueForbidden),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Persistence {
+    /// Size of each member's volume, e.g. `10Gi`. Can grow (when the storage
+    /// class allows volume expansion), never shrink.
+    #[x_kube(validation = Rule::new(cel::SIZE_POSITIVE).message(cel::SIZE_POSITIVE_MESSAGE))]
+    pub size: Quantity,
+
+    /// StorageClass of the volumes; the cluster's default class when unset.
+    /// Cannot be changed after creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+
+    /// What happens to the volumes when the ValkeyCluster is deleted or a
+    /// member is removed: Retain (the default) keeps them, Delete removes them.
+    #[serde(default)]
+    pub reclaim_policy: ReclaimPolicy,
+
+    /// Seconds a node must be gone (NotReady or deleted) before the operator
+    /// gives up the volumes bound to it and re-creates their members elsewhere.
+    /// Never done while the volume may hold a shard's last copy of its data.
+    #[serde(default = "defaults::node_loss_grace_seconds")]
+    #[schemars(range(min = 0))]
+    pub node_loss_grace_seconds: i32,
+}
+
+/// What happens to volumes the cluster no longer uses.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum ReclaimPolicy {
+    #[default]
+    Retain,
+    Delete,
+}
+
+/// Scheduling of member pods. These apply on top of the node the operator
+/// plans for each member.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Scheduling {
+    /// Labels a node must have to run a member.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+
+    /// Taints member pods tolerate. A node with an untolerated NoSchedule or
+    /// NoExecute taint takes no new member.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+
+    /// Extra affinity rules, merged with the rules the operator derives from
+    /// its placement plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+
+    /// PriorityClass of member pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+}
+
+/// At most `maxReplicas` members of one shard per domain of `topologyKey`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaSpreadConstraint {
+    /// Node label whose values are the failure domains: `node`
+    /// (kubernetes.io/hostname), `zone` (topology.kubernetes.io/zone), `region`
+    /// (topology.kubernetes.io/region), or any other label key.
+    #[schemars(length(min = 1, max = 317))]
+    #[x_kube(validation = Rule::new(cel::LABEL_KEY).message(cel::LABEL_KEY_MESSAGE))]
+    pub topology_key: String,
+
+    /// The most members of one shard (primary and replicas together) in one
+    /// domain; at least 1.
+    #[schemars(range(min = 1))]
+    pub max_replicas: i32,
+
+    /// Required: never broken; a member that cannot be placed without breaking
+    /// it stays Pending. Preferred (the default): kept where possible, and
+    /// reported when it cannot be.
+    #[serde(default)]
+    pub mode: SpreadMode,
+}
+
+/// Whether a spread constraint must hold or is kept where possible.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum SpreadMode {
+    #[default]
+    Preferred,
+    Required,
+}
+
+/// How the operator keeps primaries spread.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrimaryBalancing {
+    /// Auto (the default): move primaries back over the domains with graceful
+    /// failovers, one shard at a time. Off: leave primaries where failovers put
+    /// them.
+    #[serde(default)]
+    pub mode: BalancingMode,
+
+    /// Seconds the cluster must be quiet (no failover, no membership change)
+    /// before the operator moves a primary.
+    #[serde(default = "defaults::quiet_period_seconds")]
+    #[schemars(range(min = 0))]
+    pub quiet_period_seconds: i32,
+}
+
+impl Default for PrimaryBalancing {
+    fn default() -> Self {
+        Self {
+            mode: BalancingMode::default(),
+            quiet_period_seconds: defaults::QUIET_PERIOD_SECONDS,
+        }
+    }
+}
+
+/// Whether the operator rebalances primaries.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum BalancingMode {
+    #[default]
+    Auto,
+    Off,
+}
+
+/// Password authentication.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Auth {
+    /// Require a password from clients and between members (default true).
+    /// Without it Valkey runs with protected mode off: anything that reaches a
+    /// pod can use it.
+    #[serde(default = "defaults::enabled")]
+    pub enabled: bool,
+
+    /// A Secret (in the cluster's namespace) holding the password. When unset
+    /// the operator generates one in the Secret `<cluster>-auth`, key
+    /// `password`. Clients read the password from that Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret: Option<SecretKeySelector>,
+}
+
+impl Default for Auth {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            password_secret: None,
+        }
+    }
+}
+
+/// One key of a Secret in the cluster's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeySelector {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+
+    /// Key within the Secret (default `password`).
+    #[serde(default = "defaults::password_key")]
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+/// PodDisruptionBudgets of the members.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodDisruptionBudget {
+    /// Create one PodDisruptionBudget per shard with maxUnavailable 1 (default
+    /// true), so a drain never takes two members of one shard at once.
+    #[serde(default = "defaults::enabled")]
+    pub enabled: bool,
+}
+
+impl Default for PodDisruptionBudget {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
+/// The client Service.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientService {
+    /// Service type: ClusterIP (the default), NodePort or LoadBalancer. Cluster
+    /// clients still need to reach every pod IP, which members announce.
+    #[serde(default, rename = "type")]
+    pub type_: ServiceType,
+
+    /// Extra annotations on the client Service (e.g. for a load balancer).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Kubernetes Service types the client Service may have.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum ServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+}
+
+impl ServiceType {
+    /// The name Kubernetes uses in a Service's `spec.type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ClusterIP => "ClusterIP",
+            Self::NodePort => "NodePort",
+            Self::LoadBalancer => "LoadBalancer",
+        }
+    }
+}
+
+impl Default for ValkeyClusterSpec {
+    fn default() -> Self {
+        Self {
+            shards: defaults::SHARDS,
+            replicas: defaults::REPLICAS,
+            image: defaults::IMAGE.to_string(),
+            image_pull_policy: None,
+            image_pull_secrets: Vec::new(),
+            resources: None,
+            config: BTreeMap::new(),
+            persistence: None,
+            scheduling: None,
+            replica_spread_constraints: Vec::new(),
+            primary_balancing: PrimaryBalancing::default(),
+            auth: Auth::default(),
+            pod_disruption_budget: PodDisruptionBudget::default(),
+            termination_grace_period_seconds: defaults::TERMINATION_GRACE_PERIOD_SECONDS,
+            pod_labels: BTreeMap::new(),
+            pod_annotations: BTreeMap::new(),
+            client_service: ClientService::default(),
+        }
+    }
+}

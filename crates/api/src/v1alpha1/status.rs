@@ -1,0 +1,153 @@
+//! `ValkeyCluster.status`: what the operator observed and did.
+//!
+//! Written only by the operator (status subresource, one field manager). The
+//! condition types and reasons here are a contract for users, alerts and tests.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+/// Condition type: every shard serves its slots and every member is in sync.
+pub const CONDITION_READY: &str = "Ready";
+/// Condition type: the operator is carrying out a change (bootstrap, scale,
+/// rolling update, heal).
+pub const CONDITION_PROGRESSING: &str = "Progressing";
+/// Condition type: something is wrong that the operator cannot fix by itself
+/// right now (invalid spec, member lost, slots uncovered...); the reason names it.
+pub const CONDITION_DEGRADED: &str = "Degraded";
+/// Condition type: every replicaSpreadConstraint holds (False with the reason
+/// when a Required one cannot be met or a Preferred one is exceeded).
+pub const CONDITION_TOPOLOGY_SPREAD: &str = "TopologySpread";
+/// Condition type: live primaries are spread as primary balancing wants (False
+/// while a move is pending or impossible).
+pub const CONDITION_PRIMARY_PLACEMENT_ALIGNED: &str = "PrimaryPlacementAligned";
+
+/// Observed state of a ValkeyCluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyClusterStatus {
+    /// The metadata.generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Ready, Progressing, Degraded, TopologySpread and
+    /// PrimaryPlacementAligned, each with a reason and a message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+
+    /// Shards whose slots are served by a primary with all its replicas in sync.
+    #[serde(default)]
+    pub ready_shards: i32,
+
+    /// Per shard: its slots and its live primary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardStatus>,
+
+    /// Per member: its pod, node, failure domains, live role and Valkey node id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberStatus>,
+
+    /// Per shard, where its members run and which one is primary: the live
+    /// topology that replicaSpreadConstraints and primary balancing act on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology: Vec<ShardTopology>,
+
+    /// One line for `kubectl get`, e.g. `3 zones, spread ok` or
+    /// `zone: 2 members pending`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_summary: Option<String>,
+
+    /// The last action the operator took, e.g. `failover shard 1 to member 2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action: Option<String>,
+
+    /// A human-readable summary of the cluster's state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One shard's slots and primary.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardStatus {
+    /// Shard index, 0-based.
+    pub index: i32,
+    /// Slot ranges the shard owns, e.g. `0-5460` or `0-100,200-300`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<String>,
+    /// Member index of the live primary, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<i32>,
+}
+
+/// One member as the operator last saw it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// Shard index.
+    pub shard: i32,
+    /// Member index within the shard.
+    pub member: i32,
+    /// Pod name.
+    pub pod: String,
+    /// Node the pod runs on (absent while Pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The node's topology.kubernetes.io/zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The node's topology.kubernetes.io/region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Live Valkey role: primary or replica (absent when unreachable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Valkey cluster node id (40 hex characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// The pod is Ready and the member is part of the cluster and in sync.
+    #[serde(default)]
+    pub ready: bool,
+    /// Pod IP the member announces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+}
+
+/// Where one shard's members run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardTopology {
+    /// Shard index.
+    pub shard: i32,
+    /// The shard's members, by member index.
+    #[serde(default)]
+    pub members: Vec<TopologyMember>,
+}
+
+/// One member's place in the topology.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyMember {
+    /// Member index within the shard.
+    pub member: i32,
+    /// Node name (absent while unplaced or Pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The node's zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The node's region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Live role: primary or replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+impl ValkeyClusterStatus {
+    /// The condition of type `type_`, if present.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}

@@ -1,0 +1,1283 @@
+//! The rules a spec must follow, twice: as CEL for the API server ([`cel`]) and
+//! in Rust ([`validate`]), which turns a raw [`ValkeyCluster`] into the
+//! [`ValidatedCluster`] that every later step of the operator reads.
+//!
+//! The API server refuses most bad objects before the operator sees them; the
+//! Rust mirror exists for manifests that never went through an API server (the
+//! `plan` command), for objects stored before a rule existed, and for the rules
+//! CEL cannot express. Every error names the field as the user wrote it, e.g.
+//! `spec.replicaSpreadConstraints[1].topologyKey: ...`.
+
+use super::defaults;
+use super::spec::{
+    BalancingMode, ClientService, ImagePullPolicy, ReclaimPolicy, SpreadMode, ValkeyCluster,
+    ValkeyClusterSpec,
+};
+use crate::constants::{LABEL_PREFIX, MAX_CLUSTER_NAME, MAX_STATEFULSET_NAME, auth_secret_name};
+use crate::quantity;
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// `kubernetes.io/hostname`, what `node` resolves to.
+pub const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
+/// `topology.kubernetes.io/zone`, what `zone` resolves to.
+pub const ZONE_KEY: &str = "topology.kubernetes.io/zone";
+/// `topology.kubernetes.io/region`, what `region` resolves to.
+pub const REGION_KEY: &str = "topology.kubernetes.io/region";
+
+/// Most replicaSpreadConstraints a cluster may have (keeps CEL cost bounded).
+pub const MAX_SPREAD_CONSTRAINTS: usize = 8;
+/// Most shards: one slot each at the limit.
+pub const MAX_SHARDS: i32 = 16384;
+
+/// valkey.conf keys the operator sets itself; `spec.config` may not name them.
+/// Valkey reads config names case-insensitively, so the check is too.
+pub const OWNED_CONFIG_KEYS: &[&str] = &[
+    // Cluster mode and its identity: the operator forms the cluster.
+    "cluster-enabled",
+    "cluster-config-file",
+    "cluster-node-timeout",
+    "cluster-port",
+    "cluster-allow-replica-migration",
+    "cluster-preferred-endpoint-type",
+    // Where and how Valkey listens: the operator and its probes connect there.
+    "port",
+    "bind",
+    "bind-source-addr",
+    "protected-mode",
+    "tls-port",
+    "tls-cluster",
+    "tls-replication",
+    // Files: data and nodes.conf live where the operator mounts them.
+    "dir",
+    "include",
+    "pidfile",
+    "logfile",
+    "daemonize",
+    "supervised",
+    // Auth: from the Secret the operator manages.
+    "requirepass",
+    "masterauth",
+    "primaryauth",
+    "masteruser",
+    "primaryuser",
+    "aclfile",
+    "user",
+    "rename-command",
+    // Behaviour the operator relies on.
+    "shutdown-on-sigterm",
+    "shutdown-on-sigint",
+    "availability-zone",
+    "replicaof",
+    "slaveof",
+];
+
+/// Prefixes of owned valkey.conf keys (`cluster-announce-ip`,
+/// `cluster-announce-port`..., `unixsocket`, `unixsocketperm`).
+pub const OWNED_CONFIG_PREFIXES: &[&str] = &["cluster-announce-", "unixsocket"];
+
+/// Whether `key` (any case) is a valkey.conf key the operator owns.
+pub fn is_owned_config_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    OWNED_CONFIG_KEYS.contains(&key.as_str())
+        || OWNED_CONFIG_PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// `node`, `zone` and `region` to the label keys they stand for; any other key
+/// as it is.
+pub fn resolve_topology_key(key: &str) -> &str {
+    match key {
+        "node" => HOSTNAME_KEY,
+        "zone" => ZONE_KEY,
+        "region" => REGION_KEY,
+        other => other,
+    }
+}
+
+/// The CEL rules of the CRD schema. Each mirrors a check of [`validate`] (or
+/// [`validate_update`] for transition rules, which use `oldSelf`).
+pub mod cel {
+    /// Root: the name leaves room for `-<shard>-<member>` in StatefulSet names
+    /// and is a valid Service name.
+    pub const CLUSTER_NAME: &str = "self.metadata.name.size() <= 40 && \
+         self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
+    pub const CLUSTER_NAME_MESSAGE: &str = "metadata.name: must be at most 40 characters of lower-case letters, \
+         digits and '-', starting with a letter (it names the member StatefulSets \
+         <cluster>-<shard>-<member> and the Services)";
+
+    /// Spec (transition): persistence is chosen at creation.
+    pub const PERSISTENCE_FIXED: &str = "has(self.persistence) == has(oldSelf.persistence)";
+    pub const PERSISTENCE_FIXED_MESSAGE: &str =
+        "persistence cannot be added or removed after creation";
+
+    /// Persistence (transition): the storage class of existing volumes is fixed.
+    pub const STORAGE_CLASS_IMMUTABLE: &str = "has(self.storageClassName) == \
+         has(oldSelf.storageClassName) && (!has(self.storageClassName) || \
+         self.storageClassName == oldSelf.storageClassName)";
+    pub const STORAGE_CLASS_IMMUTABLE_MESSAGE: &str = "storageClassName is immutable";
+
+    /// Persistence (transition): volumes can grow, never shrink.
+    pub const SIZE_ONLY_GROWS: &str = "!isQuantity(string(self.size)) || \
+         !isQuantity(string(oldSelf.size)) || \
+         quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0";
+    pub const SIZE_ONLY_GROWS_MESSAGE: &str = "size can only grow";
+
+    /// Persistence size: a positive quantity.
+    pub const SIZE_POSITIVE: &str =
+        "isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))";
+    pub const SIZE_POSITIVE_MESSAGE: &str = "must be a positive quantity, e.g. 10Gi";
+
+    /// A label key: optional DNS-subdomain prefix and `/`, then a name of at
+    /// most 63 characters. The aliases node, zone and region are such names.
+    pub const LABEL_KEY: &str = "self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?\
+         [A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && self.indexOf('/') <= 253";
+    pub const LABEL_KEY_MESSAGE: &str = "must be node, zone, region or a valid label key \
+         ([prefix/]name, name at most 63 characters)";
+
+    /// The key a constraint's `topologyKey` resolves to, in CEL.
+    fn resolved(var: &str) -> String {
+        format!(
+            "({var}.topologyKey == 'node' ? '{h}' : {var}.topologyKey == 'zone' ? '{z}' : \
+             {var}.topologyKey == 'region' ? '{r}' : {var}.topologyKey)",
+            h = super::HOSTNAME_KEY,
+            z = super::ZONE_KEY,
+            r = super::REGION_KEY,
+        )
+    }
+
+    fn mode(var: &str) -> String {
+        format!("(has({var}.mode) ? {var}.mode : 'Preferred')")
+    }
+
+    /// replicaSpreadConstraints: no two with the same resolved key and mode.
+    pub fn spread_unique() -> String {
+        format!(
+            "self.all(c, self.filter(d, {rd} == {rc} && {md} == {mc}).size() == 1)",
+            rd = resolved("d"),
+            rc = resolved("c"),
+            md = mode("d"),
+            mc = mode("c"),
+        )
+    }
+    pub const SPREAD_UNIQUE_MESSAGE: &str = "two constraints have the same topologyKey (node = \
+         kubernetes.io/hostname, zone = topology.kubernetes.io/zone, region = \
+         topology.kubernetes.io/region) and the same mode";
+
+    /// Most `spec.config` entries, and the longest value: bounds that keep the
+    /// API server's CEL cost estimate within its budget.
+    pub const CONFIG_MAX_PROPERTIES: u32 = 256;
+    pub const CONFIG_MAX_VALUE_LENGTH: u32 = 4096;
+
+    /// The schema of `spec.config`: a map of single-line strings with one CEL
+    /// rule per owned key (so the API server's message names the key; one rule
+    /// over every key with the name in a messageExpression exceeds the CEL cost
+    /// budget), one per owned prefix, and one for owned keys in another case.
+    pub fn config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let forbidden = |rule: String, message: String| serde_json::json!({"rule": rule, "message": message, "reason": "FieldValueForbidden"});
+        let mut rules: Vec<serde_json::Value> = super::OWNED_CONFIG_KEYS
+            .iter()
+            .map(|k| {
+                forbidden(
+                    format!("!('{k}' in self)"),
+                    format!("{k} is owned by the operator"),
+                )
+            })
+            .collect();
+        rules.extend(super::OWNED_CONFIG_PREFIXES.iter().map(|p| {
+            forbidden(
+                format!("self.all(k, !k.lowerAscii().startsWith('{p}'))"),
+                format!("{p}* keys are owned by the operator"),
+            )
+        }));
+        let keys = super::OWNED_CONFIG_KEYS
+            .iter()
+            .map(|k| format!("'{k}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        rules.push(forbidden(
+            format!("self.all(k, k == k.lowerAscii() || !(k.lowerAscii() in [{keys}]))"),
+            "keys owned by the operator cannot be set in any case (valkey.conf keys are \
+             case-insensitive)"
+                .to_string(),
+        ));
+        rules.push(serde_json::json!({
+            "rule": CONFIG_KEYS_WELL_FORMED, "message": CONFIG_KEYS_WELL_FORMED_MESSAGE
+        }));
+        rules.push(serde_json::json!({
+            "rule": CONFIG_VALUES_ONE_LINE, "message": CONFIG_VALUES_ONE_LINE_MESSAGE
+        }));
+        schemars::json_schema!({
+            "type": "object",
+            "additionalProperties": {"type": "string", "maxLength": CONFIG_MAX_VALUE_LENGTH},
+            "maxProperties": CONFIG_MAX_PROPERTIES,
+            "x-kubernetes-validations": rules,
+        })
+    }
+
+    /// config: keys look like valkey.conf directive names.
+    pub const CONFIG_KEYS_WELL_FORMED: &str =
+        "self.all(k, k.matches('^[A-Za-z0-9][-._A-Za-z0-9]*$'))";
+    pub const CONFIG_KEYS_WELL_FORMED_MESSAGE: &str =
+        "keys must be valkey.conf directive names (letters, digits, '-', '.', '_')";
+
+    /// config: one line per value, so a value cannot smuggle in another directive.
+    pub const CONFIG_VALUES_ONE_LINE: &str =
+        r"self.all(k, !self[k].contains('\n') && !self[k].contains('\r'))";
+    pub const CONFIG_VALUES_ONE_LINE_MESSAGE: &str = "values must be a single line";
+
+    /// podLabels: the operator's label prefix is reserved.
+    pub const POD_LABELS_NOT_OWNED: &str = "self.all(k, !k.startsWith('valkey.rs/'))";
+    pub const POD_LABELS_NOT_OWNED_MESSAGE: &str =
+        "label keys under valkey.rs/ belong to the operator";
+}
+
+/// One field that breaks a rule, named as the user wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// e.g. `spec.replicaSpreadConstraints[0].maxReplicas`.
+    pub field: String,
+    /// e.g. `must be >= 1`.
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Why a ValkeyCluster is invalid: every broken rule, in spec order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    /// One or more fields break a rule (never empty).
+    #[error("{}", join(.0))]
+    Fields(Vec<FieldError>),
+}
+
+fn join(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl ValidationError {
+    /// Stable name for metrics and events.
+    pub fn category(&self) -> &'static str {
+        "InvalidSpec"
+    }
+
+    /// The broken rules.
+    pub fn fields(&self) -> &[FieldError] {
+        match self {
+            Self::Fields(f) => f,
+        }
+    }
+}
+
+/// Requests of one member in the planner's units; `None` = not requested.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemberRequest {
+    pub cpu_millis: Option<u64>,
+    pub memory_bytes: Option<u64>,
+}
+
+/// A spread constraint with its key resolved (`zone` -> `topology.kubernetes.io/zone`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSpreadConstraint {
+    /// The resolved label key.
+    pub topology_key: String,
+    /// >= 1.
+    pub max_replicas: u32,
+    pub mode: SpreadMode,
+}
+
+/// Persistence, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedPersistence {
+    pub size: Quantity,
+    /// `size` in bytes (> 0).
+    pub size_bytes: u64,
+    pub storage_class_name: Option<String>,
+    pub reclaim_policy: ReclaimPolicy,
+    pub node_loss_grace: Duration,
+}
+
+/// Primary balancing, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValidatedBalancing {
+    pub mode: BalancingMode,
+    pub quiet_period: Duration,
+}
+
+/// Where the password lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatedAuth {
+    pub enabled: bool,
+    /// The Secret holding the password: the user's, or `<cluster>-auth`.
+    pub secret_name: String,
+    /// The key within it.
+    pub secret_key: String,
+    /// The operator generates the Secret (the user named none).
+    pub operator_managed: bool,
+}
+
+/// A ValkeyCluster that passed every rule: the only form later steps read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedCluster {
+    pub name: String,
+    pub namespace: String,
+    pub uid: Option<String>,
+    pub generation: Option<i64>,
+    pub shards: u32,
+    pub replicas: u32,
+    pub image: String,
+    pub image_pull_policy: Option<ImagePullPolicy>,
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// `spec.resources` as written (empty when unset).
+    pub resources: ResourceRequirements,
+    /// What one member requests, for the planner: requests, else limits (as
+    /// Kubernetes defaults a request to its limit).
+    pub member_request: MemberRequest,
+    /// `spec.config` with keys lower-cased (Valkey reads them case-insensitively).
+    pub config: BTreeMap<String, String>,
+    pub persistence: Option<ValidatedPersistence>,
+    pub node_selector: BTreeMap<String, String>,
+    /// Checked: operator Equal/Exists, known effects, no value with Exists.
+    pub tolerations: Vec<Toleration>,
+    pub affinity: Option<Affinity>,
+    pub priority_class_name: Option<String>,
+    pub spread: Vec<ResolvedSpreadConstraint>,
+    pub primary_balancing: ValidatedBalancing,
+    pub auth: ValidatedAuth,
+    pub pod_disruption_budget: bool,
+    pub termination_grace_period_seconds: i64,
+    pub pod_labels: BTreeMap<String, String>,
+    pub pod_annotations: BTreeMap<String, String>,
+    pub client_service: ClientService,
+}
+
+/// Collects errors so one pass reports every broken rule.
+#[derive(Default)]
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError {
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+}
+
+/// Checks `cluster` and resolves its defaults and aliases. The namespace
+/// defaults to `default` (a manifest read from a file may have none).
+pub fn validate(cluster: &ValkeyCluster) -> Result<ValidatedCluster, ValidationError> {
+    let mut errors = Errors::default();
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    if name.is_empty() {
+        errors.add("metadata.name", "required");
+    }
+    let namespace = cluster
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let validated = validate_spec(&name, &namespace, &cluster.spec, &mut errors);
+    match validated {
+        Some(mut v) if errors.0.is_empty() => {
+            v.uid = cluster.metadata.uid.clone();
+            v.generation = cluster.metadata.generation;
+            Ok(v)
+        }
+        _ => Err(ValidationError::Fields(errors.0)),
+    }
+}
+
+/// The transition rules: what may not change from `old` to `new`.
+pub fn validate_update(
+    old: &ValkeyClusterSpec,
+    new: &ValkeyClusterSpec,
+) -> Result<(), ValidationError> {
+    let mut errors = Errors::default();
+    match (&old.persistence, &new.persistence) {
+        (Some(_), None) | (None, Some(_)) => {
+            errors.add("spec.persistence", cel::PERSISTENCE_FIXED_MESSAGE);
+        }
+        (Some(o), Some(n)) => {
+            if o.storage_class_name != n.storage_class_name {
+                errors.add(
+                    "spec.persistence.storageClassName",
+                    cel::STORAGE_CLASS_IMMUTABLE_MESSAGE,
+                );
+            }
+            if let (Ok(o_bytes), Ok(n_bytes)) =
+                (quantity::value(&o.size.0), quantity::value(&n.size.0))
+                && n_bytes < o_bytes
+            {
+                errors.add(
+                    "spec.persistence.size",
+                    format!(
+                        "{} (was {}, now {})",
+                        cel::SIZE_ONLY_GROWS_MESSAGE,
+                        o.size.0,
+                        n.size.0
+                    ),
+                );
+            }
+        }
+        (None, None) => {}
+    }
+    if errors.0.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationError::Fields(errors.0))
+    }
+}
+
+fn decimal_digits(n: u32) -> usize {
+    n.to_string().len()
+}
+
+fn validate_name(name: &str, shards: u32, replicas: u32, errors: &mut Errors) {
+    if name.is_empty() {
+        return;
+    }
+    let well_formed = name.len() <= MAX_CLUSTER_NAME
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !well_formed {
+        errors.add(
+            "metadata.name",
+            cel::CLUSTER_NAME_MESSAGE.trim_start_matches("metadata.name: "),
+        );
+        return;
+    }
+    let longest =
+        name.len() + 1 + decimal_digits(shards.saturating_sub(1)) + 1 + decimal_digits(replicas);
+    if longest > MAX_STATEFULSET_NAME {
+        errors.add(
+            "metadata.name",
+            format!(
+                "too long for {shards} shards x {replicas} replicas: member StatefulSet names \
+                 would reach {longest} characters (at most {MAX_STATEFULSET_NAME})"
+            ),
+        );
+    }
+}
+
+fn validate_spec(
+    name: &str,
+    namespace: &str,
+    spec: &ValkeyClusterSpec,
+    errors: &mut Errors,
+) -> Option<ValidatedCluster> {
+    let shards = if (1..=MAX_SHARDS).contains(&spec.shards) {
+        spec.shards.unsigned_abs()
+    } else {
+        errors.add(
+            "spec.shards",
+            format!("must be between 1 and {MAX_SHARDS}, got {}", spec.shards),
+        );
+        1
+    };
+    let replicas = u32::try_from(spec.replicas).unwrap_or_else(|_| {
+        errors.add(
+            "spec.replicas",
+            format!("must be >= 0, got {}", spec.replicas),
+        );
+        0
+    });
+    validate_name(name, shards, replicas, errors);
+    if spec.image.trim().is_empty() {
+        errors.add("spec.image", "must not be empty");
+    }
+    let resources = spec.resources.clone().unwrap_or_default();
+    let member_request = member_request(&resources, errors);
+    let config = validate_config(&spec.config, errors);
+    let persistence = spec.persistence.as_ref().map(|p| {
+        let size_bytes = match quantity::value(&p.size.0) {
+            Ok(0) => {
+                errors.add("spec.persistence.size", cel::SIZE_POSITIVE_MESSAGE);
+                0
+            }
+            Ok(b) => b,
+            Err(e) => {
+                errors.add("spec.persistence.size", e.to_string());
+                0
+            }
+        };
+        if p.storage_class_name.as_deref() == Some("") {
+            errors.add(
+                "spec.persistence.storageClassName",
+                "must not be empty (leave it out for the default class)",
+            );
+        }
+        let grace = non_negative(
+            "spec.persistence.nodeLossGraceSeconds",
+            p.node_loss_grace_seconds,
+            errors,
+        );
+        ValidatedPersistence {
+            size: p.size.clone(),
+            size_bytes,
+            storage_class_name: p.storage_class_name.clone(),
+            reclaim_policy: p.reclaim_policy,
+            node_loss_grace: Duration::from_secs(grace),
+        }
+    });
+    let scheduling = spec.scheduling.clone().unwrap_or_default();
+    for key in scheduling.node_selector.keys() {
+        if !is_label_key(key) {
+            errors.add(
+                format!("spec.scheduling.nodeSelector[{key}]"),
+                "not a valid label key",
+            );
+        }
+    }
+    for (i, t) in scheduling.tolerations.iter().enumerate() {
+        validate_toleration(&format!("spec.scheduling.tolerations[{i}]"), t, errors);
+    }
+    if scheduling.priority_class_name.as_deref() == Some("") {
+        errors.add("spec.scheduling.priorityClassName", "must not be empty");
+    }
+    let spread = validate_spread(spec, errors);
+    let quiet = non_negative(
+        "spec.primaryBalancing.quietPeriodSeconds",
+        spec.primary_balancing.quiet_period_seconds,
+        errors,
+    );
+    let auth = match &spec.auth.password_secret {
+        Some(secret) => {
+            if secret.name.is_empty() {
+                errors.add("spec.auth.passwordSecret.name", "must not be empty");
+            }
+            if secret.key.is_empty() {
+                errors.add("spec.auth.passwordSecret.key", "must not be empty");
+            }
+            ValidatedAuth {
+                enabled: spec.auth.enabled,
+                secret_name: secret.name.clone(),
+                secret_key: secret.key.clone(),
+                operator_managed: false,
+            }
+        }
+        None => ValidatedAuth {
+            enabled: spec.auth.enabled,
+            secret_name: auth_secret_name(name),
+            secret_key: defaults::PASSWORD_KEY.to_string(),
+            operator_managed: true,
+        },
+    };
+    if spec.termination_grace_period_seconds < defaults::MIN_TERMINATION_GRACE_PERIOD_SECONDS {
+        errors.add(
+            "spec.terminationGracePeriodSeconds",
+            format!(
+                "must be >= {} (shutdown-timeout 10 s plus a failover), got {}",
+                defaults::MIN_TERMINATION_GRACE_PERIOD_SECONDS,
+                spec.termination_grace_period_seconds
+            ),
+        );
+    }
+    for (key, value) in &spec.pod_labels {
+        let field = format!("spec.podLabels[{key}]");
+        if key.starts_with(LABEL_PREFIX) {
+            errors.add(field, cel::POD_LABELS_NOT_OWNED_MESSAGE);
+        } else if !is_label_key(key) {
+            errors.add(field, "not a valid label key");
+        } else if !is_label_value(value) {
+            errors.add(
+                field,
+                "value must be at most 63 letters, digits, '-', '_' or '.', \
+                 starting and ending with a letter or digit",
+            );
+        }
+    }
+    Some(ValidatedCluster {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        uid: None,
+        generation: None,
+        shards,
+        replicas,
+        image: spec.image.clone(),
+        image_pull_policy: spec.image_pull_policy,
+        image_pull_secrets: spec.image_pull_secrets.clone(),
+        resources,
+        member_request,
+        config,
+        persistence,
+        node_selector: scheduling.node_selector,
+        tolerations: scheduling.tolerations,
+        affinity: scheduling.affinity,
+        priority_class_name: scheduling.priority_class_name,
+        spread,
+        primary_balancing: ValidatedBalancing {
+            mode: spec.primary_balancing.mode,
+            quiet_period: Duration::from_secs(quiet),
+        },
+        auth,
+        pod_disruption_budget: spec.pod_disruption_budget.enabled,
+        termination_grace_period_seconds: spec.termination_grace_period_seconds,
+        pod_labels: spec.pod_labels.clone(),
+        pod_annotations: spec.pod_annotations.clone(),
+        client_service: spec.client_service.clone(),
+    })
+}
+
+fn non_negative(field: &str, value: i32, errors: &mut Errors) -> u64 {
+    u64::try_from(value).unwrap_or_else(|_| {
+        errors.add(field, format!("must be >= 0, got {value}"));
+        0
+    })
+}
+
+fn member_request(resources: &ResourceRequirements, errors: &mut Errors) -> MemberRequest {
+    let mut parse = |resource: &str, read: fn(&str) -> Result<u64, quantity::QuantityError>| {
+        let mut chosen = None;
+        for (part, map) in [
+            ("limits", resources.limits.as_ref()),
+            ("requests", resources.requests.as_ref()),
+        ] {
+            if let Some(q) = map.and_then(|m| m.get(resource)) {
+                match read(&q.0) {
+                    // Requests win over limits: Kubernetes fills a missing
+                    // request from the limit, never the other way round.
+                    Ok(v) => chosen = Some(v),
+                    Err(e) => {
+                        errors.add(format!("spec.resources.{part}.{resource}"), e.to_string())
+                    }
+                }
+            }
+        }
+        chosen
+    };
+    MemberRequest {
+        cpu_millis: parse("cpu", quantity::cpu_millis),
+        memory_bytes: parse("memory", quantity::value),
+    }
+}
+
+fn validate_config(
+    config: &BTreeMap<String, String>,
+    errors: &mut Errors,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if config.len() > cel::CONFIG_MAX_PROPERTIES as usize {
+        errors.add(
+            "spec.config",
+            format!(
+                "at most {} keys, got {}",
+                cel::CONFIG_MAX_PROPERTIES,
+                config.len()
+            ),
+        );
+    }
+    let owned: Vec<&str> = config
+        .keys()
+        .filter(|k| is_owned_config_key(k))
+        .map(String::as_str)
+        .collect();
+    if !owned.is_empty() {
+        errors.add(
+            "spec.config",
+            format!(
+                "keys owned by the operator cannot be set: {}",
+                owned.join(", ")
+            ),
+        );
+    }
+    for (key, value) in config {
+        let field = format!("spec.config[{key}]");
+        let well_formed = key.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+        if !well_formed {
+            errors.add(field, cel::CONFIG_KEYS_WELL_FORMED_MESSAGE);
+            continue;
+        }
+        if value.len() > cel::CONFIG_MAX_VALUE_LENGTH as usize {
+            errors.add(
+                field,
+                format!("at most {} characters", cel::CONFIG_MAX_VALUE_LENGTH),
+            );
+            continue;
+        }
+        if value.contains(['\n', '\r']) {
+            errors.add(field, cel::CONFIG_VALUES_ONE_LINE_MESSAGE);
+            continue;
+        }
+        if out
+            .insert(key.to_ascii_lowercase(), value.clone())
+            .is_some()
+        {
+            errors.add(field, "given twice (valkey.conf keys are case-insensitive)");
+        }
+    }
+    out
+}
+
+fn validate_toleration(field: &str, t: &Toleration, errors: &mut Errors) {
+    match t.operator.as_deref() {
+        None | Some("Equal") => {}
+        Some("Exists") => {
+            if t.value.as_deref().is_some_and(|v| !v.is_empty()) {
+                errors.add(
+                    format!("{field}.value"),
+                    "must be empty when operator is Exists",
+                );
+            }
+        }
+        Some(other) => errors.add(
+            format!("{field}.operator"),
+            format!("must be Equal or Exists, got {other:?}"),
+        ),
+    }
+    if t.key.as_deref().is_none_or(str::is_empty) && t.operator.as_deref() != Some("Exists") {
+        errors.add(
+            format!("{field}.operator"),
+            "must be Exists when key is empty",
+        );
+    }
+    match t.effect.as_deref() {
+        None | Some("" | "NoSchedule" | "PreferNoSchedule" | "NoExecute") => {}
+        Some(other) => errors.add(
+            format!("{field}.effect"),
+            format!("must be NoSchedule, PreferNoSchedule or NoExecute, got {other:?}"),
+        ),
+    }
+}
+
+fn validate_spread(spec: &ValkeyClusterSpec, errors: &mut Errors) -> Vec<ResolvedSpreadConstraint> {
+    let constraints = &spec.replica_spread_constraints;
+    if constraints.len() > MAX_SPREAD_CONSTRAINTS {
+        errors.add(
+            "spec.replicaSpreadConstraints",
+            format!(
+                "at most {MAX_SPREAD_CONSTRAINTS} constraints, got {}",
+                constraints.len()
+            ),
+        );
+    }
+    let mut out: Vec<ResolvedSpreadConstraint> = Vec::new();
+    for (i, c) in constraints.iter().enumerate() {
+        let field = format!("spec.replicaSpreadConstraints[{i}]");
+        if c.topology_key.is_empty() {
+            errors.add(format!("{field}.topologyKey"), "must not be empty");
+        } else if !is_label_key(&c.topology_key) {
+            errors.add(
+                format!("{field}.topologyKey"),
+                format!("{:?} {}", c.topology_key, cel::LABEL_KEY_MESSAGE),
+            );
+        }
+        let max_replicas = match u32::try_from(c.max_replicas) {
+            Ok(m) if m >= 1 => m,
+            _ => {
+                errors.add(format!("{field}.maxReplicas"), "must be >= 1");
+                1
+            }
+        };
+        let resolved = resolve_topology_key(&c.topology_key).to_string();
+        if let Some(j) = out
+            .iter()
+            .position(|o| o.topology_key == resolved && o.mode == c.mode)
+        {
+            errors.add(
+                format!("{field}.topologyKey"),
+                format!(
+                    "{:?} resolves to {resolved}, like spec.replicaSpreadConstraints[{j}], with \
+                     the same mode {:?}: give each key at most one constraint per mode",
+                    c.topology_key, c.mode
+                ),
+            );
+        }
+        out.push(ResolvedSpreadConstraint {
+            topology_key: resolved,
+            max_replicas,
+            mode: c.mode,
+        });
+    }
+    out
+}
+
+/// A Kubernetes label key: optional DNS-subdomain prefix (at most 253
+/// characters) and `/`, then a name of at most 63 characters of letters,
+/// digits, `-`, `_`, `.`, starting and ending with a letter or digit.
+pub fn is_label_key(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+    });
+    prefix_ok && !name.is_empty() && is_label_value(name)
+}
+
+/// A Kubernetes label value (the empty string is one).
+pub fn is_label_value(value: &str) -> bool {
+    value.is_empty()
+        || (value.len() <= 63
+            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && value.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::spec::*;
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn cluster(spec: ValkeyClusterSpec) -> ValkeyCluster {
+        ValkeyCluster {
+            metadata: ObjectMeta {
+                name: Some("cache".into()),
+                namespace: Some("prod".into()),
+                ..Default::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
+    fn errors_of(spec: ValkeyClusterSpec) -> Vec<String> {
+        match validate(&cluster(spec)) {
+            Ok(_) => vec![],
+            Err(e) => e.fields().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    fn constraint(key: &str, max: i32, mode: SpreadMode) -> ReplicaSpreadConstraint {
+        ReplicaSpreadConstraint {
+            topology_key: key.into(),
+            max_replicas: max,
+            mode,
+        }
+    }
+
+    #[test]
+    fn the_default_spec_is_valid_and_resolves_defaults() {
+        let v = validate(&cluster(ValkeyClusterSpec::default())).unwrap();
+        assert_eq!((v.shards, v.replicas), (3, 1));
+        assert_eq!(v.namespace, "prod");
+        assert_eq!(v.auth.secret_name, "cache-auth");
+        assert_eq!(v.auth.secret_key, "password");
+        assert!(v.auth.enabled && v.auth.operator_managed);
+        assert!(v.pod_disruption_budget);
+        assert_eq!(v.primary_balancing.quiet_period, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn shards_must_be_between_1_and_16384() {
+        for bad in [0, -1, 16385] {
+            let errs = errors_of(ValkeyClusterSpec {
+                shards: bad,
+                ..Default::default()
+            });
+            assert_eq!(errs.len(), 1, "{errs:?}");
+            assert!(errs[0].starts_with("spec.shards: must be between 1 and 16384"));
+        }
+        for good in [1, 16384] {
+            let spec = ValkeyClusterSpec {
+                shards: good,
+                ..Default::default()
+            };
+            assert_eq!(errors_of(spec), Vec::<String>::new());
+        }
+    }
+
+    #[test]
+    fn replicas_must_not_be_negative() {
+        let errs = errors_of(ValkeyClusterSpec {
+            replicas: -1,
+            ..Default::default()
+        });
+        assert_eq!(errs, ["spec.replicas: must be >= 0, got -1"]);
+        let zero = ValkeyClusterSpec {
+            replicas: 0,
+            ..Default::default()
+        };
+        assert!(errors_of(zero).is_empty());
+    }
+
+    #[test]
+    fn max_replicas_below_one_names_the_constraint() {
+        let errs = errors_of(ValkeyClusterSpec {
+            replica_spread_constraints: vec![constraint("zone", 0, SpreadMode::Required)],
+            ..Default::default()
+        });
+        assert_eq!(
+            errs,
+            ["spec.replicaSpreadConstraints[0].maxReplicas: must be >= 1"]
+        );
+    }
+
+    #[test]
+    fn topology_keys_must_be_valid_label_keys() {
+        for bad in [
+            "",
+            "no spaces",
+            "-zone",
+            "a/b/c",
+            "Upper.Case/x",
+            &"x".repeat(64),
+        ] {
+            let errs = errors_of(ValkeyClusterSpec {
+                replica_spread_constraints: vec![
+                    constraint("node", 1, SpreadMode::Required),
+                    constraint(bad, 1, SpreadMode::Required),
+                ],
+                ..Default::default()
+            });
+            assert_eq!(errs.len(), 1, "{bad:?}: {errs:?}");
+            assert!(
+                errs[0].starts_with("spec.replicaSpreadConstraints[1].topologyKey: "),
+                "{errs:?}"
+            );
+        }
+        for good in [
+            "node",
+            "zone",
+            "region",
+            "rack",
+            "example.com/rack",
+            "a_b.c-d",
+        ] {
+            let spec = ValkeyClusterSpec {
+                replica_spread_constraints: vec![constraint(good, 1, SpreadMode::Preferred)],
+                ..Default::default()
+            };
+            assert!(errors_of(spec).is_empty(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn aliases_resolve_to_the_well_known_keys() {
+        let v = validate(&cluster(ValkeyClusterSpec {
+            replica_spread_constraints: vec![
+                constraint("node", 1, SpreadMode::Required),
+                constraint("zone", 2, SpreadMode::Preferred),
+                constraint("region", 3, SpreadMode::Preferred),
+                constraint("rack", 1, SpreadMode::Preferred),
+            ],
+            ..Default::default()
+        }))
+        .unwrap();
+        let keys: Vec<&str> = v.spread.iter().map(|c| c.topology_key.as_str()).collect();
+        assert_eq!(keys, [HOSTNAME_KEY, ZONE_KEY, REGION_KEY, "rack"]);
+    }
+
+    #[test]
+    fn an_alias_and_its_full_key_with_the_same_mode_are_duplicates() {
+        let errs = errors_of(ValkeyClusterSpec {
+            replica_spread_constraints: vec![
+                constraint("zone", 1, SpreadMode::Required),
+                constraint(ZONE_KEY, 2, SpreadMode::Required),
+            ],
+            ..Default::default()
+        });
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("spec.replicaSpreadConstraints[1].topologyKey: "));
+        assert!(errs[0].contains("spec.replicaSpreadConstraints[0]"));
+    }
+
+    #[test]
+    fn one_key_may_have_a_required_and_a_preferred_constraint() {
+        let spec = ValkeyClusterSpec {
+            replica_spread_constraints: vec![
+                constraint("zone", 2, SpreadMode::Required),
+                constraint(ZONE_KEY, 1, SpreadMode::Preferred),
+            ],
+            ..Default::default()
+        };
+        assert!(errors_of(spec).is_empty());
+    }
+
+    #[test]
+    fn more_than_eight_constraints_are_refused() {
+        let spec = ValkeyClusterSpec {
+            replica_spread_constraints: (0..9)
+                .map(|i| constraint(&format!("k{i}"), 1, SpreadMode::Preferred))
+                .collect(),
+            ..Default::default()
+        };
+        assert_eq!(
+            errors_of(spec),
+            ["spec.replicaSpreadConstraints: at most 8 constraints, got 9"]
+        );
+    }
+
+    #[test]
+    fn owned_config_keys_are_refused_by_name_in_any_case() {
+        let config = [
+            ("port", "7000"),
+            ("Cluster-Announce-IP", "1.2.3.4"),
+            ("maxmemory", "1gb"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let errs = errors_of(ValkeyClusterSpec {
+            config,
+            ..Default::default()
+        });
+        assert_eq!(
+            errs,
+            ["spec.config: keys owned by the operator cannot be set: Cluster-Announce-IP, port"]
+        );
+    }
+
+    #[test]
+    fn every_listed_owned_key_is_owned() {
+        for key in OWNED_CONFIG_KEYS {
+            assert!(is_owned_config_key(key), "{key}");
+        }
+        assert!(is_owned_config_key("unixsocketperm"));
+        assert!(!is_owned_config_key("maxmemory-policy"));
+        assert!(!is_owned_config_key("cluster-require-full-coverage"));
+    }
+
+    #[test]
+    fn config_values_cannot_smuggle_a_second_directive() {
+        let config = [("maxmemory".to_string(), "1gb\nrequirepass x".to_string())].into();
+        let errs = errors_of(ValkeyClusterSpec {
+            config,
+            ..Default::default()
+        });
+        assert_eq!(
+            errs,
+            ["spec.config[maxmemory]: values must be a single line"]
+        );
+    }
+
+    #[test]
+    fn config_keys_differing_only_in_case_are_refused() {
+        let config = [
+            ("maxmemory".to_string(), "1gb".to_string()),
+            ("MAXMEMORY".to_string(), "2gb".to_string()),
+        ]
+        .into();
+        let errs = errors_of(ValkeyClusterSpec {
+            config,
+            ..Default::default()
+        });
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("case-insensitive"));
+    }
+
+    #[test]
+    fn persistence_size_must_be_a_positive_quantity() {
+        for (size, expect) in [
+            ("0", "must be a positive quantity"),
+            ("ten", "not a Kubernetes quantity"),
+        ] {
+            let errs = errors_of(ValkeyClusterSpec {
+                persistence: Some(Persistence {
+                    size: Quantity(size.into()),
+                    storage_class_name: None,
+                    reclaim_policy: ReclaimPolicy::Retain,
+                    node_loss_grace_seconds: 300,
+                }),
+                ..Default::default()
+            });
+            assert_eq!(errs.len(), 1);
+            assert!(errs[0].starts_with("spec.persistence.size: "), "{errs:?}");
+            assert!(errs[0].contains(expect), "{errs:?}");
+        }
+    }
+
+    fn persistent(size: &str, class: Option<&str>) -> ValkeyClusterSpec {
+        ValkeyClusterSpec {
+            persistence: Some(Persistence {
+                size: Quantity(size.into()),
+                storage_class_name: class.map(Into::into),
+                reclaim_policy: ReclaimPolicy::Retain,
+                node_loss_grace_seconds: 300,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn update_errors(old: &ValkeyClusterSpec, new: &ValkeyClusterSpec) -> Vec<String> {
+        match validate_update(old, new) {
+            Ok(()) => vec![],
+            Err(e) => e.fields().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn persistence_cannot_be_added_or_removed() {
+        let with = persistent("1Gi", None);
+        let without = ValkeyClusterSpec::default();
+        let msg = ["spec.persistence: persistence cannot be added or removed after creation"];
+        assert_eq!(update_errors(&without, &with), msg);
+        assert_eq!(update_errors(&with, &without), msg);
+    }
+
+    #[test]
+    fn storage_class_is_immutable() {
+        let errs = update_errors(
+            &persistent("1Gi", Some("fast")),
+            &persistent("1Gi", Some("slow")),
+        );
+        assert_eq!(
+            errs,
+            ["spec.persistence.storageClassName: storageClassName is immutable"]
+        );
+        let errs = update_errors(&persistent("1Gi", None), &persistent("1Gi", Some("slow")));
+        assert_eq!(errs.len(), 1);
+    }
+
+    #[test]
+    fn volumes_grow_but_never_shrink() {
+        assert!(update_errors(&persistent("1Gi", None), &persistent("2Gi", None)).is_empty());
+        assert!(update_errors(&persistent("1Gi", None), &persistent("1024Mi", None)).is_empty());
+        let errs = update_errors(&persistent("2Gi", None), &persistent("1Gi", None));
+        assert_eq!(
+            errs,
+            ["spec.persistence.size: size can only grow (was 2Gi, now 1Gi)"]
+        );
+    }
+
+    #[test]
+    fn the_name_must_fit_member_statefulset_names() {
+        let mut c = cluster(ValkeyClusterSpec::default());
+        c.metadata.name = Some("a".repeat(41));
+        assert!(validate(&c).is_err());
+        c.metadata.name = Some("Cache".into());
+        assert!(validate(&c).is_err());
+        c.metadata.name = Some("a".repeat(40));
+        assert!(validate(&c).is_ok());
+        c.metadata.name = None;
+        let err = validate(&c).unwrap_err();
+        assert_eq!(err.to_string(), "metadata.name: required");
+    }
+
+    #[test]
+    fn requests_win_over_limits_and_limits_fill_missing_requests() {
+        use std::collections::BTreeMap;
+        let resources = ResourceRequirements {
+            requests: Some(BTreeMap::from([(
+                "cpu".to_string(),
+                Quantity("250m".into()),
+            )])),
+            limits: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("1".into())),
+                ("memory".to_string(), Quantity("1Gi".into())),
+            ])),
+            ..Default::default()
+        };
+        let v = validate(&cluster(ValkeyClusterSpec {
+            resources: Some(resources),
+            ..Default::default()
+        }))
+        .unwrap();
+        assert_eq!(
+            v.member_request,
+            MemberRequest {
+                cpu_millis: Some(250),
+                memory_bytes: Some(1 << 30)
+            }
+        );
+    }
+
+    #[test]
+    fn bad_resource_quantities_name_the_field() {
+        let resources = ResourceRequirements {
+            requests: Some([("memory".to_string(), Quantity("lots".into()))].into()),
+            ..Default::default()
+        };
+        let errs = errors_of(ValkeyClusterSpec {
+            resources: Some(resources),
+            ..Default::default()
+        });
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0].starts_with("spec.resources.requests.memory: "),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn tolerations_follow_kubernetes_rules() {
+        let bad = Toleration {
+            key: Some("k".into()),
+            operator: Some("Exists".into()),
+            value: Some("v".into()),
+            effect: Some("Sometimes".into()),
+            ..Default::default()
+        };
+        let errs = errors_of(ValkeyClusterSpec {
+            scheduling: Some(Scheduling {
+                tolerations: vec![bad],
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[0].starts_with("spec.scheduling.tolerations[0].value"));
+        assert!(errs[1].starts_with("spec.scheduling.tolerations[0].effect"));
+    }
+
+    #[test]
+    fn pod_labels_may_not_use_the_operator_prefix() {
+        let errs = errors_of(ValkeyClusterSpec {
+            pod_labels: [("valkey.rs/shard".to_string(), "9".to_string())].into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            errs,
+            ["spec.podLabels[valkey.rs/shard]: label keys under valkey.rs/ belong to the operator"]
+        );
+    }
+
+    #[test]
+    fn the_grace_period_covers_a_sigterm_failover() {
+        let errs = errors_of(ValkeyClusterSpec {
+            termination_grace_period_seconds: 5,
+            ..Default::default()
+        });
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].starts_with("spec.terminationGracePeriodSeconds: must be >= 15"));
+    }
+
+    #[test]
+    fn every_broken_rule_is_reported_in_one_pass() {
+        let errs = errors_of(ValkeyClusterSpec {
+            shards: 0,
+            replicas: -2,
+            replica_spread_constraints: vec![constraint("zone", 0, SpreadMode::Preferred)],
+            ..Default::default()
+        });
+        assert_eq!(errs.len(), 3, "{errs:?}");
+    }
+
+    #[test]
+    fn the_uniqueness_rule_in_cel_resolves_every_alias() {
+        for key in [HOSTNAME_KEY, ZONE_KEY, REGION_KEY] {
+            assert!(cel::spread_unique().contains(key));
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! The committed CRD must be exactly what the Rust types generate.
+
+#[test]
+fn committed_crd_matches_the_rust_types() {
+    let committed = include_str!("../../../deploy/crd/valkeycluster.yaml");
+    let generated = api::crd_yaml().unwrap();
+    assert!(
+        committed == generated,
+        "deploy/crd/valkeycluster.yaml is stale: regenerate it with \
+         `cargo run -p operator -- crd > deploy/crd/valkeycluster.yaml` (or `make crd`)"
+    );
+}

@@ -1,0 +1,110 @@
+//! The reconcile's errors: one variant per step that can fail, each with the
+//! context a person needs, and a stable [`Error::category`] used as the
+//! `category` label of `valkey_operator_reconcile_errors_total` and in events.
+//!
+//! An error never crash-loops the operator: the controller logs it, counts it
+//! and retries the cluster later with a back-off ([`super::error_policy`]).
+
+use thiserror::Error;
+
+/// Why one reconcile of one cluster stopped early.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// Reading an object from the API server failed.
+    #[error("reading {kind} {name}: {source}")]
+    Read {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Applying (server-side) an owned object failed.
+    #[error("applying {kind} {name}: {source}")]
+    Apply {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Creating the password Secret failed.
+    #[error("creating Secret {name}: {source}")]
+    CreateSecret {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting an object (a pod to restart or re-place, a removed member) failed.
+    #[error("deleting {kind} {name}: {source}")]
+    Delete {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Patching a pod's labels or annotations failed.
+    #[error("patching Pod {name}: {source}")]
+    PatchPod {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the status failed.
+    #[error("updating the status of {name}: {source}")]
+    Status {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// An object could not be turned into JSON (a bug, not an input problem).
+    #[error("serializing {kind} {name}: {source}")]
+    Serialize {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The password Secret exists but lacks the key.
+    #[error("Secret {name} has no key {key:?}")]
+    SecretKeyMissing { name: String, key: String },
+    /// The Valkey planner refused its input (contradictory observation).
+    #[error("planning Valkey actions: {0}")]
+    ValkeyPlan(#[from] valkey::planner::PlanError),
+    /// The object has no name, namespace or uid (cannot happen for objects read
+    /// from the API server).
+    #[error("the ValkeyCluster lacks metadata.{0}")]
+    MissingMetadata(&'static str),
+}
+
+impl Error {
+    /// Stable name for metrics and events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Read { .. } => "KubernetesRead",
+            Error::Apply { .. } => "KubernetesApply",
+            Error::CreateSecret { .. } => "SecretCreate",
+            Error::Delete { .. } => "KubernetesDelete",
+            Error::PatchPod { .. } => "PodPatch",
+            Error::Status { .. } => "StatusUpdate",
+            Error::Serialize { .. } => "Serialize",
+            Error::SecretKeyMissing { .. } => "SecretKeyMissing",
+            Error::ValkeyPlan(_) => "ValkeyPlan",
+            Error::MissingMetadata(_) => "MissingMetadata",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn categories_are_stable_camel_case_words() {
+        let e = Error::SecretKeyMissing {
+            name: "s".into(),
+            key: "password".into(),
+        };
+        assert_eq!(e.category(), "SecretKeyMissing");
+        assert_eq!(e.to_string(), "Secret s has no key \"password\"");
+        assert_eq!(Error::MissingMetadata("uid").category(), "MissingMetadata");
+    }
+}

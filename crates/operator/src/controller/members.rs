@@ -1,0 +1,158 @@
+//! What the operator reads off a member's pod: where it runs, its IP, whether
+//! it is Ready, and whether its spec is out of date (restart or placement
+//! hash differs from the desired StatefulSet template).
+
+use crate::builders::statefulset::{ANNOTATION_PLACEMENT_HASH, ANNOTATION_RESTART_HASH};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use std::net::IpAddr;
+
+/// A member's pod as the controller sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFacts {
+    pub name: String,
+    pub uid: Option<String>,
+    /// The node it is bound to.
+    pub node: Option<String>,
+    pub ip: Option<IpAddr>,
+    /// The Ready condition is True.
+    pub ready: bool,
+    /// Being deleted.
+    pub terminating: bool,
+    /// The restart hash the pod was created with.
+    pub restart_hash: Option<String>,
+    /// The placement hash the pod was created with.
+    pub placement_hash: Option<String>,
+    /// The live role label, when set.
+    pub role_label: Option<String>,
+    /// Sum of the containers' restart counts (a restarted container has lost
+    /// its live settings).
+    pub restarts: i32,
+}
+
+impl PodFacts {
+    /// Reads the facts off a pod.
+    pub fn of(pod: &Pod) -> PodFacts {
+        let annotations = pod.metadata.annotations.as_ref();
+        let status = pod.status.as_ref();
+        PodFacts {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone(),
+            node: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty()),
+            ip: status
+                .and_then(|s| s.pod_ip.as_deref())
+                .and_then(|ip| ip.parse().ok()),
+            ready: status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            restart_hash: annotations.and_then(|a| a.get(ANNOTATION_RESTART_HASH)).cloned(),
+            placement_hash: annotations.and_then(|a| a.get(ANNOTATION_PLACEMENT_HASH)).cloned(),
+            role_label: pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(api::constants::LABEL_ROLE))
+                .cloned(),
+            restarts: status
+                .and_then(|s| s.container_statuses.as_ref())
+                .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+                .unwrap_or(0),
+        }
+    }
+
+    /// Not yet bound to a node (Pending): it never ran, so re-creating it
+    /// loses nothing.
+    pub fn unscheduled(&self) -> bool {
+        self.node.is_none()
+    }
+}
+
+/// A template annotation of a StatefulSet.
+pub fn template_annotation(sts: &StatefulSet, key: &str) -> Option<String> {
+    sts.spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(key))
+        .cloned()
+}
+
+/// Whether the pod runs an older image, resources or restart-only config than
+/// `desired` asks for.
+pub fn needs_restart(pod: &PodFacts, desired: &StatefulSet) -> bool {
+    let want = template_annotation(desired, ANNOTATION_RESTART_HASH);
+    want.is_some() && pod.restart_hash != want
+}
+
+/// Whether the pod was created with other scheduling rules than `desired`.
+pub fn placement_outdated(pod: &PodFacts, desired: &StatefulSet) -> bool {
+    let want = template_annotation(desired, ANNOTATION_PLACEMENT_HASH);
+    want.is_some() && pod.placement_hash != want
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::collections::BTreeMap;
+
+    fn pod(restart: &str, node: Option<&str>, ready: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("c-0-0".into()),
+                annotations: Some(BTreeMap::from([(ANNOTATION_RESTART_HASH.to_string(), restart.to_string())])),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(str::to_string),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                pod_ip: Some("10.0.0.3".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn sts(restart: &str) -> StatefulSet {
+        let mut s = StatefulSet::default();
+        s.spec = Some(Default::default());
+        if let Some(spec) = s.spec.as_mut() {
+            spec.template.metadata = Some(ObjectMeta {
+                annotations: Some(BTreeMap::from([(ANNOTATION_RESTART_HASH.to_string(), restart.to_string())])),
+                ..Default::default()
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn a_pod_with_another_restart_hash_needs_a_restart() {
+        let facts = PodFacts::of(&pod("aaa", Some("n1"), true));
+        assert!(!needs_restart(&facts, &sts("aaa")));
+        assert!(needs_restart(&facts, &sts("bbb")));
+    }
+
+    #[test]
+    fn facts_read_node_ip_and_readiness() {
+        let facts = PodFacts::of(&pod("aaa", Some("n1"), true));
+        assert_eq!(facts.node.as_deref(), Some("n1"));
+        assert_eq!(facts.ip, Some("10.0.0.3".parse().unwrap()));
+        assert!(facts.ready);
+        assert!(!facts.unscheduled());
+        let pending = PodFacts::of(&pod("aaa", None, false));
+        assert!(pending.unscheduled());
+        assert!(!pending.ready);
+    }
+}

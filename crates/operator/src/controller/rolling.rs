@@ -1,0 +1,159 @@
+//! The rolling update: which member to restart next (pure).
+//!
+//! StatefulSets use `updateStrategy: OnDelete`, so a new image, resources or
+//! restart-only setting reaches a pod only when the operator deletes it. One
+//! member at a time, and only while the cluster is Ready (every shard served,
+//! every replica in sync): replicas first; then, for each shard whose primary
+//! is out of date, a graceful CLUSTER FAILOVER to an in-sync replica (the
+//! Valkey planner makes it once the target is in sync) and the old primary is
+//! restarted as a replica. Between steps the restarted member must be back,
+//! Ready and in sync, which the Ready gate above enforces.
+
+use std::collections::BTreeMap;
+
+/// One member as the rolling update sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollMember {
+    pub shard: u32,
+    pub member: u32,
+    /// Its pod exists.
+    pub has_pod: bool,
+    /// Its pod is being deleted.
+    pub terminating: bool,
+    /// Its pod runs an out-of-date spec.
+    pub stale: bool,
+    /// Valkey says it is the primary of its shard.
+    pub primary: bool,
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RollStep {
+    /// Every pod is up to date.
+    Done,
+    /// Out-of-date pods remain, but now is not the time; the reason says why.
+    Wait(String),
+    /// Delete this member's pod (a replica, or a primary with no replica whose
+    /// data survives on its volume).
+    Restart { shard: u32, member: u32 },
+    /// Move the primary of `shard` to `to` first (graceful failover).
+    Failover { shard: u32, to: u32 },
+    /// A restart would lose data: the shard has no replica and no volume.
+    Blocked(String),
+}
+
+/// The next step. `cluster_ready`: the Valkey cluster is Ready and every pod
+/// Ready. `preference`: per shard, the replicas in the order the operator
+/// would promote them. `persistent`: data survives a restart on the volume.
+pub fn next_step(
+    members: &[RollMember],
+    cluster_ready: bool,
+    preference: &BTreeMap<u32, Vec<u32>>,
+    persistent: bool,
+) -> RollStep {
+    let stale: Vec<&RollMember> = members.iter().filter(|m| m.stale && m.has_pod).collect();
+    if stale.is_empty() {
+        return RollStep::Done;
+    }
+    if let Some(m) = members.iter().find(|m| m.terminating) {
+        return RollStep::Wait(format!("shard {} member {} is restarting", m.shard, m.member));
+    }
+    if !cluster_ready {
+        return RollStep::Wait("waiting for the cluster to be Ready between restarts".into());
+    }
+    if let Some(r) = stale.iter().find(|m| !m.primary) {
+        return RollStep::Restart {
+            shard: r.shard,
+            member: r.member,
+        };
+    }
+    // Only out-of-date primaries are left.
+    let p = stale[0];
+    let replicas: Vec<u32> = members
+        .iter()
+        .filter(|m| m.shard == p.shard && !m.primary && m.has_pod && !m.stale)
+        .map(|m| m.member)
+        .collect();
+    if replicas.is_empty() {
+        return if persistent {
+            RollStep::Restart {
+                shard: p.shard,
+                member: p.member,
+            }
+        } else {
+            RollStep::Blocked(format!(
+                "shard {} has no replica and no persistent volume: restarting its primary would lose its data \
+                 (add a replica or persistence)",
+                p.shard
+            ))
+        };
+    }
+    let order = preference.get(&p.shard).cloned().unwrap_or_default();
+    let to = order
+        .iter()
+        .copied()
+        .find(|m| replicas.contains(m))
+        .unwrap_or(replicas[0]);
+    RollStep::Failover { shard: p.shard, to }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(shard: u32, member: u32, primary: bool, stale: bool) -> RollMember {
+        RollMember {
+            shard,
+            member,
+            has_pod: true,
+            terminating: false,
+            stale,
+            primary,
+        }
+    }
+
+    fn none() -> BTreeMap<u32, Vec<u32>> {
+        BTreeMap::new()
+    }
+
+    #[test]
+    fn replicas_restart_before_any_primary() {
+        let ms = [m(0, 0, true, true), m(0, 1, false, true), m(1, 0, true, true), m(1, 1, false, true)];
+        assert_eq!(next_step(&ms, true, &none(), false), RollStep::Restart { shard: 0, member: 1 });
+    }
+
+    #[test]
+    fn an_out_of_date_primary_fails_over_to_an_up_to_date_replica_first() {
+        let ms = [m(0, 0, true, true), m(0, 1, false, false), m(0, 2, false, false)];
+        let pref = BTreeMap::from([(0, vec![2, 1])]);
+        assert_eq!(next_step(&ms, true, &pref, false), RollStep::Failover { shard: 0, to: 2 });
+    }
+
+    #[test]
+    fn after_the_failover_the_old_primary_restarts_as_a_replica() {
+        let ms = [m(0, 0, false, true), m(0, 1, true, false)];
+        assert_eq!(next_step(&ms, true, &none(), false), RollStep::Restart { shard: 0, member: 0 });
+    }
+
+    #[test]
+    fn nothing_restarts_while_the_cluster_is_not_ready_or_a_member_is_stopping() {
+        let ms = [m(0, 0, true, false), m(0, 1, false, true)];
+        assert!(matches!(next_step(&ms, false, &none(), false), RollStep::Wait(_)));
+        let mut stopping = ms.clone();
+        stopping[0].terminating = true;
+        assert!(matches!(next_step(&stopping, true, &none(), false), RollStep::Wait(_)));
+    }
+
+    #[test]
+    fn a_lone_primary_restarts_only_when_its_data_is_on_a_volume() {
+        let ms = [m(0, 0, true, true)];
+        assert_eq!(next_step(&ms, true, &none(), true), RollStep::Restart { shard: 0, member: 0 });
+        assert!(matches!(next_step(&ms, true, &none(), false), RollStep::Blocked(_)));
+    }
+
+    #[test]
+    fn up_to_date_pods_are_done() {
+        let ms = [m(0, 0, true, false), m(0, 1, false, false)];
+        assert_eq!(next_step(&ms, false, &none(), false), RollStep::Done);
+    }
+}

@@ -1,0 +1,368 @@
+//! The status: conditions computed purely from what the reconcile found, and
+//! written only when they changed (a steady cluster costs no status write).
+//!
+//! Conditions (types and reasons are a contract for users, alerts and tests):
+//! - `Ready`: every shard serves its slots with all its members in sync;
+//! - `Progressing`: the operator is carrying out a change; the reason names it;
+//! - `Degraded`: something is wrong the operator cannot fix right now;
+//! - `TopologySpread`: every replicaSpreadConstraint holds (False with the
+//!   planner's reason when a Required one cannot be met or a Preferred one is
+//!   exceeded);
+//! - `PrimaryPlacementAligned`: live primaries are spread as balancing wants.
+
+use api::v1alpha1::{
+    CONDITION_DEGRADED, CONDITION_PRIMARY_PLACEMENT_ALIGNED, CONDITION_PROGRESSING, CONDITION_READY,
+    CONDITION_TOPOLOGY_SPREAD, MemberStatus, ShardStatus, ShardTopology, ValkeyClusterStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// A condition before it gets its transition time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cond {
+    pub type_: &'static str,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Cond {
+    pub fn new(type_: &'static str, status: bool, reason: impl Into<String>, message: impl Into<String>) -> Cond {
+        Cond {
+            type_,
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Where the placement planner left the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpreadState {
+    /// Every constraint holds.
+    Met,
+    /// Members the planner cannot place, with its reasons (`shard s member m: reason`).
+    Unplaceable(Vec<String>),
+    /// Preferred constraints exceeded (one line per violation).
+    Exceeded(Vec<String>),
+    /// The planner failed; the message says why.
+    Unknown(String),
+}
+
+/// Where primary balancing stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BalanceState {
+    Aligned,
+    /// A move is wanted; the message says which and what it waits for.
+    Pending(String),
+    /// A move is wanted but cannot be made (no in-sync replica in the right domain...).
+    Impossible(String),
+    /// `primaryBalancing.mode: Off` and primaries are not balanced.
+    Off(String),
+}
+
+/// Where the Valkey side stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterState {
+    /// All slots served, every desired member joined and in sync, views agree.
+    pub ready: bool,
+    /// Availability or redundancy is reduced.
+    pub degraded: bool,
+    /// The most severe reason when not ready (e.g. `SlotsUncovered`).
+    pub reason: Option<String>,
+    /// One line about it.
+    pub message: String,
+    /// Work blocked until a person acts (the planner's blocked waits).
+    pub blocked: Vec<String>,
+}
+
+/// What the operator is doing about it this time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// The cluster has never been Ready and members are being brought together.
+    pub bootstrapping: bool,
+    /// Valkey commands were sent this reconcile (one line each).
+    pub actions: Vec<String>,
+    /// Members waiting for a rolling restart.
+    pub pending_restarts: usize,
+    /// Members being added or removed (scale).
+    pub scaling: bool,
+    /// Pods not yet running.
+    pub pods_pending: usize,
+}
+
+/// Everything the conditions are computed from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusInput {
+    pub generation: Option<i64>,
+    pub cluster: ClusterState,
+    pub spread: SpreadState,
+    pub balance: BalanceState,
+    pub activity: Activity,
+    /// A problem outside Valkey that keeps the cluster from converging (the
+    /// password Secret is missing...), as (reason, message).
+    pub blocker: Option<(String, String)>,
+}
+
+/// The five conditions for a valid spec.
+pub fn conditions(input: &StatusInput) -> Vec<Cond> {
+    let c = &input.cluster;
+    let a = &input.activity;
+    let ready = if c.ready && input.blocker.is_none() {
+        Cond::new(CONDITION_READY, true, "ClusterReady", c.message.clone())
+    } else {
+        let (reason, message) = match (&input.blocker, &c.reason) {
+            (Some((r, m)), _) => (r.clone(), m.clone()),
+            (None, Some(r)) => (r.clone(), c.message.clone()),
+            (None, None) => ("NotReady".to_string(), c.message.clone()),
+        };
+        Cond::new(CONDITION_READY, false, reason, message)
+    };
+
+    let progressing = if a.bootstrapping {
+        Cond::new(CONDITION_PROGRESSING, true, "Bootstrapping", summary_of(a, "forming the cluster"))
+    } else if a.scaling {
+        Cond::new(CONDITION_PROGRESSING, true, "Scaling", summary_of(a, "adding or removing members"))
+    } else if a.pending_restarts > 0 {
+        Cond::new(
+            CONDITION_PROGRESSING,
+            true,
+            "RollingUpdate",
+            format!("{} member(s) to restart, one at a time", a.pending_restarts),
+        )
+    } else if !a.actions.is_empty() || a.pods_pending > 0 || (!c.ready && c.blocked.is_empty()) {
+        Cond::new(CONDITION_PROGRESSING, true, "Converging", summary_of(a, &c.message))
+    } else {
+        Cond::new(CONDITION_PROGRESSING, false, "Stable", "nothing to do")
+    };
+
+    let degraded = if let Some((reason, message)) = &input.blocker {
+        Cond::new(CONDITION_DEGRADED, true, reason.clone(), message.clone())
+    } else if !c.blocked.is_empty() {
+        Cond::new(CONDITION_DEGRADED, true, "Blocked", c.blocked.join("; "))
+    } else if c.degraded {
+        Cond::new(
+            CONDITION_DEGRADED,
+            true,
+            c.reason.clone().unwrap_or_else(|| "Degraded".into()),
+            c.message.clone(),
+        )
+    } else if let SpreadState::Unplaceable(reasons) = &input.spread {
+        Cond::new(CONDITION_DEGRADED, true, "MembersUnplaceable", reasons.join("; "))
+    } else {
+        Cond::new(CONDITION_DEGRADED, false, "AsExpected", "")
+    };
+
+    let spread = match &input.spread {
+        SpreadState::Met => Cond::new(CONDITION_TOPOLOGY_SPREAD, true, "ConstraintsMet", "every replicaSpreadConstraint holds"),
+        SpreadState::Unplaceable(r) => Cond::new(CONDITION_TOPOLOGY_SPREAD, false, "RequiredConstraintUnsatisfiable", r.join("; ")),
+        SpreadState::Exceeded(v) => Cond::new(CONDITION_TOPOLOGY_SPREAD, false, "PreferredConstraintExceeded", v.join("; ")),
+        SpreadState::Unknown(m) => Cond::new(CONDITION_TOPOLOGY_SPREAD, false, "PlacementUnknown", m.clone()),
+    };
+
+    let balance = match &input.balance {
+        BalanceState::Aligned => Cond::new(CONDITION_PRIMARY_PLACEMENT_ALIGNED, true, "PrimariesSpread", "live primaries are spread over the topology"),
+        BalanceState::Pending(m) => Cond::new(CONDITION_PRIMARY_PLACEMENT_ALIGNED, false, "MovePending", m.clone()),
+        BalanceState::Impossible(m) => Cond::new(CONDITION_PRIMARY_PLACEMENT_ALIGNED, false, "MoveImpossible", m.clone()),
+        BalanceState::Off(m) => Cond::new(CONDITION_PRIMARY_PLACEMENT_ALIGNED, false, "BalancingOff", m.clone()),
+    };
+    vec![ready, progressing, degraded, spread, balance]
+}
+
+/// Conditions for a spec that failed validation: no further action until it changes.
+pub fn invalid_spec_conditions(message: &str) -> Vec<Cond> {
+    vec![
+        Cond::new(CONDITION_READY, false, "InvalidSpec", message),
+        Cond::new(CONDITION_PROGRESSING, false, "InvalidSpec", "waiting for the spec to be fixed"),
+        Cond::new(CONDITION_DEGRADED, true, "InvalidSpec", message),
+    ]
+}
+
+fn summary_of(a: &Activity, fallback: &str) -> String {
+    if let Some(first) = a.actions.first() {
+        if a.actions.len() == 1 {
+            first.clone()
+        } else {
+            format!("{first} (and {} more)", a.actions.len() - 1)
+        }
+    } else if a.pods_pending > 0 {
+        format!("{} pod(s) not running yet", a.pods_pending)
+    } else {
+        fallback.to_string()
+    }
+}
+
+/// Turns [`Cond`]s into Kubernetes conditions, keeping the transition time of
+/// a condition whose status did not change (so an unchanged status compares
+/// equal and is not written).
+pub fn merge_conditions(old: &[Condition], new: &[Cond], generation: Option<i64>, now: &Time) -> Vec<Condition> {
+    new.iter()
+        .map(|c| {
+            let status = if c.status { "True" } else { "False" };
+            let previous = old.iter().find(|o| o.type_ == c.type_);
+            let last_transition_time = match previous {
+                Some(p) if p.status == status => p.last_transition_time.clone(),
+                _ => now.clone(),
+            };
+            Condition {
+                type_: c.type_.to_string(),
+                status: status.to_string(),
+                reason: c.reason.clone(),
+                message: truncate(&c.message, 1024),
+                last_transition_time,
+                observed_generation: generation,
+            }
+        })
+        .collect()
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max.saturating_sub(3);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// The parts of the status besides the conditions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observations {
+    pub ready_shards: i32,
+    pub shards: Vec<ShardStatus>,
+    pub members: Vec<MemberStatus>,
+    pub topology: Vec<ShardTopology>,
+    pub topology_summary: Option<String>,
+    pub last_action: Option<String>,
+    pub message: Option<String>,
+}
+
+/// The whole new status.
+pub fn build(
+    old: Option<&ValkeyClusterStatus>,
+    conds: &[Cond],
+    generation: Option<i64>,
+    obs: Observations,
+    now: &Time,
+) -> ValkeyClusterStatus {
+    let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or(&[]);
+    ValkeyClusterStatus {
+        observed_generation: generation,
+        conditions: merge_conditions(old_conditions, conds, generation, now),
+        ready_shards: obs.ready_shards,
+        shards: obs.shards,
+        members: obs.members,
+        topology: obs.topology,
+        topology_summary: obs.topology_summary,
+        // The last action stays until another one replaces it.
+        last_action: obs.last_action.or_else(|| old.and_then(|s| s.last_action.clone())),
+        message: obs.message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn healthy() -> StatusInput {
+        StatusInput {
+            generation: Some(3),
+            cluster: ClusterState {
+                ready: true,
+                degraded: false,
+                reason: None,
+                message: "3 shards ready".into(),
+                blocked: vec![],
+            },
+            spread: SpreadState::Met,
+            balance: BalanceState::Aligned,
+            activity: Activity::default(),
+            blocker: None,
+        }
+    }
+
+    fn find<'a>(cs: &'a [Cond], t: &str) -> &'a Cond {
+        cs.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn a_steady_healthy_cluster_is_ready_stable_and_not_degraded() {
+        let cs = conditions(&healthy());
+        assert!(find(&cs, CONDITION_READY).status);
+        let p = find(&cs, CONDITION_PROGRESSING);
+        assert!(!p.status);
+        assert_eq!(p.reason, "Stable");
+        assert!(!find(&cs, CONDITION_DEGRADED).status);
+        assert!(find(&cs, CONDITION_TOPOLOGY_SPREAD).status);
+        assert!(find(&cs, CONDITION_PRIMARY_PLACEMENT_ALIGNED).status);
+    }
+
+    #[test]
+    fn bootstrap_is_progressing_and_not_ready_with_the_valkey_reason() {
+        let mut i = healthy();
+        i.cluster.ready = false;
+        i.cluster.reason = Some("SlotsUncovered".into());
+        i.activity.bootstrapping = true;
+        i.activity.actions = vec!["CLUSTER MEET 10.0.0.2 6379 16379 on shard 0 member 0".into()];
+        let cs = conditions(&i);
+        assert_eq!(find(&cs, CONDITION_READY).reason, "SlotsUncovered");
+        let p = find(&cs, CONDITION_PROGRESSING);
+        assert!(p.status);
+        assert_eq!(p.reason, "Bootstrapping");
+        assert!(p.message.starts_with("CLUSTER MEET"));
+    }
+
+    #[test]
+    fn an_unplaceable_member_makes_topology_spread_false_and_degraded() {
+        let mut i = healthy();
+        i.spread = SpreadState::Unplaceable(vec!["shard 0 member 2: zone needs 3 domains, 2 eligible".into()]);
+        let cs = conditions(&i);
+        let t = find(&cs, CONDITION_TOPOLOGY_SPREAD);
+        assert!(!t.status);
+        assert_eq!(t.reason, "RequiredConstraintUnsatisfiable");
+        assert!(t.message.contains("2 eligible"));
+        assert_eq!(find(&cs, CONDITION_DEGRADED).reason, "MembersUnplaceable");
+    }
+
+    #[test]
+    fn a_rolling_update_is_named_in_progressing() {
+        let mut i = healthy();
+        i.activity.pending_restarts = 2;
+        let p = conditions(&i).into_iter().find(|c| c.type_ == CONDITION_PROGRESSING).unwrap();
+        assert_eq!(p.reason, "RollingUpdate");
+    }
+
+    #[test]
+    fn a_blocker_outside_valkey_keeps_the_cluster_not_ready_and_degraded() {
+        let mut i = healthy();
+        i.blocker = Some(("PasswordSecretMissing".into(), "Secret mine not found".into()));
+        let cs = conditions(&i);
+        assert_eq!(find(&cs, CONDITION_READY).reason, "PasswordSecretMissing");
+        assert_eq!(find(&cs, CONDITION_DEGRADED).reason, "PasswordSecretMissing");
+    }
+
+    #[test]
+    fn transition_times_stay_while_the_status_stays() {
+        let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap());
+        let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).unwrap());
+        let first = merge_conditions(&[], &conditions(&healthy()), Some(1), &t0);
+        let again = merge_conditions(&first, &conditions(&healthy()), Some(1), &t1);
+        assert_eq!(first, again, "nothing changed, nothing to write");
+        let mut broken = healthy();
+        broken.cluster.ready = false;
+        let changed = merge_conditions(&first, &conditions(&broken), Some(1), &t1);
+        let ready = changed.iter().find(|c| c.type_ == CONDITION_READY).unwrap();
+        assert_eq!(ready.last_transition_time, t1);
+        let spread = changed.iter().find(|c| c.type_ == CONDITION_TOPOLOGY_SPREAD).unwrap();
+        assert_eq!(spread.last_transition_time, t0);
+    }
+
+    #[test]
+    fn an_invalid_spec_is_degraded_and_not_progressing() {
+        let cs = invalid_spec_conditions("spec.shards: must be between 1 and 16384");
+        assert_eq!(find(&cs, CONDITION_DEGRADED).reason, "InvalidSpec");
+        assert!(!find(&cs, CONDITION_PROGRESSING).status);
+    }
+}

@@ -1,0 +1,276 @@
+//! Where primaries should be: the failover target the operator prefers when
+//! it must promote a replica, and the one move that best restores the spread
+//! of live primaries (primary balancing). Pure.
+//!
+//! Spread is measured per topology key, from the widest (fewest distinct
+//! values, e.g. region) to the narrowest (the node, always included so two
+//! primaries never share a node while another node could hold one): for each
+//! key the sum over domains of (primaries in the domain)^2, compared
+//! lexicographically. The sum of squares is smallest when primaries are as
+//! even as the members allow, i.e. at most ceil(shards / domains) per domain
+//! where possible.
+
+use std::collections::BTreeMap;
+
+/// The domain values of one member's node, by topology key (absent key: the
+/// node lacks that label; such nodes share one domain, as in the planner).
+pub type Domains = BTreeMap<String, String>;
+
+/// One member that could be primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub member: u32,
+    /// `None` while the member's node is unknown (Pending or unreachable).
+    pub domains: Option<Domains>,
+    /// An in-sync replica (or the live primary itself).
+    pub in_sync: bool,
+}
+
+/// One shard as balancing sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardView {
+    pub shard: u32,
+    /// The live primary's member index, when there is one.
+    pub primary: Option<u32>,
+    pub members: Vec<Candidate>,
+}
+
+/// Orders topology keys from the widest to the narrowest (fewest distinct
+/// values first), and appends the hostname key when absent.
+pub fn keys_widest_first(keys: &[String], node_labels: &[&BTreeMap<String, String>]) -> Vec<String> {
+    let mut out: Vec<(usize, String)> = keys
+        .iter()
+        .map(|k| {
+            let mut values: Vec<Option<&String>> = node_labels.iter().map(|l| l.get(k)).collect();
+            values.sort();
+            values.dedup();
+            (values.len(), k.clone())
+        })
+        .collect();
+    out.sort();
+    out.dedup_by(|a, b| a.1 == b.1);
+    let mut keys: Vec<String> = out.into_iter().map(|(_, k)| k).collect();
+    let host = placement::HOSTNAME_KEY.to_string();
+    keys.retain(|k| *k != host);
+    keys.push(host);
+    keys
+}
+
+/// Lexicographic spread cost of a set of primary domains.
+fn cost(primaries: &[&Domains], keys: &[String]) -> Vec<u64> {
+    keys.iter()
+        .map(|k| {
+            let mut counts: BTreeMap<Option<&String>, u64> = BTreeMap::new();
+            for d in primaries {
+                *counts.entry(d.get(k)).or_default() += 1;
+            }
+            counts.values().map(|c| c * c).sum()
+        })
+        .collect()
+}
+
+fn primary_domains<'a>(shards: &'a [ShardView], except: Option<u32>) -> Vec<&'a Domains> {
+    shards
+        .iter()
+        .filter(|s| Some(s.shard) != except)
+        .filter_map(|s| {
+            let p = s.primary?;
+            s.members.iter().find(|m| m.member == p)?.domains.as_ref()
+        })
+        .collect()
+}
+
+/// The order in which the operator would promote the replicas of `shard`
+/// (when it must pick one: before restarting or removing the primary): the
+/// replicas whose domain keeps the primaries of the *other* shards spread best
+/// first, ties by member index. In-sync-ness is checked by the Valkey planner
+/// at the time of the failover.
+pub fn failover_preference(shards: &[ShardView], shard: u32, keys: &[String]) -> Vec<u32> {
+    let Some(view) = shards.iter().find(|s| s.shard == shard) else {
+        return Vec::new();
+    };
+    let others = primary_domains(shards, Some(shard));
+    let mut scored: Vec<(Vec<u64>, u32)> = view
+        .members
+        .iter()
+        .filter(|m| Some(m.member) != view.primary)
+        .map(|m| {
+            let c = match &m.domains {
+                Some(d) => {
+                    let mut all = others.clone();
+                    all.push(d);
+                    cost(&all, keys)
+                }
+                // Unknown place: last.
+                None => vec![u64::MAX; keys.len()],
+            };
+            (c, m.member)
+        })
+        .collect();
+    scored.sort();
+    scored.into_iter().map(|(_, m)| m).collect()
+}
+
+/// The single primary move that improves the spread the most.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    pub shard: u32,
+    pub from: u32,
+    pub to: u32,
+    /// The target is an in-sync replica now (only then may the move be made).
+    pub ready: bool,
+}
+
+/// The best single move (one shard at a time), or `None` when no move of one
+/// primary makes the spread strictly better. Among equally good moves, one
+/// to an in-sync replica wins, then the lowest shard and member.
+pub fn best_move(shards: &[ShardView], keys: &[String]) -> Option<Move> {
+    let current = cost(&primary_domains(shards, None), keys);
+    let mut best: Option<(Vec<u64>, bool, Move)> = None;
+    for s in shards {
+        let Some(from) = s.primary else { continue };
+        // A primary whose place is unknown cannot be judged.
+        if !s.members.iter().any(|m| m.member == from && m.domains.is_some()) {
+            continue;
+        }
+        let others = primary_domains(shards, Some(s.shard));
+        for m in s.members.iter().filter(|m| m.member != from) {
+            let Some(d) = &m.domains else { continue };
+            let mut all = others.clone();
+            all.push(d);
+            let c = cost(&all, keys);
+            if c >= current {
+                continue;
+            }
+            let candidate = Move {
+                shard: s.shard,
+                from,
+                to: m.member,
+                ready: m.in_sync,
+            };
+            let better = match &best {
+                None => true,
+                Some((bc, bready, _)) => (c.clone(), !m.in_sync) < (bc.clone(), !*bready),
+            };
+            if better {
+                best = Some((c, m.in_sync, candidate));
+            }
+        }
+    }
+    best.map(|(_, _, m)| m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use placement::{HOSTNAME_KEY, ZONE_KEY};
+
+    fn d(node: &str, zone: &str) -> Option<Domains> {
+        Some(BTreeMap::from([
+            (HOSTNAME_KEY.to_string(), node.to_string()),
+            (ZONE_KEY.to_string(), zone.to_string()),
+        ]))
+    }
+
+    fn keys() -> Vec<String> {
+        vec![ZONE_KEY.to_string(), HOSTNAME_KEY.to_string()]
+    }
+
+    fn shard(shard: u32, primary: u32, places: &[(&str, &str)]) -> ShardView {
+        ShardView {
+            shard,
+            primary: Some(primary),
+            members: places
+                .iter()
+                .enumerate()
+                .map(|(i, (n, z))| Candidate {
+                    member: i as u32,
+                    domains: d(n, z),
+                    in_sync: true,
+                })
+                .collect(),
+        }
+    }
+
+    /// 3 shards x 3 members over zones a, b, c, one member of each shard per zone.
+    fn spread_cluster(primaries: [u32; 3]) -> Vec<ShardView> {
+        vec![
+            shard(0, primaries[0], &[("a1", "a"), ("b1", "b"), ("c1", "c")]),
+            shard(1, primaries[1], &[("b2", "b"), ("c2", "c"), ("a2", "a")]),
+            shard(2, primaries[2], &[("c3", "c"), ("a3", "a"), ("b3", "b")]),
+        ]
+    }
+
+    #[test]
+    fn balanced_primaries_need_no_move() {
+        assert_eq!(best_move(&spread_cluster([0, 0, 0]), &keys()), None);
+    }
+
+    #[test]
+    fn two_primaries_in_one_zone_move_back_to_the_empty_zone() {
+        // Shard 0's primary failed over to b1: zones a:0 b:2 c:1.
+        let shards = spread_cluster([1, 0, 0]);
+        let m = best_move(&shards, &keys()).unwrap();
+        // Moving shard 0 back to a1 or shard 1 to its zone-a member both fix it;
+        // both cost the same, the lowest shard wins.
+        assert_eq!(m, Move { shard: 0, from: 1, to: 0, ready: true });
+    }
+
+    #[test]
+    fn a_replica_behind_is_reported_but_not_ready() {
+        let mut shards = spread_cluster([1, 0, 0]);
+        shards[0].members[0].in_sync = false;
+        shards[1].members[2].in_sync = false;
+        let m = best_move(&shards, &keys()).unwrap();
+        assert!(!m.ready);
+    }
+
+    #[test]
+    fn an_in_sync_target_wins_over_an_equal_one_that_is_behind() {
+        let mut shards = spread_cluster([1, 0, 0]);
+        shards[0].members[0].in_sync = false;
+        let m = best_move(&shards, &keys()).unwrap();
+        assert_eq!(m, Move { shard: 1, from: 0, to: 2, ready: true });
+    }
+
+    #[test]
+    fn the_failover_target_is_the_replica_in_the_zone_without_a_primary() {
+        // Shard 0 primary a1 is going away; shards 1 and 2 have primaries in b and c.
+        let shards = vec![
+            shard(0, 0, &[("a1", "a"), ("b1", "b"), ("a9", "a")]),
+            shard(1, 0, &[("b2", "b"), ("c2", "c")]),
+            shard(2, 0, &[("c3", "c"), ("a3", "a")]),
+        ];
+        assert_eq!(failover_preference(&shards, 0, &keys()), vec![2, 1]);
+    }
+
+    #[test]
+    fn two_primaries_never_share_a_node_when_another_node_can_hold_one() {
+        // No constraint keys: only the node counts.
+        let host = vec![HOSTNAME_KEY.to_string()];
+        let shards = vec![
+            shard(0, 0, &[("n1", "a"), ("n2", "a")]),
+            shard(1, 0, &[("n1", "a"), ("n3", "a")]),
+        ];
+        let m = best_move(&shards, &host).unwrap();
+        assert_eq!((m.shard, m.to), (0, 1));
+    }
+
+    #[test]
+    fn keys_are_ordered_widest_first_and_the_node_comes_last() {
+        let n = |z: &str, r: &str, h: &str| {
+            BTreeMap::from([
+                (ZONE_KEY.to_string(), z.to_string()),
+                (placement::REGION_KEY.to_string(), r.to_string()),
+                (HOSTNAME_KEY.to_string(), h.to_string()),
+            ])
+        };
+        let nodes = [n("a", "r1", "h1"), n("b", "r1", "h2"), n("c", "r2", "h3")];
+        let refs: Vec<&BTreeMap<String, String>> = nodes.iter().collect();
+        let k = keys_widest_first(
+            &[HOSTNAME_KEY.to_string(), ZONE_KEY.to_string(), placement::REGION_KEY.to_string()],
+            &refs,
+        );
+        assert_eq!(k, vec![placement::REGION_KEY.to_string(), ZONE_KEY.to_string(), HOSTNAME_KEY.to_string()]);
+    }
+}

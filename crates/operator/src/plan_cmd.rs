@@ -1,0 +1,391 @@
+//! `valkey-operator plan`: the placement planner on manifests read from files.
+//!
+//! `--cluster` holds one ValkeyCluster; `--nodes` and `--pods` hold Nodes and
+//! Pods as `kubectl get -o yaml` prints them (a List), as a multi-document YAML
+//! stream, or as single objects. The same adapter the controller uses turns
+//! them into a [`placement::Problem`]. Exit 0 when every member is placed, 2
+//! when not (the plan is still printed), 1 on bad input with one line on stderr
+//! naming the file and the field.
+
+use crate::adapt::{self, AdaptError};
+use api::constants::{GROUP, KIND, VERSION};
+use api::v1alpha1::{ValkeyCluster, validate};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use thiserror::Error;
+
+/// How the plan is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Output {
+    /// The topology as a person reads it: region, zone, node, members.
+    #[default]
+    Text,
+    /// The plan as JSON (`cluster`, `feasible`, `members`, `unplaced`, `violations`).
+    Json,
+}
+
+/// Arguments of `valkey-operator plan`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlanArgs {
+    /// A ValkeyCluster manifest.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// Nodes: a List (`kubectl get nodes -o yaml`), a multi-document YAML stream or one Node.
+    #[arg(long, value_name = "FILE")]
+    pub nodes: PathBuf,
+    /// Pods in the same forms: members of the cluster give the current placement,
+    /// all others only use room.
+    #[arg(long, value_name = "FILE")]
+    pub pods: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// Bad input: which file, and what in it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{file}: {message}")]
+pub struct PlanCmdError {
+    /// The path as given on the command line.
+    pub file: String,
+    /// The field and what is wrong with it.
+    pub message: String,
+}
+
+impl PlanCmdError {
+    fn new(file: &Path, message: impl Into<String>) -> Self {
+        Self {
+            file: file.display().to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What the command prints and whether every member was placed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub output: String,
+    pub feasible: bool,
+}
+
+/// Runs the command: prints the plan on stdout, or one error line on stderr.
+pub fn main(args: &PlanArgs) -> ExitCode {
+    match plan(args) {
+        Ok(rendered) => {
+            print!("{}", rendered.output);
+            if rendered.feasible {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            }
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Reads the files, plans, and renders the plan.
+pub fn plan(args: &PlanArgs) -> Result<Rendered, PlanCmdError> {
+    let cluster_file = &args.cluster;
+    let cluster = load_cluster(cluster_file)?;
+    let validated =
+        validate(&cluster).map_err(|e| PlanCmdError::new(cluster_file, e.to_string()))?;
+    let nodes: Vec<Node> = load_objects(&args.nodes, "Node")?;
+    let pods: Vec<Pod> = match &args.pods {
+        Some(path) => load_objects(path, "Pod")?,
+        None => Vec::new(),
+    };
+    let problem = adapt::problem(&validated, &nodes, &pods).map_err(|e| {
+        let file = match &e {
+            AdaptError::Node { .. } | AdaptError::DuplicateNode { .. } => args.nodes.as_path(),
+            AdaptError::Pod { .. } => args.pods.as_deref().unwrap_or(args.nodes.as_path()),
+            AdaptError::Cluster { .. } => cluster_file.as_path(),
+        };
+        PlanCmdError::new(file, e.to_string())
+    })?;
+    let plan =
+        placement::plan(&problem).map_err(|e| PlanCmdError::new(cluster_file, e.to_string()))?;
+    let output = match args.output {
+        Output::Json => {
+            let mut json = serde_json::to_string_pretty(&plan)
+                .map_err(|e| PlanCmdError::new(cluster_file, format!("encoding the plan: {e}")))?;
+            json.push('\n');
+            json
+        }
+        Output::Text => placement::render_text(&problem, &plan),
+    };
+    Ok(Rendered {
+        output,
+        feasible: plan.feasible,
+    })
+}
+
+fn read(path: &Path) -> Result<String, PlanCmdError> {
+    std::fs::read_to_string(path).map_err(|e| PlanCmdError::new(path, format!("cannot read: {e}")))
+}
+
+/// The YAML documents of `text`, skipping empty ones; each with a label for
+/// errors (`document 2: `, or nothing when the file holds one document).
+fn documents(path: &Path, text: &str) -> Result<Vec<(String, serde_yaml::Value)>, PlanCmdError> {
+    let mut docs = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value = serde_yaml::Value::deserialize(doc)
+            .map_err(|e| PlanCmdError::new(path, format!("invalid YAML: {e}")))?;
+        if !value.is_null() {
+            docs.push((format!("document {}: ", i + 1), value));
+        }
+    }
+    if docs.len() == 1 {
+        docs[0].0.clear();
+    }
+    Ok(docs)
+}
+
+fn kind_of(value: &serde_yaml::Value) -> Option<&str> {
+    value.get("kind").and_then(serde_yaml::Value::as_str)
+}
+
+/// Deserializes `value` as `T`, naming the failing field (`spec.shards: ...`).
+fn typed<T: DeserializeOwned>(
+    path: &Path,
+    at: &str,
+    value: serde_yaml::Value,
+) -> Result<T, PlanCmdError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        let message = e.into_inner().to_string();
+        if field.is_empty() || field == "." {
+            PlanCmdError::new(path, format!("{at}{message}"))
+        } else {
+            PlanCmdError::new(path, format!("{at}{field}: {message}"))
+        }
+    })
+}
+
+/// Every object of `kind` in the file at `path`: from Lists (`items`), from
+/// every document of a stream, or the single object.
+pub fn load_objects<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Vec<T>, PlanCmdError> {
+    let text = read(path)?;
+    let mut out = Vec::new();
+    for (at, doc) in documents(path, &text)? {
+        if !doc.is_mapping() {
+            return Err(PlanCmdError::new(
+                path,
+                format!(
+                    "{at}expected a Kubernetes object or List, found {}",
+                    describe(&doc)
+                ),
+            ));
+        }
+        match doc.get("items") {
+            Some(items) => {
+                let list_kind = kind_of(&doc).unwrap_or("List");
+                if list_kind != "List" && list_kind != format!("{kind}List") {
+                    return Err(PlanCmdError::new(
+                        path,
+                        format!("{at}kind: expected {kind}, {kind}List or List, found {list_kind}"),
+                    ));
+                }
+                let Some(items) = items.as_sequence() else {
+                    return Err(PlanCmdError::new(
+                        path,
+                        format!("{at}items: expected a list"),
+                    ));
+                };
+                for (i, item) in items.iter().enumerate() {
+                    let item_at = format!("{at}items[{i}]");
+                    check_kind(path, &format!("{item_at}."), item, kind, true)?;
+                    out.push(typed(path, &format!("{item_at}."), item.clone())?);
+                }
+            }
+            None => {
+                check_kind(path, &at, &doc, kind, false)?;
+                out.push(typed(path, &at, doc)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn describe(value: &serde_yaml::Value) -> &'static str {
+    match value {
+        serde_yaml::Value::Null => "nothing",
+        serde_yaml::Value::Bool(_) => "a boolean",
+        serde_yaml::Value::Number(_) => "a number",
+        serde_yaml::Value::String(_) => "a string",
+        serde_yaml::Value::Sequence(_) => "a list",
+        serde_yaml::Value::Mapping(_) => "an object",
+        serde_yaml::Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// Objects in a List may leave `kind` out (the List's kind says it); a
+/// standalone object must say it.
+fn check_kind(
+    path: &Path,
+    at: &str,
+    value: &serde_yaml::Value,
+    kind: &str,
+    may_omit: bool,
+) -> Result<(), PlanCmdError> {
+    match kind_of(value) {
+        Some(k) if k == kind => Ok(()),
+        None if may_omit => Ok(()),
+        Some(other) => Err(PlanCmdError::new(
+            path,
+            format!("{at}kind: expected {kind}, found {other}"),
+        )),
+        None => Err(PlanCmdError::new(
+            path,
+            format!("{at}kind: required (expected {kind})"),
+        )),
+    }
+}
+
+/// The one ValkeyCluster in the file at `path`.
+pub fn load_cluster(path: &Path) -> Result<ValkeyCluster, PlanCmdError> {
+    let text = read(path)?;
+    let mut docs = documents(path, &text)?;
+    let doc = match docs.len() {
+        0 => return Err(PlanCmdError::new(path, format!("no {KIND} in the file"))),
+        1 => docs.remove(0).1,
+        n => {
+            return Err(PlanCmdError::new(
+                path,
+                format!("expected one {KIND}, found {n} documents"),
+            ));
+        }
+    };
+    if !doc.is_mapping() {
+        return Err(PlanCmdError::new(
+            path,
+            format!("expected a {KIND} object, found {}", describe(&doc)),
+        ));
+    }
+    check_kind(path, "", &doc, KIND, false)?;
+    let api_version = format!("{GROUP}/{VERSION}");
+    match doc.get("apiVersion").and_then(serde_yaml::Value::as_str) {
+        Some(v) if v == api_version => {}
+        Some(v) => {
+            return Err(PlanCmdError::new(
+                path,
+                format!("apiVersion: expected {api_version}, found {v}"),
+            ));
+        }
+        None => {
+            return Err(PlanCmdError::new(
+                path,
+                format!("apiVersion: required (expected {api_version})"),
+            ));
+        }
+    }
+    typed(path, "", doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file(text: &str) -> tempfile_lite::TempFile {
+        tempfile_lite::TempFile::new(text)
+    }
+
+    /// A tiny self-cleaning temp file, to keep dev-dependencies small.
+    mod tempfile_lite {
+        use super::*;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+        pub struct TempFile(pub PathBuf);
+
+        impl TempFile {
+            pub fn new(text: &str) -> Self {
+                let n = NEXT.fetch_add(1, Ordering::SeqCst);
+                let path =
+                    std::env::temp_dir().join(format!("plan-cmd-{}-{n}.yaml", std::process::id()));
+                let mut f = std::fs::File::create(&path).unwrap();
+                f.write_all(text.as_bytes()).unwrap();
+                Self(path)
+            }
+        }
+
+        impl Drop for TempFile {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn nodes_load_from_a_list_a_stream_and_a_single_object() {
+        let list = file(
+            "apiVersion: v1\nkind: List\nitems:\n- {kind: Node, metadata: {name: a}}\n- {kind: Node, metadata: {name: b}}\n",
+        );
+        let stream =
+            file("kind: Node\nmetadata: {name: a}\n---\n---\nkind: Node\nmetadata: {name: b}\n");
+        let single = file("kind: Node\nmetadata: {name: a}\n");
+        let typed_list = file("kind: NodeList\nitems:\n- metadata: {name: a}\n");
+        for (f, n) in [(&list, 2), (&stream, 2), (&single, 1), (&typed_list, 1)] {
+            let nodes: Vec<Node> = load_objects(&f.0, "Node").unwrap();
+            assert_eq!(nodes.len(), n);
+        }
+    }
+
+    #[test]
+    fn a_wrong_kind_names_the_item() {
+        let f = file(
+            "kind: List\nitems:\n- {kind: Node, metadata: {name: a}}\n- {kind: Pod, metadata: {name: b}}\n",
+        );
+        let err = load_objects::<Node>(&f.0, "Node").unwrap_err();
+        assert_eq!(err.message, "items[1].kind: expected Node, found Pod");
+    }
+
+    #[test]
+    fn a_type_error_names_the_field_path() {
+        let f = file(
+            "kind: Node\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: b, labels: [x]}\n",
+        );
+        let err = load_objects::<Node>(&f.0, "Node").unwrap_err();
+        assert!(
+            err.message.starts_with("document 2: metadata.labels: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_cluster_must_be_a_valkeycluster_of_this_api_version() {
+        let wrong_kind = file("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n");
+        let err = load_cluster(&wrong_kind.0).unwrap_err();
+        assert_eq!(err.message, "kind: expected ValkeyCluster, found Pod");
+        let wrong_version =
+            file("apiVersion: valkey.rs/v1\nkind: ValkeyCluster\nmetadata: {name: a}\nspec: {}\n");
+        let err = load_cluster(&wrong_version.0).unwrap_err();
+        assert_eq!(
+            err.message,
+            "apiVersion: expected valkey.rs/v1alpha1, found valkey.rs/v1"
+        );
+    }
+
+    #[test]
+    fn a_cluster_field_of_the_wrong_type_is_named() {
+        let f = file(
+            "apiVersion: valkey.rs/v1alpha1\nkind: ValkeyCluster\nmetadata: {name: a}\nspec: {shards: many}\n",
+        );
+        let err = load_cluster(&f.0).unwrap_err();
+        assert!(err.message.starts_with("spec.shards: "), "{err}");
+    }
+
+    #[test]
+    fn invalid_yaml_is_reported_not_panicked_on() {
+        let f = file("kind: Node\nmetadata: {name: [\n");
+        let err = load_objects::<Node>(&f.0, "Node").unwrap_err();
+        assert!(err.message.starts_with("invalid YAML: "), "{err}");
+    }
+}

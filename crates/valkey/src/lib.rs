@@ -4,6 +4,24 @@
 //! - [`parse`]: CLUSTER NODES / CLUSTER SHARDS / INFO / ROLE / GETSLOTMIGRATIONS
 //!   replies into typed data.
 //! - [`slots`]: slot numbers, ranges and sets; the even split; the rebalance plan.
+//! - [`model`]: the desired topology and the observed cluster, as plain data.
+//! - [`actions`]: the admin commands the planner asks for, and why it waits.
+//! - [`planner`]: `next_actions(desired, observed)` and `health(desired, observed)`:
+//!   pure, idempotent decisions.
 
+pub mod actions;
+pub mod model;
 pub mod parse;
+pub mod planner;
 pub mod slots;
+
+pub use actions::{Action, FailoverMode, Plan, ResetMode, Wait};
+pub use model::{
+    DesiredCluster, DesiredMember, DesiredShard, MemberAddr, MemberIndex, MemberRef, MemberState,
+    NodeReport, ObservedCluster, ObservedMember, ShardIndex,
+};
+pub use parse::NodeId;
+pub use planner::{
+    Health, HealthIssue, PlanError, PlannerOptions, ReplicaSync, Severity, health, next_actions,
+};
+pub use slots::{Slot, SlotRange, SlotSet};

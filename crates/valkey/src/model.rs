@@ -1,0 +1,263 @@
+//! The cluster as plain data: the topology the operator wants ([`DesiredCluster`])
+//! and what every member says right now ([`ObservedCluster`]).
+//!
+//! Members are named the way the operator names them, `(shard, member)`, never by
+//! Valkey node id: node ids are what members *report*, and they change when a member
+//! loses its nodes.conf. The planner ties the two together.
+
+use crate::parse::{ClusterNode, ClusterNodes, NodeId, ReplicationInfo, Role, SlotMigration};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+/// Index of a shard, 0-based.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ShardIndex(pub u32);
+
+/// Index of a member within its shard, 0-based; member 0 is the primary at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct MemberIndex(pub u32);
+
+impl fmt::Display for ShardIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for MemberIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// One member of the cluster, as the operator names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct MemberRef {
+    pub shard: ShardIndex,
+    pub member: MemberIndex,
+}
+
+impl MemberRef {
+    /// Member `member` of shard `shard`.
+    pub fn new(shard: u32, member: u32) -> MemberRef {
+        MemberRef {
+            shard: ShardIndex(shard),
+            member: MemberIndex(member),
+        }
+    }
+}
+
+impl fmt::Display for MemberRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "shard {} member {}", self.shard, self.member)
+    }
+}
+
+/// Where a member listens: its IP, client port and cluster bus port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct MemberAddr {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub bus_port: u16,
+}
+
+impl MemberAddr {
+    /// An address with the default bus port, `port + 10000` (6379 -> 16379);
+    /// `None` when that overflows.
+    pub fn with_default_bus(ip: IpAddr, port: u16) -> Option<MemberAddr> {
+        port.checked_add(10000)
+            .map(|bus_port| MemberAddr { ip, port, bus_port })
+    }
+
+    /// Whether a CLUSTER NODES entry is announced at this address.
+    pub fn matches(&self, node: &ClusterNode) -> bool {
+        node.is_at(self.ip, self.port)
+    }
+}
+
+impl fmt::Display for MemberAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ip {
+            IpAddr::V4(ip) => write!(f, "{ip}:{}", self.port),
+            IpAddr::V6(ip) => write!(f, "[{ip}]:{}", self.port),
+        }
+    }
+}
+
+/// The topology the operator wants.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DesiredCluster {
+    pub shards: Vec<DesiredShard>,
+    /// Settings every member should have live (CONFIG SET), e.g. `maxmemory-policy`.
+    /// Values are compared as text with what CONFIG GET returns, so give them in the
+    /// form Valkey prints (bytes as plain numbers, `yes`/`no`).
+    pub config: BTreeMap<String, String>,
+}
+
+/// One shard of the desired topology. Its slots are not given: the planner keeps all
+/// 16384 slots spread over the desired shards within one slot of even, moving as few
+/// as it can.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DesiredShard {
+    pub index: ShardIndex,
+    /// The members the shard should consist of.
+    pub members: Vec<DesiredMember>,
+    /// The member that should be the primary. `None` keeps whichever member is the
+    /// live primary (and starts a fresh shard on the first of `failover_preference`,
+    /// else the first member). `Some` moves the primary there with a graceful
+    /// failover once that member is an in-sync replica.
+    pub primary: Option<MemberIndex>,
+    /// When the planner itself must pick a replica to promote (the live primary is
+    /// leaving the shard), the order to try in-sync replicas in; the operator orders
+    /// them by topology. Members not listed come after, in member order.
+    pub failover_preference: Vec<MemberIndex>,
+}
+
+impl DesiredShard {
+    /// A shard of members `0..members` with no primary preference.
+    pub fn with_members(index: u32, members: u32) -> DesiredShard {
+        DesiredShard {
+            index: ShardIndex(index),
+            members: (0..members)
+                .map(|m| DesiredMember {
+                    index: MemberIndex(m),
+                    config: BTreeMap::new(),
+                })
+                .collect(),
+            primary: None,
+            failover_preference: Vec::new(),
+        }
+    }
+
+    /// Whether `member` belongs to this shard.
+    pub fn has_member(&self, member: MemberIndex) -> bool {
+        self.members.iter().any(|m| m.index == member)
+    }
+
+    /// The order to consider members for promotion: the desired primary, then
+    /// `failover_preference`, then the rest in member order.
+    pub fn promotion_order(&self) -> Vec<MemberIndex> {
+        let mut order: Vec<MemberIndex> = Vec::new();
+        let listed = self
+            .primary
+            .iter()
+            .chain(self.failover_preference.iter())
+            .copied()
+            .chain(self.members.iter().map(|m| m.index));
+        for m in listed {
+            if self.has_member(m) && !order.contains(&m) {
+                order.push(m);
+            }
+        }
+        order
+    }
+}
+
+/// One member of a desired shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DesiredMember {
+    pub index: MemberIndex,
+    /// Settings for this member only, over the cluster's (e.g. `availability-zone`).
+    pub config: BTreeMap<String, String>,
+}
+
+/// What every member of the cluster says, as the operator collected it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ObservedCluster {
+    /// Every member the operator runs, desired or leaving (a member of a removed
+    /// shard, or above the replica count, stays here until its pod is gone).
+    pub members: Vec<ObservedMember>,
+}
+
+/// One member as observed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ObservedMember {
+    pub member: MemberRef,
+    /// The member's current address (the pod IP, which changes when the pod is
+    /// re-created). `None` when it has none yet (pod not scheduled).
+    pub addr: Option<MemberAddr>,
+    /// The node id the operator recorded for this member before (in status). When
+    /// the member now reports another id, its old id belongs to a node that is gone
+    /// for good (its nodes.conf is lost), so the planner may forget it.
+    pub known_node_id: Option<NodeId>,
+    pub state: MemberState,
+}
+
+/// Whether the member answered, and what it said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum MemberState {
+    /// Could not be asked (no address, connection refused, timed out, loading...).
+    Unreachable {
+        reason: String,
+    },
+    Reachable(Box<NodeReport>),
+}
+
+/// What a reachable member says about itself and the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeReport {
+    /// Its CLUSTER NODES view (its own id is on the `myself` line).
+    pub nodes: ClusterNodes,
+    pub replication: ReplicationInfo,
+    /// Its CLUSTER GETSLOTMIGRATIONS jobs (finished ones included).
+    pub slot_migrations: Vec<SlotMigration>,
+    /// DBSIZE.
+    pub keys: u64,
+    /// CONFIG GET of the keys the desired topology sets.
+    pub config: BTreeMap<String, String>,
+}
+
+impl NodeReport {
+    /// The member's own node id.
+    pub fn node_id(&self) -> &NodeId {
+        &self.nodes.myself().id
+    }
+
+    /// The role the member reports for itself in INFO replication.
+    pub fn role(&self) -> Role {
+        self.replication.role
+    }
+}
+
+impl ObservedMember {
+    /// The report when reachable.
+    pub fn report(&self) -> Option<&NodeReport> {
+        match &self.state {
+            MemberState::Reachable(report) => Some(report),
+            MemberState::Unreachable { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn promotion_order_puts_the_desired_primary_then_the_preference_first() {
+        let mut shard = DesiredShard::with_members(0, 4);
+        shard.primary = Some(MemberIndex(2));
+        shard.failover_preference = vec![MemberIndex(3), MemberIndex(9), MemberIndex(2)];
+        assert_eq!(
+            shard.promotion_order(),
+            vec![
+                MemberIndex(2),
+                MemberIndex(3),
+                MemberIndex(0),
+                MemberIndex(1)
+            ]
+        );
+    }
+
+    #[test]
+    fn default_bus_port_is_ten_thousand_above() {
+        let addr = MemberAddr::with_default_bus("10.0.0.1".parse().unwrap(), 6379).unwrap();
+        assert_eq!(addr.bus_port, 16379);
+        assert!(MemberAddr::with_default_bus("10.0.0.1".parse().unwrap(), 60000).is_none());
+        let v6 = MemberAddr::with_default_bus("fd00::1".parse().unwrap(), 6379).unwrap();
+        assert_eq!(v6.to_string(), "[fd00::1]:6379");
+    }
+}

@@ -1,0 +1,1810 @@
+//! Planner tests over a small simulated Valkey cluster.
+//!
+//! The simulator keeps the truth (who serves which slot, who follows whom, who holds
+//! which data) and renders each node's CLUSTER NODES / INFO from it, with a few of
+//! Valkey's habits: MEET completes one tick later, gossip spreads membership within
+//! a tick, a forgotten id is banned for a few ticks and comes back if any node still
+//! knows it, dead nodes are marked failed after a tick, a dead primary's in-sync
+//! replica is promoted after two, and a returning old primary first shows a stale view
+//! of itself and then turns into a replica. Every action is checked against the rules
+//! Valkey enforces and the ones the planner promises (never ADDSLOTS a served slot,
+//! never fail over to a lagging replica, never merge two clusters with slots...): a
+//! broken rule panics the test.
+
+use super::*;
+use crate::model::{DesiredMember, DesiredShard, MemberState, NodeReport, ObservedMember};
+use crate::parse::{
+    ClusterNode, ClusterNodes, LinkState, MigrationOperation, MigrationState, NodeAddress,
+    NodeFlags, PrimaryLink, ReplicationInfo, SlotMigration,
+};
+use crate::slots::{Slot, SlotRange};
+use proptest::prelude::*;
+use std::net::{IpAddr, Ipv4Addr};
+
+const BAN_TICKS: u32 = 3;
+
+#[derive(Debug, Clone)]
+struct SimNode {
+    member: MemberRef,
+    addr: MemberAddr,
+    id: NodeId,
+    alive: bool,
+    dead_ticks: u32,
+    slots: SlotSet,
+    primary: Option<NodeId>,
+    /// Other nodes it knows, at the address it knows them by.
+    knows: BTreeMap<NodeId, MemberAddr>,
+    banned: BTreeMap<NodeId, u32>,
+    /// Slots whose data this node holds.
+    holds: SlotSet,
+    /// Extra keys outside its slots (a stale primary).
+    stray_keys: u64,
+    offset: i64,
+    lag: i64,
+    link_up: bool,
+    /// Ticks a fresh replica still needs to finish its full sync.
+    syncing: u32,
+    pending_meets: Vec<MemberAddr>,
+    /// A returning old primary's stale belief about its own slots, for one tick.
+    stale_self: Option<SlotSet>,
+    /// Who took over our slots while we were down.
+    demoted_to: Option<NodeId>,
+    config: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    source: NodeId,
+    target: NodeId,
+    slots: SlotSet,
+    ticks_left: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Sim {
+    nodes: Vec<SimNode>,
+    current: BTreeMap<MemberRef, usize>,
+    /// Ids the "operator" recorded in status.
+    recorded: BTreeMap<MemberRef, NodeId>,
+    /// Slots that hold written keys.
+    written: SlotSet,
+    jobs: Vec<Job>,
+    next_id: u64,
+    next_ip: u8,
+    track_ids: bool,
+    /// Data may be lost in this scenario (a primary without replicas lost its disk).
+    loss_allowed: bool,
+    log: Vec<String>,
+}
+
+fn id(n: u64) -> NodeId {
+    format!("{n:040x}").parse().unwrap()
+}
+
+impl Sim {
+    fn new() -> Sim {
+        Sim {
+            next_id: 1,
+            next_ip: 1,
+            track_ids: true,
+            ..Sim::default()
+        }
+    }
+
+    fn fresh_id(&mut self) -> NodeId {
+        self.next_id += 1;
+        id(self.next_id)
+    }
+
+    fn fresh_addr(&mut self) -> MemberAddr {
+        self.next_ip += 1;
+        MemberAddr {
+            ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, self.next_ip)),
+            port: 6379,
+            bus_port: 16379,
+        }
+    }
+
+    /// Starts a fresh member (new pod, empty volume).
+    fn add(&mut self, member: MemberRef) {
+        let id = self.fresh_id();
+        let addr = self.fresh_addr();
+        self.nodes.push(SimNode {
+            member,
+            addr,
+            id,
+            alive: true,
+            dead_ticks: 0,
+            slots: SlotSet::new(),
+            primary: None,
+            knows: BTreeMap::new(),
+            banned: BTreeMap::new(),
+            holds: SlotSet::new(),
+            stray_keys: 0,
+            offset: 0,
+            lag: 0,
+            link_up: false,
+            syncing: 0,
+            pending_meets: Vec::new(),
+            stale_self: None,
+            demoted_to: None,
+            config: BTreeMap::new(),
+        });
+        self.current.insert(member, self.nodes.len() - 1);
+    }
+
+    fn cluster(shards: u32, replicas: u32) -> Sim {
+        let mut sim = Sim::new();
+        for s in 0..shards {
+            for m in 0..=replicas {
+                sim.add(MemberRef::new(s, m));
+            }
+        }
+        sim
+    }
+
+    fn idx(&self, member: MemberRef) -> usize {
+        self.current[&member]
+    }
+
+    fn node(&self, member: MemberRef) -> &SimNode {
+        &self.nodes[self.idx(member)]
+    }
+
+    fn by_id(&self, id: &NodeId) -> Option<usize> {
+        self.nodes.iter().position(|n| &n.id == id)
+    }
+
+    fn by_addr(&self, addr: &MemberAddr) -> Option<usize> {
+        // The newest incarnation at that address.
+        self.nodes.iter().rposition(|n| &n.addr == addr && n.alive)
+    }
+
+    fn kill(&mut self, member: MemberRef) {
+        let i = self.idx(member);
+        self.nodes[i].alive = false;
+        self.nodes[i].dead_ticks = 0;
+        self.jobs
+            .retain(|j| j.source != self.nodes[i].id && j.target != self.nodes[i].id);
+    }
+
+    /// The member's process comes back with its nodes.conf and data.
+    fn restart(&mut self, member: MemberRef) {
+        let i = self.idx(member);
+        let n = &mut self.nodes[i];
+        n.alive = true;
+        if let Some(new_primary) = n.demoted_to.take() {
+            // It still believes it serves its old slots, for one tick.
+            n.stale_self = Some(n.holds.clone());
+            n.primary = Some(new_primary);
+            n.link_up = false;
+            n.syncing = 1;
+        }
+    }
+
+    /// The member comes back as a new pod with a new IP and an empty volume.
+    fn recreate(&mut self, member: MemberRef) {
+        self.kill(member);
+        self.add(member);
+    }
+
+    /// The member keeps its volume (nodes.conf) but gets a new IP.
+    fn move_ip(&mut self, member: MemberRef) {
+        let addr = self.fresh_addr();
+        let i = self.idx(member);
+        self.nodes[i].addr = addr;
+    }
+
+    /// The operator deletes a leaving member's pod.
+    fn delete(&mut self, member: MemberRef) {
+        self.kill(member);
+        self.current.remove(&member);
+        self.recorded.remove(&member);
+    }
+
+    fn write_everything(&mut self) {
+        self.written = SlotSet::full();
+        for n in self.nodes.iter_mut().filter(|n| n.alive) {
+            n.offset += 1000;
+        }
+        // Replicas follow at once in this model.
+    }
+
+    // ---- rendering what members say ----
+
+    fn line(&self, viewer: usize, j: usize) -> ClusterNode {
+        let n = &self.nodes[j];
+        let me = viewer == j;
+        let addr = if me {
+            n.addr
+        } else {
+            self.nodes[viewer]
+                .knows
+                .get(&n.id)
+                .copied()
+                .unwrap_or(n.addr)
+        };
+        let (mut slots, mut primary) = (n.slots.clone(), n.primary.clone());
+        if let Some(stale) = &self.nodes[viewer].stale_self {
+            if me {
+                slots = stale.clone();
+                primary = None;
+            } else if slots.intersection(stale).len() > 0 {
+                // The stale node still thinks it serves these.
+                slots = slots.difference(stale);
+            }
+        }
+        let flags = NodeFlags {
+            myself: me,
+            primary: primary.is_none(),
+            replica: primary.is_some(),
+            pfail: !n.alive && n.dead_ticks == 0,
+            fail: !n.alive && n.dead_ticks > 0,
+            ..NodeFlags::default()
+        };
+        ClusterNode {
+            id: n.id.clone(),
+            address: NodeAddress {
+                ip: Some(addr.ip),
+                port: addr.port,
+                bus_port: addr.bus_port,
+                hostname: None,
+                aux: BTreeMap::new(),
+            },
+            flags,
+            primary_id: primary,
+            ping_sent_ms: 0,
+            pong_received_ms: 0,
+            config_epoch: 0,
+            link: if n.alive {
+                LinkState::Connected
+            } else {
+                LinkState::Disconnected
+            },
+            slots,
+            markers: Vec::new(),
+        }
+    }
+
+    fn view(&self, i: usize) -> ClusterNodes {
+        let me = &self.nodes[i];
+        let mut lines = vec![self.line(i, i)];
+        for k in me.knows.keys() {
+            if let Some(j) = self.by_id(k) {
+                lines.push(self.line(i, j));
+            }
+        }
+        for (n, addr) in me.pending_meets.iter().enumerate() {
+            lines.push(ClusterNode {
+                id: id(0xffff_0000 + n as u64),
+                address: NodeAddress {
+                    ip: Some(addr.ip),
+                    port: addr.port,
+                    bus_port: addr.bus_port,
+                    hostname: None,
+                    aux: BTreeMap::new(),
+                },
+                flags: NodeFlags {
+                    handshake: true,
+                    ..NodeFlags::default()
+                },
+                primary_id: None,
+                ping_sent_ms: 0,
+                pong_received_ms: 0,
+                config_epoch: 0,
+                link: LinkState::Disconnected,
+                slots: SlotSet::new(),
+                markers: Vec::new(),
+            });
+        }
+        ClusterNodes::from_nodes(lines).unwrap()
+    }
+
+    fn replication(&self, i: usize) -> ReplicationInfo {
+        let n = &self.nodes[i];
+        match &n.primary {
+            None => ReplicationInfo {
+                role: Role::Primary,
+                repl_offset: n.offset,
+                connected_replicas: 0,
+                replicas: Vec::new(),
+                primary_link: None,
+            },
+            Some(p) => {
+                let primary = self.by_id(p).map(|j| &self.nodes[j]);
+                let (host, port, poff) = primary
+                    .map(|p| (p.addr.ip.to_string(), p.addr.port, p.offset))
+                    .unwrap_or_default();
+                ReplicationInfo {
+                    role: Role::Replica,
+                    repl_offset: poff - n.lag,
+                    connected_replicas: 0,
+                    replicas: Vec::new(),
+                    primary_link: Some(PrimaryLink {
+                        host,
+                        port,
+                        link_up: n.link_up && primary.is_some_and(|p| p.alive),
+                        sync_in_progress: n.syncing > 0,
+                        repl_offset: poff - n.lag,
+                        last_io_seconds_ago: Some(0),
+                    }),
+                }
+            }
+        }
+    }
+
+    fn keys(&self, i: usize) -> u64 {
+        let n = &self.nodes[i];
+        u64::from(n.holds.intersection(&self.written).len()) + n.stray_keys
+    }
+
+    fn observe(&mut self) -> ObservedCluster {
+        let mut members = Vec::new();
+        for (r, &i) in &self.current {
+            let n = &self.nodes[i];
+            let state = if n.alive {
+                let report = NodeReport {
+                    nodes: self.view(i),
+                    replication: self.replication(i),
+                    slot_migrations: self
+                        .jobs
+                        .iter()
+                        .filter(|j| j.source == n.id || j.target == n.id)
+                        .map(|j| SlotMigration {
+                            name: "job".into(),
+                            operation: if j.source == n.id {
+                                MigrationOperation::Export
+                            } else {
+                                MigrationOperation::Import
+                            },
+                            slots: j.slots.clone(),
+                            source: j.source.clone(),
+                            target: j.target.clone(),
+                            state: MigrationState::Running("snapshotting".into()),
+                            message: String::new(),
+                            create_time: None,
+                            remaining_repl_size: None,
+                        })
+                        .collect(),
+                    keys: self.keys(i),
+                    config: n.config.clone(),
+                };
+                MemberState::Reachable(Box::new(report))
+            } else {
+                MemberState::Unreachable {
+                    reason: "connection refused".into(),
+                }
+            };
+            members.push(ObservedMember {
+                member: *r,
+                addr: Some(n.addr),
+                known_node_id: if self.track_ids {
+                    self.recorded.get(r).cloned()
+                } else {
+                    None
+                },
+                state,
+            });
+        }
+        // The operator records what reachable members report.
+        for (r, &i) in &self.current {
+            if self.nodes[i].alive {
+                self.recorded.insert(*r, self.nodes[i].id.clone());
+            }
+        }
+        ObservedCluster { members }
+    }
+
+    // ---- applying actions, with Valkey's rules and the planner's promises ----
+
+    fn apply(&mut self, action: &Action, opts: &PlannerOptions) {
+        self.log.push(action.to_string());
+        let on = self.idx(action.on());
+        assert!(self.nodes[on].alive, "{action}: sent to a dead member");
+        match action {
+            Action::Meet {
+                ip, port, bus_port, ..
+            } => {
+                let addr = MemberAddr {
+                    ip: *ip,
+                    port: *port,
+                    bus_port: *bus_port,
+                };
+                self.nodes[on].pending_meets.push(addr);
+            }
+            Action::AddSlotsRange { ranges, .. } => {
+                assert!(self.nodes[on].primary.is_none(), "{action}: not a primary");
+                for (k, n) in self.nodes.iter().enumerate() {
+                    // A dead node nobody knows any more serves nothing.
+                    if !n.alive
+                        && !self
+                            .nodes
+                            .iter()
+                            .any(|x| x.alive && x.knows.contains_key(&n.id))
+                    {
+                        continue;
+                    }
+                    let _ = k;
+                    assert!(
+                        n.slots.is_disjoint(ranges),
+                        "{action}: slots already served by {}",
+                        n.id.short()
+                    );
+                }
+                let n = &mut self.nodes[on];
+                n.slots = n.slots.union(ranges);
+                n.holds = n.holds.union(ranges);
+            }
+            Action::Replicate { primary_id, .. } => {
+                let n = &self.nodes[on];
+                assert!(n.slots.is_empty(), "{action}: node serves slots");
+                assert!(
+                    n.primary.is_some() || self.keys(on) == 0,
+                    "{action}: a primary with keys cannot replicate"
+                );
+                assert!(n.knows.contains_key(primary_id), "{action}: unknown node");
+                let p = self.by_id(primary_id).unwrap();
+                assert!(
+                    self.nodes[p].primary.is_none(),
+                    "{action}: target is not a primary"
+                );
+                let (holds, offset) = (self.nodes[p].holds.clone(), self.nodes[p].offset);
+                let n = &mut self.nodes[on];
+                n.primary = Some(primary_id.clone());
+                n.holds = holds;
+                n.offset = offset;
+                n.stray_keys = 0;
+                n.link_up = false;
+                n.syncing = 1;
+            }
+            Action::Forget { node_id, .. } => {
+                let n = &mut self.nodes[on];
+                assert_ne!(&n.id, node_id, "{action}: can't forget myself");
+                assert_ne!(
+                    n.primary.as_ref(),
+                    Some(node_id),
+                    "{action}: can't forget my master"
+                );
+                assert!(n.knows.remove(node_id).is_some(), "{action}: unknown node");
+                n.banned.insert(node_id.clone(), BAN_TICKS);
+            }
+            Action::Failover { mode, .. } => {
+                assert_eq!(*mode, FailoverMode::Default);
+                let info = self.replication(on);
+                let link = info.primary_link.clone().expect("failover on a replica");
+                let p = self
+                    .by_id(self.nodes[on].primary.as_ref().unwrap())
+                    .unwrap();
+                let primary_info = self.replication(p);
+                assert!(
+                    replica_sync(&primary_info, &info, opts.max_replica_lag_bytes).is_in_sync(),
+                    "{action}: replica not in sync ({link:?})"
+                );
+                self.promote(on, p);
+            }
+            Action::MigrateSlots {
+                ranges, target_id, ..
+            } => {
+                assert!(
+                    ranges.is_subset(&self.nodes[on].slots),
+                    "{action}: source does not serve them"
+                );
+                let t = self.by_id(target_id).expect("known target");
+                assert!(
+                    self.nodes[t].alive && self.nodes[t].primary.is_none(),
+                    "{action}: target not a live primary"
+                );
+                assert!(
+                    self.nodes[on].knows.contains_key(target_id),
+                    "{action}: target unknown to source"
+                );
+                let source = self.nodes[on].id.clone();
+                assert!(
+                    !self.jobs.iter().any(|j| j.source == source
+                        || j.target == source
+                        || &j.target == target_id
+                        || &j.source == target_id),
+                    "{action}: node already in a running job"
+                );
+                self.jobs.push(Job {
+                    source,
+                    target: target_id.clone(),
+                    slots: ranges.clone(),
+                    ticks_left: 1,
+                });
+            }
+            Action::ResetNode { .. } => {
+                assert!(
+                    self.nodes[on].slots.is_empty() && self.keys(on) == 0,
+                    "{action}: reset of a node with data"
+                );
+                let n = &mut self.nodes[on];
+                n.knows.clear();
+                n.primary = None;
+                n.holds = SlotSet::new();
+            }
+            Action::ConfigSet { key, value, .. } => {
+                self.nodes[on].config.insert(key.clone(), value.clone());
+            }
+        }
+    }
+
+    /// Replica `r` takes over from primary `p`.
+    fn promote(&mut self, r: usize, p: usize) {
+        let slots = std::mem::take(&mut self.nodes[p].slots);
+        let new_id = self.nodes[r].id.clone();
+        let old_id = self.nodes[p].id.clone();
+        {
+            let n = &mut self.nodes[r];
+            n.slots = slots;
+            n.primary = None;
+            n.lag = 0;
+        }
+        for i in 0..self.nodes.len() {
+            if i != r && self.nodes[i].primary.as_ref() == Some(&old_id) {
+                self.nodes[i].primary = Some(new_id.clone());
+            }
+        }
+        if self.nodes[p].alive {
+            self.nodes[p].primary = Some(new_id);
+            self.nodes[p].link_up = true;
+        } else {
+            self.nodes[p].demoted_to = Some(new_id);
+        }
+    }
+
+    fn component(&self, i: usize) -> BTreeSet<NodeId> {
+        let mut seen: BTreeSet<NodeId> = BTreeSet::new();
+        let mut todo = vec![i];
+        while let Some(k) = todo.pop() {
+            if !seen.insert(self.nodes[k].id.clone()) {
+                continue;
+            }
+            for id in self.nodes[k].knows.keys() {
+                if let Some(j) = self.by_id(id) {
+                    if self.nodes[j].alive {
+                        todo.push(j);
+                    }
+                }
+            }
+        }
+        seen
+    }
+
+    fn component_slots(&self, i: usize) -> SlotSet {
+        self.component(i)
+            .iter()
+            .filter_map(|id| self.by_id(id))
+            .fold(SlotSet::new(), |acc, j| acc.union(&self.nodes[j].slots))
+    }
+
+    /// Time passes: handshakes complete, gossip spreads, jobs finish, failures are
+    /// detected, Valkey promotes replicas of dead primaries.
+    fn tick(&mut self) {
+        // Handshakes.
+        for i in 0..self.nodes.len() {
+            let meets = std::mem::take(&mut self.nodes[i].pending_meets);
+            if !self.nodes[i].alive {
+                continue;
+            }
+            for addr in meets {
+                let Some(t) = self.by_addr(&addr) else {
+                    continue;
+                };
+                if t == i {
+                    continue;
+                }
+                let (a, b) = (self.nodes[i].id.clone(), self.nodes[t].id.clone());
+                let mine = self.component(i);
+                if !mine.contains(&b) {
+                    assert!(
+                        self.component_slots(i).is_empty() || self.component_slots(t).is_empty(),
+                        "MEET merged two clusters that both serve slots\n{}",
+                        self.log.join("\n")
+                    );
+                }
+                let (addr_a, addr_b) = (self.nodes[i].addr, self.nodes[t].addr);
+                self.nodes[i].knows.insert(b.clone(), addr_b);
+                self.nodes[t].knows.insert(a.clone(), addr_a);
+                // Both now ping everyone they know, and gossip about failing nodes
+                // carries the new addresses: peers update them.
+                for n in self.nodes.iter_mut() {
+                    if let Some(known) = n.knows.get_mut(&b) {
+                        *known = addr_b;
+                    }
+                    if let Some(known) = n.knows.get_mut(&a) {
+                        *known = addr_a;
+                    }
+                }
+            }
+        }
+        // Stale views settle: a returning old primary becomes a replica.
+        for n in &mut self.nodes {
+            n.stale_self = None;
+        }
+        // Gossip: each live node learns the live nodes its live peers know, unless banned.
+        for _ in 0..3 {
+            let snapshot = self.nodes.clone();
+            for (i, n) in self.nodes.iter_mut().enumerate() {
+                if !n.alive {
+                    continue;
+                }
+                for k in snapshot[i].knows.keys() {
+                    let Some(j) = snapshot.iter().position(|x| &x.id == k) else {
+                        continue;
+                    };
+                    if !snapshot[j].alive {
+                        continue;
+                    }
+                    let mut learnt: Vec<(NodeId, MemberAddr)> = snapshot[j]
+                        .knows
+                        .iter()
+                        .filter(|(x, _)| snapshot.iter().any(|y| &y.id == *x && y.alive))
+                        .map(|(x, ad)| (x.clone(), *ad))
+                        .collect();
+                    learnt.push((snapshot[j].id.clone(), snapshot[j].addr));
+                    for (x, ad) in learnt {
+                        if x != n.id && !n.banned.contains_key(&x) {
+                            n.knows.entry(x).or_insert(ad);
+                        }
+                    }
+                }
+            }
+        }
+        for n in &mut self.nodes {
+            n.banned.retain(|_, t| {
+                *t -= 1;
+                *t > 0
+            });
+        }
+        // Replication catches up.
+        for i in 0..self.nodes.len() {
+            let n = &self.nodes[i];
+            if !n.alive {
+                continue;
+            }
+            if let Some(p) = n.primary.clone().and_then(|p| self.by_id(&p)) {
+                let (holds, offset, alive) = (
+                    self.nodes[p].holds.clone(),
+                    self.nodes[p].offset,
+                    self.nodes[p].alive,
+                );
+                let n = &mut self.nodes[i];
+                if alive {
+                    if n.syncing > 0 {
+                        n.syncing -= 1;
+                    } else {
+                        n.link_up = true;
+                        n.holds = holds;
+                        n.offset = offset;
+                    }
+                } else {
+                    n.link_up = false;
+                }
+            }
+        }
+        // Jobs finish.
+        let mut done = Vec::new();
+        for (k, j) in self.jobs.iter_mut().enumerate() {
+            if j.ticks_left == 0 {
+                done.push(k);
+            } else {
+                j.ticks_left -= 1;
+            }
+        }
+        for k in done.into_iter().rev() {
+            let j = self.jobs.remove(k);
+            let (s, t) = (
+                self.by_id(&j.source).unwrap(),
+                self.by_id(&j.target).unwrap(),
+            );
+            self.nodes[s].slots = self.nodes[s].slots.difference(&j.slots);
+            self.nodes[s].holds = self.nodes[s].holds.difference(&j.slots);
+            self.nodes[t].slots = self.nodes[t].slots.union(&j.slots);
+            self.nodes[t].holds = self.nodes[t].holds.union(&j.slots);
+            for r in 0..self.nodes.len() {
+                if self.nodes[r].primary.as_ref() == Some(&self.nodes[t].id)
+                    && self.nodes[r].link_up
+                {
+                    self.nodes[r].holds = self.nodes[t].holds.clone();
+                }
+                if self.nodes[r].primary.as_ref() == Some(&self.nodes[s].id)
+                    && self.nodes[r].link_up
+                {
+                    self.nodes[r].holds = self.nodes[s].holds.clone();
+                }
+            }
+        }
+        // Failure detection and Valkey's own failover.
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].alive {
+                continue;
+            }
+            self.nodes[i].dead_ticks += 1;
+            if self.nodes[i].dead_ticks >= 2 && !self.nodes[i].slots.is_empty() {
+                let old = self.nodes[i].id.clone();
+                let heir = (0..self.nodes.len()).find(|&r| {
+                    let n = &self.nodes[r];
+                    n.alive
+                        && n.primary.as_ref() == Some(&old)
+                        && n.holds.is_superset_of(&self.nodes[i].slots)
+                });
+                if let Some(r) = heir {
+                    self.promote(r, i);
+                }
+            }
+        }
+    }
+
+    fn check_no_loss(&self) {
+        if self.loss_allowed {
+            return;
+        }
+        for n in self.nodes.iter().filter(|n| n.alive && n.primary.is_none()) {
+            let should = n.slots.intersection(&self.written);
+            assert!(
+                should.is_subset(&n.holds),
+                "data lost: {} serves {} but holds only {}\n{}",
+                n.id.short(),
+                should,
+                n.holds,
+                self.log.join("\n")
+            );
+        }
+    }
+}
+
+trait Superset {
+    fn is_superset_of(&self, other: &SlotSet) -> bool;
+}
+impl Superset for SlotSet {
+    fn is_superset_of(&self, other: &SlotSet) -> bool {
+        other.is_subset(self)
+    }
+}
+
+fn desired(shards: u32, replicas: u32) -> DesiredCluster {
+    DesiredCluster {
+        shards: (0..shards)
+            .map(|s| DesiredShard::with_members(s, replicas + 1))
+            .collect(),
+        config: BTreeMap::new(),
+    }
+}
+
+/// Plans, applies and ticks until the plan is converged and the cluster healthy.
+/// Returns every plan made.
+fn converge(sim: &mut Sim, want: &DesiredCluster, rounds: usize) -> Vec<Plan> {
+    let opts = PlannerOptions::default();
+    let mut plans = Vec::new();
+    for _ in 0..rounds {
+        let observed = sim.observe();
+        let plan = next_actions(want, &observed, &opts).unwrap();
+        let h = health(want, &observed, &opts).unwrap();
+        if plan.is_converged() && h.is_ready() {
+            plans.push(plan);
+            sim.check_no_loss();
+            return plans;
+        }
+        for action in &plan.actions {
+            sim.apply(action, &opts);
+        }
+        for r in &plan.removable {
+            sim.delete(*r);
+        }
+        plans.push(plan);
+        sim.tick();
+        sim.check_no_loss();
+    }
+    let observed = sim.observe();
+    panic!(
+        "did not converge in {rounds} rounds.\nlast plan: {:#?}\nhealth: {:#?}\nlog:\n{}",
+        plans.last(),
+        health(want, &observed, &opts).unwrap(),
+        sim.log.join("\n")
+    );
+}
+
+fn plan_of(sim: &mut Sim, want: &DesiredCluster) -> Plan {
+    let observed = sim.observe();
+    next_actions(want, &observed, &PlannerOptions::default()).unwrap()
+}
+
+/// Checks the end state: balanced slots, each desired shard served by one of its
+/// members with every other member following it.
+fn assert_topology(sim: &Sim, want: &DesiredCluster) {
+    let mut total = SlotSet::new();
+    let n = want.shards.len() as u32;
+    for shard in &want.shards {
+        let members: Vec<&SimNode> = shard
+            .members
+            .iter()
+            .map(|m| {
+                sim.node(MemberRef {
+                    shard: shard.index,
+                    member: m.index,
+                })
+            })
+            .collect();
+        let primaries: Vec<&&SimNode> = members.iter().filter(|m| m.primary.is_none()).collect();
+        assert_eq!(primaries.len(), 1, "shard {} primaries", shard.index);
+        let p = primaries[0];
+        let count = p.slots.len();
+        assert!(
+            count == 16384 / n || count == 16384 / n + 1,
+            "shard {} has {count} slots",
+            shard.index
+        );
+        assert!(total.is_disjoint(&p.slots));
+        total = total.union(&p.slots);
+        for m in &members {
+            if m.id != p.id {
+                assert_eq!(m.primary.as_ref(), Some(&p.id));
+            }
+        }
+        if let Some(want_primary) = shard.primary {
+            assert_eq!(p.member.member, want_primary);
+        }
+    }
+    assert!(total.is_full());
+}
+
+fn kinds(plan: &Plan) -> Vec<&'static str> {
+    plan.actions.iter().map(Action::kind).collect()
+}
+
+// ---------------------------------------------------------------- bootstrap
+
+#[test]
+fn bootstrap_meets_every_member_from_shard_zero_member_zero_by_ip() {
+    let mut sim = Sim::cluster(3, 1);
+    let plan = plan_of(&mut sim, &desired(3, 1));
+    let meets: Vec<&Action> = plan.actions.iter().filter(|a| a.kind() == "Meet").collect();
+    assert_eq!(meets.len(), 5);
+    for m in meets {
+        assert_eq!(m.on(), MemberRef::new(0, 0));
+    }
+    // Nothing else before the members have met.
+    assert_eq!(kinds(&plan), vec!["Meet"; 5]);
+}
+
+#[test]
+fn bootstrap_waits_for_handshakes_before_anything_else() {
+    let mut sim = Sim::cluster(2, 1);
+    let want = desired(2, 1);
+    let plan = plan_of(&mut sim, &want);
+    for a in &plan.actions {
+        sim.apply(a, &PlannerOptions::default());
+    }
+    let plan = plan_of(&mut sim, &want);
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+    assert!(plan.waiting.iter().any(|w| w.reason() == "WaitingForMeet"));
+}
+
+#[test]
+fn bootstrap_adds_slots_evenly_to_member_zero_and_replicates_the_others() {
+    let mut sim = Sim::cluster(3, 1);
+    let want = desired(3, 1);
+    let plans = converge(&mut sim, &want, 20);
+    let adds: Vec<(MemberRef, SlotSet)> = plans
+        .iter()
+        .flat_map(|p| p.actions.iter())
+        .filter_map(|a| match a {
+            Action::AddSlotsRange { on, ranges } => Some((*on, ranges.clone())),
+            _ => None,
+        })
+        .collect();
+    let split = slots::even_split(3).unwrap();
+    assert_eq!(
+        adds,
+        (0..3)
+            .map(|s| (MemberRef::new(s, 0), SlotSet::from_range(split[s as usize])))
+            .collect::<Vec<_>>()
+    );
+    let replicates: Vec<MemberRef> = plans
+        .iter()
+        .flat_map(|p| p.actions.iter())
+        .filter(|a| a.kind() == "Replicate")
+        .map(Action::on)
+        .collect();
+    assert_eq!(
+        replicates,
+        vec![
+            MemberRef::new(0, 1),
+            MemberRef::new(1, 1),
+            MemberRef::new(2, 1)
+        ]
+    );
+    assert_topology(&sim, &want);
+    assert!(plans.len() <= 6, "bootstrap took {} rounds", plans.len());
+}
+
+#[test]
+fn bootstrap_waits_for_every_reachable_member_to_join_before_adding_slots() {
+    let mut sim = Sim::cluster(2, 0);
+    let want = desired(2, 0);
+    let observed = sim.observe();
+    let plan = next_actions(&want, &observed, &PlannerOptions::default()).unwrap();
+    assert!(!kinds(&plan).contains(&"AddSlotsRange"));
+}
+
+#[test]
+fn an_interrupted_bootstrap_finishes_the_same_split() {
+    let mut sim = Sim::cluster(3, 0);
+    let want = desired(3, 0);
+    // Meet, then only shard 0's slots got added before the operator was cut off.
+    for _ in 0..2 {
+        let plan = plan_of(&mut sim, &want);
+        for a in plan.actions.iter().filter(|a| a.kind() == "Meet") {
+            sim.apply(a, &PlannerOptions::default());
+        }
+        sim.tick();
+    }
+    let plan = plan_of(&mut sim, &want);
+    let first_add = plan
+        .actions
+        .iter()
+        .find(|a| a.kind() == "AddSlotsRange")
+        .unwrap()
+        .clone();
+    sim.apply(&first_add, &PlannerOptions::default());
+    sim.tick();
+    converge(&mut sim, &want, 20);
+    let split = slots::even_split(3).unwrap();
+    for s in 0..3 {
+        assert_eq!(
+            sim.node(MemberRef::new(s, 0)).slots,
+            SlotSet::from_range(split[s as usize])
+        );
+    }
+}
+
+#[test]
+fn a_desired_member_that_is_down_at_bootstrap_holds_its_shard_but_not_the_others() {
+    let mut sim = Sim::cluster(2, 0);
+    sim.kill(MemberRef::new(1, 0));
+    let want = desired(2, 0);
+    let mut saw_primary_wait = false;
+    for _ in 0..6 {
+        let plan = plan_of(&mut sim, &want);
+        saw_primary_wait |= plan
+            .waiting
+            .iter()
+            .any(|w| matches!(w, Wait::WaitingForPrimary { shard } if shard.0 == 1));
+        for a in &plan.actions {
+            sim.apply(a, &PlannerOptions::default());
+        }
+        sim.tick();
+    }
+    assert!(saw_primary_wait);
+    assert!(sim.node(MemberRef::new(1, 0)).slots.is_empty());
+    sim.restart(MemberRef::new(1, 0));
+    converge(&mut sim, &want, 20);
+    assert_topology(&sim, &want);
+}
+
+// ---------------------------------------------------------------- recovery
+
+fn healthy(shards: u32, replicas: u32) -> (Sim, DesiredCluster) {
+    let mut sim = Sim::cluster(shards, replicas);
+    let want = desired(shards, replicas);
+    converge(&mut sim, &want, 30);
+    sim.write_everything();
+    sim.tick();
+    (sim, want)
+}
+
+#[test]
+fn a_converged_cluster_gets_no_action() {
+    let (mut sim, want) = healthy(3, 1);
+    let plan = plan_of(&mut sim, &want);
+    assert!(plan.is_converged(), "{plan:#?}");
+    let h = health(&want, &sim.observe(), &PlannerOptions::default()).unwrap();
+    assert!(h.is_ready(), "{h:#?}");
+    assert_eq!(h.ready_shards, 3);
+}
+
+#[test]
+fn a_member_whose_ip_changed_is_met_again_at_its_new_address() {
+    let (mut sim, want) = healthy(3, 1);
+    // Every node now has the old address in its view.
+    sim.move_ip(MemberRef::new(1, 1));
+    let new_addr = sim.node(MemberRef::new(1, 1)).addr;
+    let plan = plan_of(&mut sim, &want);
+    assert!(plan.actions.contains(&Action::Meet {
+        on: MemberRef::new(0, 0),
+        ip: new_addr.ip,
+        port: new_addr.port,
+        bus_port: new_addr.bus_port,
+    }));
+}
+
+#[test]
+fn a_recreated_empty_replica_is_met_attached_and_its_old_id_forgotten_everywhere() {
+    let (mut sim, want) = healthy(3, 1);
+    let old = sim.node(MemberRef::new(2, 1)).id.clone();
+    sim.recreate(MemberRef::new(2, 1));
+    let plans = converge(&mut sim, &want, 20);
+    let forgets: Vec<MemberRef> = plans
+        .iter()
+        .flat_map(|p| p.actions.iter())
+        .filter_map(|a| match a {
+            Action::Forget { on, node_id } if *node_id == old => Some(*on),
+            _ => None,
+        })
+        .collect();
+    // All five other members forget the old id, in the same plan.
+    assert_eq!(forgets.len(), 5);
+    let plan_with_forgets = plans
+        .iter()
+        .filter(|p| p.actions.iter().any(|a| a.kind() == "Forget"))
+        .count();
+    assert_eq!(plan_with_forgets, 1);
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn a_dead_node_nobody_claims_is_forgotten_only_once_marked_failed() {
+    let (mut sim, want) = healthy(2, 1);
+    sim.track_ids = false;
+    // The replica's pod is replaced; the old process is not yet known to be dead.
+    let old = sim.node(MemberRef::new(0, 1)).id.clone();
+    let i = sim.idx(MemberRef::new(0, 1));
+    sim.nodes[i].alive = false;
+    sim.nodes[i].dead_ticks = 0;
+    sim.add(MemberRef::new(0, 1));
+    let plan = plan_of(&mut sim, &want);
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Forget { node_id, .. } if *node_id == old))
+    );
+    assert!(plan.waiting.contains(&Wait::WaitingForFailureDetection {
+        node_id: old.clone()
+    }));
+    converge(&mut sim, &want, 20);
+    assert!(
+        sim.nodes
+            .iter()
+            .filter(|n| n.alive)
+            .all(|n| !n.knows.contains_key(&old))
+    );
+}
+
+#[test]
+fn a_killed_primary_that_returns_with_its_data_rejoins_as_a_replica() {
+    let (mut sim, want) = healthy(3, 1);
+    let m0 = MemberRef::new(1, 0);
+    sim.kill(m0);
+    // Valkey fails over on its own; the planner only waits meanwhile.
+    let plan = plan_of(&mut sim, &want);
+    assert!(
+        !plan.actions.iter().any(|a| a.kind() != "ConfigSet"),
+        "{:?}",
+        plan.actions
+    );
+    assert!(
+        plan.waiting
+            .iter()
+            .any(|w| w.reason() == "WaitingForFailover")
+    );
+    sim.tick();
+    sim.tick();
+    assert!(sim.node(MemberRef::new(1, 1)).primary.is_none());
+    sim.restart(m0);
+    // Its stale view must not be acted on.
+    let plan = plan_of(&mut sim, &want);
+    assert!(
+        plan.actions.iter().all(|a| a.on() != m0),
+        "{:?}",
+        plan.actions
+    );
+    assert!(
+        plan.waiting
+            .iter()
+            .any(|w| w.reason() == "WaitingForViewsToAgree")
+    );
+    converge(&mut sim, &want, 20);
+    let new_primary = sim.node(MemberRef::new(1, 1)).id.clone();
+    assert_eq!(sim.node(m0).primary.as_ref(), Some(&new_primary));
+}
+
+#[test]
+fn a_killed_primary_that_returns_empty_joins_as_a_replica_of_the_promoted_one() {
+    let (mut sim, want) = healthy(3, 1);
+    let m0 = MemberRef::new(0, 0);
+    sim.kill(m0);
+    sim.tick();
+    sim.tick();
+    sim.recreate(m0);
+    let plans = converge(&mut sim, &want, 20);
+    assert!(
+        plans
+            .iter()
+            .flat_map(|p| &p.actions)
+            .any(|a| matches!(a, Action::Replicate { on, .. } if *on == m0))
+    );
+    let promoted = sim.node(MemberRef::new(0, 1)).id.clone();
+    assert_eq!(sim.node(m0).primary.as_ref(), Some(&promoted));
+}
+
+#[test]
+fn an_unreachable_member_with_an_unknown_id_is_not_forgotten_by_address() {
+    let (mut sim, want) = healthy(2, 1);
+    sim.track_ids = false;
+    let m = MemberRef::new(1, 1);
+    let old = sim.node(m).id.clone();
+    sim.kill(m);
+    for _ in 0..4 {
+        let plan = plan_of(&mut sim, &want);
+        assert!(
+            !plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Forget { node_id, .. } if *node_id == old))
+        );
+        sim.tick();
+    }
+}
+
+#[test]
+fn a_replaced_primary_without_replicas_has_its_lost_slots_given_to_its_new_self() {
+    let (mut sim, want) = healthy(2, 0);
+    sim.loss_allowed = true;
+    let m = MemberRef::new(1, 0);
+    let lost = sim.node(m).slots.clone();
+    sim.recreate(m);
+    converge(&mut sim, &want, 20);
+    assert_eq!(sim.node(m).slots, lost);
+}
+
+#[test]
+fn a_slot_owner_nobody_claims_blocks_instead_of_being_forgotten() {
+    let (mut sim, want) = healthy(2, 0);
+    sim.track_ids = false;
+    sim.recorded.clear();
+    let m = MemberRef::new(1, 0);
+    let old = sim.node(m).id.clone();
+    // Its pod is gone for good and a new one came up elsewhere: nothing proves the
+    // old node is this member's former self, so its slots are not given up.
+    let i = sim.idx(m);
+    sim.nodes[i].alive = false;
+    sim.nodes[i].addr.port = 7000;
+    sim.add(m);
+    for _ in 0..4 {
+        let plan = plan_of(&mut sim, &want);
+        assert!(
+            !plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Forget { node_id, .. } if *node_id == old))
+        );
+        assert!(!plan.actions.iter().any(|a| a.kind() == "AddSlotsRange"));
+        for a in &plan.actions {
+            sim.apply(a, &PlannerOptions::default());
+        }
+        sim.tick();
+    }
+    let plan = plan_of(&mut sim, &want);
+    assert!(plan.is_blocked());
+    assert!(
+        plan.waiting
+            .iter()
+            .any(|w| matches!(w, Wait::OrphanOwnsSlots { node_id, .. } if *node_id == old))
+    );
+}
+
+/// A dead node of some other cluster that serves `slots` (nobody here knows it).
+fn stranger(sim: &mut Sim, slots: SlotSet) -> NodeId {
+    let id = sim.fresh_id();
+    let addr = sim.fresh_addr();
+    let mut ghost = sim.nodes[0].clone();
+    ghost.id = id.clone();
+    ghost.addr = addr;
+    ghost.alive = false;
+    ghost.dead_ticks = 5;
+    ghost.slots = slots;
+    ghost.knows = BTreeMap::new();
+    ghost.member = MemberRef::new(99, 99);
+    sim.nodes.push(ghost);
+    id
+}
+
+/// Makes the cluster forget member `m` entirely, as if it had been removed.
+fn forgotten_by_everyone(sim: &mut Sim, m: MemberRef) {
+    let me = sim.node(m).id.clone();
+    for n in sim.nodes.iter_mut() {
+        n.knows.remove(&me);
+    }
+    sim.recorded.remove(&m);
+}
+
+#[test]
+fn an_empty_member_with_a_view_of_another_cluster_is_reset_then_met() {
+    let (mut sim, want) = healthy(2, 1);
+    let m = MemberRef::new(1, 1);
+    forgotten_by_everyone(&mut sim, m);
+    // It knows a node of an old cluster that served slots.
+    let old = stranger(
+        &mut sim,
+        SlotSet::from_range(SlotRange::from_numbers(0, 10).unwrap()),
+    );
+    let i = sim.idx(m);
+    let addr = sim.nodes.last().unwrap().addr;
+    sim.nodes[i].knows = [(old, addr)].into_iter().collect();
+    sim.nodes[i].primary = None;
+    sim.nodes[i].holds = SlotSet::new();
+    let plan = plan_of(&mut sim, &want);
+    assert!(
+        plan.actions.contains(&Action::ResetNode {
+            on: m,
+            mode: ResetMode::Soft
+        }),
+        "{:?}",
+        plan.actions
+    );
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Meet { ip, .. } if *ip == sim.node(m).addr.ip))
+    );
+    converge(&mut sim, &want, 20);
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn a_member_with_data_of_another_cluster_is_never_merged() {
+    let (mut sim, want) = healthy(2, 0);
+    // Member 1/0 split off on its own, still serving its slots and holding keys.
+    let m = MemberRef::new(1, 0);
+    forgotten_by_everyone(&mut sim, m);
+    let i = sim.idx(m);
+    sim.nodes[i].knows = BTreeMap::new();
+    sim.nodes[i].stray_keys = 10;
+    for _ in 0..3 {
+        let plan = plan_of(&mut sim, &want);
+        let addr = sim.node(m).addr;
+        assert!(
+            !plan.actions.iter().any(|a| a.on() == m),
+            "{:?}",
+            plan.actions
+        );
+        assert!(
+            !plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Meet { ip, .. } if *ip == addr.ip))
+        );
+        assert!(!plan.actions.iter().any(|a| a.kind() == "AddSlotsRange"));
+        assert!(plan.waiting.contains(&Wait::SeparateCluster { member: m }));
+        for a in &plan.actions {
+            sim.apply(a, &PlannerOptions::default());
+        }
+        sim.tick();
+    }
+}
+
+#[test]
+fn a_primary_without_slots_holding_keys_is_not_replicated_over() {
+    let (mut sim, want) = healthy(1, 1);
+    let r = MemberRef::new(0, 1);
+    let i = sim.idx(r);
+    sim.nodes[i].primary = None;
+    sim.nodes[i].stray_keys = 5;
+    sim.tick();
+    let plan = plan_of(&mut sim, &want);
+    assert!(!plan.actions.iter().any(|a| a.kind() == "Replicate"));
+    assert!(plan.waiting.contains(&Wait::MemberHoldsKeys { member: r }));
+}
+
+// ---------------------------------------------------------------- replicas
+
+#[test]
+fn scaling_replicas_up_attaches_the_new_members() {
+    let (mut sim, _) = healthy(3, 1);
+    let want = desired(3, 2);
+    for s in 0..3 {
+        sim.add(MemberRef::new(s, 2));
+    }
+    converge(&mut sim, &want, 20);
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn scaling_replicas_down_removes_replicas_without_touching_primaries() {
+    let (mut sim, _) = healthy(3, 2);
+    let want = desired(3, 1);
+    let plans = converge(&mut sim, &want, 20);
+    assert!(
+        !plans
+            .iter()
+            .flat_map(|p| &p.actions)
+            .any(|a| a.kind() == "Failover")
+    );
+    let removed: BTreeSet<MemberRef> = plans
+        .iter()
+        .flat_map(|p| p.removable.iter().copied())
+        .collect();
+    assert_eq!(removed, (0..3).map(|s| MemberRef::new(s, 2)).collect());
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn a_leaving_live_primary_hands_over_to_an_in_sync_replica_before_removal() {
+    let (mut sim, _) = healthy(2, 2);
+    // Shard 1 fails over so that member 2 is its primary; then replicas go 2 -> 1.
+    let m2 = MemberRef::new(1, 2);
+    let m0 = sim.idx(MemberRef::new(1, 0));
+    let m2i = sim.idx(m2);
+    sim.promote(m2i, m0);
+    sim.tick();
+    let want = desired(2, 1);
+    let plan = plan_of(&mut sim, &want);
+    assert!(
+        !plan.removable.contains(&m2),
+        "removable while it is the live primary"
+    );
+    let failover = plan
+        .actions
+        .iter()
+        .find(|a| a.kind() == "Failover")
+        .unwrap();
+    assert_eq!(failover.on(), MemberRef::new(1, 0));
+    converge(&mut sim, &want, 20);
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn the_failover_target_follows_the_callers_preference() {
+    let (mut sim, _) = healthy(1, 2);
+    let m0 = sim.idx(MemberRef::new(0, 0));
+    let m2 = sim.idx(MemberRef::new(0, 2));
+    sim.promote(m2, m0);
+    sim.tick();
+    // Member 2 leaves; the operator prefers member 1 over member 0.
+    let mut want = desired(1, 1);
+    want.shards[0].failover_preference = vec![MemberIndex(1), MemberIndex(0)];
+    let plan = plan_of(&mut sim, &want);
+    let failover = plan
+        .actions
+        .iter()
+        .find(|a| a.kind() == "Failover")
+        .unwrap();
+    assert_eq!(failover.on(), MemberRef::new(0, 1));
+}
+
+#[test]
+fn a_leaving_primary_with_no_in_sync_replica_is_kept() {
+    let (mut sim, _) = healthy(1, 1);
+    let m0 = sim.idx(MemberRef::new(0, 0));
+    let m1 = sim.idx(MemberRef::new(0, 1));
+    sim.promote(m1, m0);
+    sim.tick();
+    sim.tick();
+    // Replicas go 1 -> 0 while the remaining member 0 is far behind.
+    sim.nodes[m0].lag = 50 * 1024 * 1024;
+    let want = desired(1, 0);
+    let plan = plan_of(&mut sim, &want);
+    assert!(!plan.actions.iter().any(|a| a.kind() == "Failover"));
+    assert!(plan.removable.is_empty());
+    assert!(plan.waiting.contains(&Wait::WaitingForSync {
+        shard: ShardIndex(0),
+        member: MemberRef::new(0, 0)
+    }));
+}
+
+// ---------------------------------------------------------------- planned failover
+
+#[test]
+fn a_planned_failover_goes_to_the_desired_member_once_in_sync() {
+    let (mut sim, mut want) = healthy(3, 1);
+    want.shards[1].primary = Some(MemberIndex(1));
+    let r = sim.idx(MemberRef::new(1, 1));
+    sim.nodes[r].lag = 10 * 1024 * 1024;
+    let plan = plan_of(&mut sim, &want);
+    assert!(!plan.actions.iter().any(|a| a.kind() == "Failover"));
+    assert!(plan.waiting.contains(&Wait::WaitingForSync {
+        shard: ShardIndex(1),
+        member: MemberRef::new(1, 1)
+    }));
+    let h = health(&want, &sim.observe(), &PlannerOptions::default()).unwrap();
+    assert!(h.issues.iter().any(|i| i.reason() == "PrimaryNotPreferred"));
+    sim.nodes[r].lag = 0;
+    let plans = converge(&mut sim, &want, 10);
+    let failovers: Vec<&Action> = plans
+        .iter()
+        .flat_map(|p| &p.actions)
+        .filter(|a| a.kind() == "Failover")
+        .collect();
+    assert_eq!(
+        failovers,
+        vec![&Action::Failover {
+            on: MemberRef::new(1, 1),
+            mode: FailoverMode::Default
+        }]
+    );
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn planned_failovers_go_one_shard_at_a_time() {
+    let (mut sim, mut want) = healthy(3, 1);
+    for s in &mut want.shards {
+        s.primary = Some(MemberIndex(1));
+    }
+    let plans = converge(&mut sim, &want, 20);
+    for p in &plans {
+        assert!(p.actions.iter().filter(|a| a.kind() == "Failover").count() <= 1);
+    }
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn in_sync_means_link_up_no_sync_and_offset_close() {
+    let primary = ReplicationInfo {
+        role: Role::Primary,
+        repl_offset: 10_000,
+        connected_replicas: 1,
+        replicas: vec![],
+        primary_link: None,
+    };
+    let mut replica = ReplicationInfo {
+        role: Role::Replica,
+        repl_offset: 9_990,
+        connected_replicas: 0,
+        replicas: vec![],
+        primary_link: Some(PrimaryLink {
+            host: "10.0.0.1".into(),
+            port: 6379,
+            link_up: true,
+            sync_in_progress: false,
+            repl_offset: 9_990,
+            last_io_seconds_ago: Some(0),
+        }),
+    };
+    assert_eq!(
+        replica_sync(&primary, &replica, 100),
+        ReplicaSync::InSync { lag: 10 }
+    );
+    assert_eq!(
+        replica_sync(&primary, &replica, 5),
+        ReplicaSync::Behind { lag: 10 }
+    );
+    replica.primary_link.as_mut().unwrap().sync_in_progress = true;
+    assert_eq!(replica_sync(&primary, &replica, 100), ReplicaSync::Syncing);
+    replica.primary_link.as_mut().unwrap().link_up = false;
+    assert_eq!(replica_sync(&primary, &replica, 100), ReplicaSync::LinkDown);
+    // A replica read after the primary may be ahead: no lag.
+    let mut ahead = replica.clone();
+    let link = ahead.primary_link.as_mut().unwrap();
+    link.link_up = true;
+    link.sync_in_progress = false;
+    link.repl_offset = 10_050;
+    assert_eq!(
+        replica_sync(&primary, &ahead, 0),
+        ReplicaSync::InSync { lag: 0 }
+    );
+}
+
+#[test]
+fn choosing_a_target_takes_the_first_in_sync_member_of_the_preference() {
+    let a = MemberRef::new(0, 1);
+    let b = MemberRef::new(0, 2);
+    let c = MemberRef::new(0, 3);
+    let states: BTreeMap<MemberRef, ReplicaSync> = [
+        (a, ReplicaSync::Behind { lag: 9 }),
+        (b, ReplicaSync::InSync { lag: 0 }),
+        (c, ReplicaSync::InSync { lag: 0 }),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(choose_failover_target(&[a, c, b], &states), Some(c));
+    assert_eq!(choose_failover_target(&[a], &states), None);
+}
+
+// ---------------------------------------------------------------- shards
+
+#[test]
+fn scaling_shards_out_migrates_a_balanced_share_to_the_new_shard_after_its_replicas() {
+    let (mut sim, _) = healthy(3, 1);
+    let want = desired(4, 1);
+    sim.add(MemberRef::new(3, 0));
+    sim.add(MemberRef::new(3, 1));
+    let plans = converge(&mut sim, &want, 40);
+    let mut replicated_new = false;
+    let mut moved = 0;
+    for p in &plans {
+        for a in &p.actions {
+            match a {
+                Action::Replicate { on, .. } if on.shard.0 == 3 => replicated_new = true,
+                Action::MigrateSlots { ranges, .. } => {
+                    assert!(
+                        replicated_new,
+                        "slots moved before the new shard's replica was attached"
+                    );
+                    moved += ranges.len();
+                }
+                Action::AddSlotsRange { .. } => panic!("no slot is unassigned during scale-out"),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(moved, 4096, "only the new shard's share moves");
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn nothing_moves_while_a_slot_migration_runs() {
+    let (mut sim, _) = healthy(2, 0);
+    let want = desired(3, 0);
+    sim.add(MemberRef::new(2, 0));
+    let mut saw_running = false;
+    for _ in 0..20 {
+        let observed = sim.observe();
+        let plan = next_actions(&want, &observed, &PlannerOptions::default()).unwrap();
+        if !sim.jobs.is_empty() {
+            saw_running = true;
+            assert!(
+                plan.actions
+                    .iter()
+                    .all(|a| !matches!(a.kind(), "MigrateSlots" | "Failover" | "AddSlotsRange"))
+            );
+            assert!(
+                plan.waiting
+                    .iter()
+                    .any(|w| w.reason() == "WaitingForSlotMigration")
+            );
+        }
+        for a in &plan.actions {
+            sim.apply(a, &PlannerOptions::default());
+        }
+        sim.tick();
+    }
+    assert!(saw_running);
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn scaling_shards_in_drains_slots_before_the_members_may_go() {
+    let (mut sim, _) = healthy(4, 1);
+    let want = desired(3, 1);
+    let plans = converge(&mut sim, &want, 40);
+    let mut drained = false;
+    for p in &plans {
+        if p.actions.iter().any(|a| a.kind() == "MigrateSlots") {
+            assert!(p.removable.is_empty() || drained);
+        }
+        if !p.removable.is_empty() {
+            drained = true;
+        }
+    }
+    let removed: BTreeSet<MemberRef> = plans
+        .iter()
+        .flat_map(|p| p.removable.iter().copied())
+        .collect();
+    assert_eq!(
+        removed,
+        [MemberRef::new(3, 0), MemberRef::new(3, 1)]
+            .into_iter()
+            .collect()
+    );
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn a_leaving_shards_replica_is_kept_until_the_drain_is_done() {
+    let (mut sim, _) = healthy(3, 1);
+    let want = desired(2, 1);
+    let plan = plan_of(&mut sim, &want);
+    assert!(plan.removable.is_empty(), "{:?}", plan.removable);
+    assert!(kinds(&plan).contains(&"MigrateSlots"));
+}
+
+// ---------------------------------------------------------------- settings
+
+#[test]
+fn differing_settings_are_set_live_and_member_settings_override() {
+    let (mut sim, mut want) = healthy(1, 1);
+    want.config
+        .insert("maxmemory-policy".into(), "allkeys-lru".into());
+    want.shards[0].members[1] = DesiredMember {
+        index: MemberIndex(1),
+        config: [("availability-zone".to_string(), "zone-b".to_string())]
+            .into_iter()
+            .collect(),
+    };
+    let plan = plan_of(&mut sim, &want);
+    assert_eq!(
+        plan.actions
+            .iter()
+            .filter(|a| a.kind() == "ConfigSet")
+            .count(),
+        3
+    );
+    converge(&mut sim, &want, 5);
+    assert_eq!(
+        sim.node(MemberRef::new(0, 1))
+            .config
+            .get("availability-zone")
+            .map(String::as_str),
+        Some("zone-b")
+    );
+}
+
+// ---------------------------------------------------------------- input and health
+
+#[test]
+fn contradictory_input_is_refused_with_what_is_wrong() {
+    let mut want = desired(2, 1);
+    want.shards[1].index = ShardIndex(0);
+    let observed = ObservedCluster::default();
+    assert_eq!(
+        next_actions(&want, &observed, &PlannerOptions::default()),
+        Err(PlanError::DuplicateShard {
+            shard: ShardIndex(0)
+        })
+    );
+    let mut want = desired(1, 1);
+    want.shards[0].primary = Some(MemberIndex(5));
+    assert!(matches!(
+        next_actions(&want, &observed, &PlannerOptions::default()),
+        Err(PlanError::UnknownMember { .. })
+    ));
+    let mut sim = Sim::cluster(1, 1);
+    let mut observed = sim.observe();
+    let dup = observed.members[0].clone();
+    observed.members[1].addr = dup.addr;
+    assert!(matches!(
+        next_actions(&desired(1, 1), &observed, &PlannerOptions::default()),
+        Err(PlanError::SharedAddress { .. })
+    ));
+}
+
+#[test]
+fn health_names_what_is_degraded() {
+    let (mut sim, want) = healthy(3, 1);
+    sim.kill(MemberRef::new(2, 1));
+    let h = health(&want, &sim.observe(), &PlannerOptions::default()).unwrap();
+    assert!(h.is_degraded());
+    assert!(h.issues.contains(&HealthIssue::MemberUnreachable {
+        member: MemberRef::new(2, 1)
+    }));
+    assert!(h.issues.iter().any(|i| matches!(i, HealthIssue::ReplicaMissing { member } | HealthIssue::ReplicaNotInSync { member, .. } if *member == MemberRef::new(2, 1))));
+    assert_eq!(h.ready_shards, 2);
+    sim.kill(MemberRef::new(0, 0));
+    let h = health(&want, &sim.observe(), &PlannerOptions::default()).unwrap();
+    assert!(h.issues.iter().any(|i| i.reason() == "SlotsUncovered"));
+    assert!(h.issues.contains(&HealthIssue::ShardWithoutPrimary {
+        shard: ShardIndex(0)
+    }));
+}
+
+#[test]
+fn health_of_a_fresh_cluster_is_not_ready() {
+    let mut sim = Sim::cluster(1, 0);
+    let h = health(&desired(1, 0), &sim.observe(), &PlannerOptions::default()).unwrap();
+    assert!(!h.is_ready());
+    assert_eq!(h.first_reason(), Some("SlotsUncovered"));
+}
+
+// ---------------------------------------------------------------- properties
+
+#[derive(Debug, Clone)]
+enum Event {
+    Shards(u32),
+    Replicas(u32),
+    KillPrimary(u32),
+    RecreateReplica(u32),
+    MovePrimary(u32),
+    MoveIp(u32, u32),
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        (1u32..=5).prop_map(Event::Shards),
+        (0u32..=2).prop_map(Event::Replicas),
+        (0u32..5).prop_map(Event::KillPrimary),
+        (0u32..5).prop_map(Event::RecreateReplica),
+        (0u32..5).prop_map(Event::MovePrimary),
+        ((0u32..5), (0u32..3)).prop_map(|(s, m)| Event::MoveIp(s, m)),
+    ]
+}
+
+fn desired_with(shards: u32, replicas: u32, primaries: &BTreeMap<u32, u32>) -> DesiredCluster {
+    let mut d = desired(shards, replicas);
+    for s in &mut d.shards {
+        s.primary = primaries
+            .get(&s.index.0)
+            .copied()
+            .filter(|m| *m <= replicas)
+            .map(MemberIndex);
+    }
+    d
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// From a healthy cluster, any sequence of scale changes and faults converges
+    /// back to the desired topology without losing data and without breaking a rule.
+    #[test]
+    fn any_sequence_of_changes_converges_without_loss(
+        start in (1u32..=4, 0u32..=2),
+        events in prop::collection::vec(event(), 1..6),
+    ) {
+        let (mut shards, mut replicas) = start;
+        let mut sim = Sim::cluster(shards, replicas);
+        let mut primaries: BTreeMap<u32, u32> = BTreeMap::new();
+        converge(&mut sim, &desired_with(shards, replicas, &primaries), 40);
+        sim.write_everything();
+        sim.tick();
+        for e in events {
+            match e {
+                Event::Shards(n) => {
+                    for s in shards..n {
+                        for m in 0..=replicas {
+                            sim.add(MemberRef::new(s, m));
+                        }
+                    }
+                    shards = n;
+                }
+                Event::Replicas(n) => {
+                    for s in 0..shards {
+                        for m in replicas + 1..=n {
+                            if !sim.current.contains_key(&MemberRef::new(s, m)) {
+                                sim.add(MemberRef::new(s, m));
+                            }
+                        }
+                    }
+                    replicas = n;
+                }
+                Event::KillPrimary(s) if s < shards && replicas > 0 => {
+                    let p = (0..=replicas)
+                        .map(|m| MemberRef::new(s, m))
+                        .find(|r| sim.current.contains_key(r) && sim.node(*r).primary.is_none() && !sim.node(*r).slots.is_empty());
+                    if let Some(p) = p {
+                        sim.kill(p);
+                        sim.tick();
+                        sim.tick();
+                        sim.restart(p);
+                    }
+                }
+                Event::RecreateReplica(s) if s < shards && replicas > 0 => {
+                    let r = (0..=replicas)
+                        .map(|m| MemberRef::new(s, m))
+                        .find(|r| sim.current.contains_key(r) && sim.node(*r).primary.is_some());
+                    if let Some(r) = r {
+                        sim.recreate(r);
+                    }
+                }
+                Event::MovePrimary(s) if s < shards && replicas > 0 => {
+                    primaries.insert(s, replicas);
+                }
+                Event::MoveIp(s, m) if s < shards && m <= replicas => {
+                    if sim.current.contains_key(&MemberRef::new(s, m)) {
+                        sim.move_ip(MemberRef::new(s, m));
+                    }
+                }
+                _ => {}
+            }
+            let want = desired_with(shards, replicas, &primaries);
+            converge(&mut sim, &want, 60);
+            assert_topology(&sim, &want);
+        }
+    }
+}
+
+#[test]
+fn slot_keys_route_to_the_owner_in_the_view() {
+    // A small check that the view helpers agree with the simulator's truth.
+    let (mut sim, _) = healthy(3, 0);
+    let observed = sim.observe();
+    let report = observed.members[0].report().unwrap();
+    let slot = Slot::for_key(b"foo");
+    let owner = report.nodes.owner_of(slot).unwrap();
+    let truth = sim.nodes.iter().find(|n| n.slots.contains(slot)).unwrap();
+    assert_eq!(owner.id, truth.id);
+    let _ = SlotRange::full();
+}

@@ -39,24 +39,32 @@ impl Env {
         let root = std::env::var_os("VALKEY_RS_ROOT")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."));
-        let kubeconfig = std::env::var_os("KUBECONFIG")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| testbed_dir.join("kubeconfig"));
-        let bin = |var: &str, name: &str| {
-            std::env::var_os(var)
-                .map(PathBuf::from)
-                .unwrap_or_else(|| root.join("target/release").join(name))
-        };
+        let mut env = Env::for_testbed(&root, &testbed_dir);
+        if let Some(k) = std::env::var_os("KUBECONFIG") {
+            env.kubeconfig = PathBuf::from(k);
+        }
+        if let Some(b) = std::env::var_os("OPERATOR_BIN") {
+            env.operator_bin = PathBuf::from(b);
+        }
+        if let Some(b) = std::env::var_os("TESTBED_BIN") {
+            env.testbed_bin = PathBuf::from(b);
+        }
+        Some(env)
+    }
+
+    /// The environment for the testbed in `testbed_dir`, with the binaries of
+    /// the release build under `root`.
+    pub fn for_testbed(root: &Path, testbed_dir: &Path) -> Env {
         let cache = cache_dir();
-        Some(Env {
-            operator_bin: bin("OPERATOR_BIN", "valkey-operator"),
-            testbed_bin: bin("TESTBED_BIN", "testbed"),
+        Env {
+            operator_bin: root.join("target/release/valkey-operator"),
+            testbed_bin: root.join("target/release/testbed"),
             kubectl: cache.join("bin/kube-v1.36.3/kubectl"),
             python: cache.join("venv/bin/python"),
-            root,
-            testbed_dir,
-            kubeconfig,
-        })
+            root: root.to_path_buf(),
+            testbed_dir: testbed_dir.to_path_buf(),
+            kubeconfig: testbed_dir.join("kubeconfig"),
+        }
     }
 
     /// `Env::from_env()`, or prints why the suite is skipped.

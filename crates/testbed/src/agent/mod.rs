@@ -1,0 +1,407 @@
+//! The node agent: one process that is the kubelet of every simulated node of
+//! a testbed (`testbed agent --dir DIR`).
+//!
+//! - `node`: Node registration, Lease and status heartbeats.
+//! - `worker` (+ the pure `pods`, `status`, `spec`, `probes`): the pod lifecycle.
+//! - `runtime`, `network`, `volumes`: processes, namespaces, volume folders.
+//! - `provisioner`: PersistentVolumes for StorageClass `testbed-local`.
+//! - `faults`: the fault socket and the nftables rules behind it.
+//!
+//! What is simulated: there are no images; a container whose image names
+//! valkey runs the real `valkey-server` (and its probes the real CLI); any
+//! other container runs a placeholder (`sleep infinity`, init containers exit
+//! 0) that reports Ready without probing.
+
+pub mod faults;
+pub mod network;
+pub mod node;
+pub mod pods;
+pub mod probes;
+pub mod provisioner;
+pub mod runtime;
+pub mod spec;
+pub mod status;
+pub mod volumes;
+pub mod worker;
+
+use crate::state::{NodeSpec, TestbedState};
+use faults::{FaultState, NodeHealth, Request};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use network::{Cidr, Ipam, NetError};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+
+/// Shared state of the agent.
+pub struct Agent {
+    pub client: kube::Client,
+    pub state: TestbedState,
+    pub tools: runtime::Tools,
+    pub bins: spec::Binaries,
+    /// `DIR/agent/bin`: `valkey-server` and `valkey-cli` for containers' PATH.
+    pub bin_dir: PathBuf,
+    ipam_path: PathBuf,
+    ipam: Mutex<Ipam>,
+    faults: tokio::sync::Mutex<FaultState>,
+    health: BTreeMap<String, watch::Sender<NodeHealth>>,
+    /// Container PIDs (process group leaders) per node, for node faults and shutdown.
+    procs: Mutex<BTreeMap<String, BTreeSet<u32>>>,
+    /// The nftables table of this testbed (`vk<id>`).
+    pub table: String,
+}
+
+impl Agent {
+    pub fn node(&self, name: &str) -> Option<&NodeSpec> {
+        self.state.nodes.iter().find(|n| n.name == name)
+    }
+
+    pub fn health_rx(&self, node: &str) -> watch::Receiver<NodeHealth> {
+        match self.health.get(node) {
+            Some(tx) => tx.subscribe(),
+            // Not one of ours: a channel that says healthy forever.
+            None => watch::channel(NodeHealth::default()).1,
+        }
+    }
+
+    pub fn pod_dir(&self, ns: &str, name: &str, uid: &str) -> PathBuf {
+        self.state
+            .dir
+            .join("pods")
+            .join(format!("{ns}_{name}_{uid}"))
+    }
+
+    pub fn log_path(&self, ns: &str, pod: &str, container: &str) -> PathBuf {
+        self.state
+            .dir
+            .join("logs")
+            .join("pods")
+            .join(format!("{ns}_{pod}_{container}.log"))
+    }
+
+    pub fn allocate_ip(
+        &self,
+        node: &str,
+        cidr: &Cidr,
+        uid: &str,
+        preferred: Option<Ipv4Addr>,
+    ) -> Result<Ipv4Addr, NetError> {
+        let mut ipam = self.ipam.lock().map_err(|_| NetError::Persist {
+            path: self.ipam_path.clone(),
+            message: "allocator lock poisoned".into(),
+        })?;
+        let ip = ipam.allocate(node, cidr, uid, preferred)?;
+        ipam.save(&self.ipam_path)?;
+        Ok(ip)
+    }
+
+    pub fn release_ip(&self, node: &str, uid: &str) {
+        if let Ok(mut ipam) = self.ipam.lock() {
+            ipam.release(node, uid);
+            if let Err(e) = ipam.save(&self.ipam_path) {
+                tracing::warn!(error = %e, "saving the address allocator failed");
+            }
+        }
+    }
+
+    fn retain_ips(&self, alive: &HashSet<String>) {
+        if let Ok(mut ipam) = self.ipam.lock() {
+            for n in &self.state.nodes {
+                ipam.retain(&n.name, &|uid| alive.contains(uid));
+            }
+            let _ = ipam.save(&self.ipam_path);
+        }
+    }
+
+    pub fn register_pid(&self, node: &str, pid: u32) {
+        if let Ok(mut p) = self.procs.lock() {
+            p.entry(node.to_string()).or_default().insert(pid);
+        }
+    }
+
+    pub fn unregister_pid(&self, node: &str, pid: u32) {
+        if let Ok(mut p) = self.procs.lock()
+            && let Some(set) = p.get_mut(node)
+        {
+            set.remove(&pid);
+        }
+    }
+
+    fn kill_node_processes(&self, node: &str) {
+        let pids: Vec<u32> = self
+            .procs
+            .lock()
+            .map(|p| {
+                p.get(node)
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        for pid in pids {
+            runtime::signal(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    /// Applies a fault: the network first (nftables), then the processes
+    /// (SIGKILL for failed nodes, synchronously, so the reply means "done"),
+    /// then the health every worker and heartbeat loop of the node watches.
+    pub async fn apply_fault(&self, req: &Request) -> Result<String, String> {
+        let mut state = self.faults.lock().await;
+        if *req == Request::Status {
+            return Ok(faults::describe(&state, &self.state.nodes));
+        }
+        let mut next = state.clone();
+        let (changed, message) = faults::apply(&mut next, req, &self.state.nodes);
+        let script = faults::render_ruleset(&self.table, &next, &self.state.nodes);
+        faults::load_ruleset(&self.tools.nft, &script).await?;
+        *state = next;
+        for name in &changed {
+            let Some(n) = self.node(name) else { continue };
+            let h = state.health(&n.name, &n.zone);
+            if h.failed {
+                self.kill_node_processes(name);
+            }
+            if let Some(tx) = self.health.get(name) {
+                tx.send_replace(h);
+            }
+        }
+        tracing::info!(?req, changed = ?changed, "fault applied");
+        Ok(message)
+    }
+
+    fn all_pids(&self) -> Vec<u32> {
+        self.procs
+            .lock()
+            .map(|p| p.values().flatten().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub async fn run(dir: &Path) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .with_target(false)
+        .try_init();
+    let state = TestbedState::load(dir)?;
+    let tools = runtime::Tools::find()?;
+    let agent_dir = state.dir.join("agent");
+    let bin_dir = agent_dir.join("bin");
+    for d in [
+        &bin_dir,
+        &state.dir.join("pods"),
+        &state.dir.join("volumes"),
+        &state.dir.join("logs").join("pods"),
+    ] {
+        std::fs::create_dir_all(d).map_err(|e| anyhow::anyhow!("creating {}: {e}", d.display()))?;
+    }
+    link_tool(&bin_dir, "valkey-server", &state.valkey_server)?;
+    link_tool(&bin_dir, "valkey-cli", &state.valkey_cli)?;
+    link_tool(&bin_dir, "redis-cli", &state.valkey_cli)?;
+
+    let kubeconfig = kube::config::Kubeconfig::read_from(&state.kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let client = kube::Client::try_from(config)?;
+
+    // Whatever a previous agent left: processes in our namespaces, the
+    // namespaces, veths, and fault rules. Pods still bound to our nodes are
+    // started again below, as restarts.
+    network::sweep(&tools.ip, &state.netns_prefix).await;
+    let table = format!("vk{}", state.id);
+    faults::load_ruleset(
+        &tools.nft,
+        &faults::render_ruleset(&table, &FaultState::default(), &state.nodes),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let ipam_path = agent_dir.join("ipam.json");
+    let ipam = Ipam::load(&ipam_path)?;
+    let health = state
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), watch::channel(NodeHealth::default()).0))
+        .collect();
+    let agent = Arc::new(Agent {
+        client,
+        bins: spec::Binaries {
+            valkey_server: state.valkey_server.clone(),
+            valkey_cli: state.valkey_cli.clone(),
+        },
+        tools,
+        bin_dir,
+        ipam_path,
+        ipam: Mutex::new(ipam),
+        faults: tokio::sync::Mutex::new(FaultState::default()),
+        health,
+        procs: Mutex::new(BTreeMap::new()),
+        table,
+        state,
+    });
+    tracing::info!(nodes = agent.state.nodes.len(), dir = %agent.state.dir.display(), "agent starting");
+
+    let mut tasks = Vec::new();
+    for n in &agent.state.nodes {
+        tasks.push(tokio::spawn(node::heartbeat_loop(
+            agent.client.clone(),
+            n.clone(),
+            agent.health_rx(&n.name),
+            Arc::new(tokio::sync::Notify::new()),
+        )));
+    }
+    {
+        let a = agent.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = faults::serve(a).await {
+                tracing::error!(error = %e, "fault socket stopped");
+            }
+        }));
+    }
+    tasks.push(tokio::spawn(provisioner::run(agent.clone())));
+    tasks.push(tokio::spawn(dispatch_pods(agent.clone())));
+
+    wait_for_signal().await;
+    tracing::info!("agent stopping: killing pod processes and removing namespaces");
+    for t in &tasks {
+        t.abort();
+    }
+    for pid in agent.all_pids() {
+        runtime::signal(pid, nix::sys::signal::Signal::SIGKILL);
+    }
+    network::sweep(&agent.tools.ip, &agent.state.netns_prefix).await;
+    faults::delete_table(&agent.tools.nft, &agent.table).await;
+    let _ = std::fs::remove_file(&agent.state.agent_socket);
+    tracing::info!("agent stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Puts a symlink `dir/name -> target` in place (replacing an old one).
+fn link_tool(dir: &Path, name: &str, target: &Path) -> anyhow::Result<()> {
+    let link = dir.join(name);
+    if link == target {
+        return Ok(());
+    }
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(target, &link)
+        .map_err(|e| anyhow::anyhow!("linking {} -> {}: {e}", link.display(), target.display()))
+}
+
+/// Watches every pod and feeds the ones bound to our nodes to their workers.
+async fn dispatch_pods(agent: Arc<Agent>) {
+    let api: Api<Pod> = Api::all(agent.client.clone());
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut workers: HashMap<String, worker::PodFeed> = HashMap::new();
+    let mut listed: HashSet<String> = HashSet::new();
+    let mut first_listing = true;
+    while let Some(ev) = stream.next().await {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(error = %e, "pod watch error");
+                continue;
+            }
+        };
+        match ev {
+            watcher::Event::Init => listed.clear(),
+            watcher::Event::InitApply(pod) => {
+                if let Some(uid) = route(&agent, &mut workers, pod) {
+                    listed.insert(uid);
+                }
+            }
+            watcher::Event::Apply(pod) => {
+                route(&agent, &mut workers, pod);
+            }
+            watcher::Event::Delete(pod) => {
+                if let Some(uid) = pod.metadata.uid.as_deref()
+                    && let Some(feed) = workers.remove(uid)
+                {
+                    feed.send_replace(None);
+                }
+            }
+            watcher::Event::InitDone => {
+                // Pods that went away while we were not watching.
+                let gone: Vec<String> = workers
+                    .keys()
+                    .filter(|u| !listed.contains(*u))
+                    .cloned()
+                    .collect();
+                for uid in gone {
+                    if let Some(feed) = workers.remove(&uid) {
+                        feed.send_replace(None);
+                    }
+                }
+                if first_listing {
+                    first_listing = false;
+                    agent.retain_ips(&listed);
+                    remove_stale_pod_dirs(&agent, &listed);
+                }
+            }
+        }
+    }
+}
+
+/// Hands a pod to its worker (starting one for a new pod bound to our nodes);
+/// returns its UID when it is ours.
+fn route(
+    agent: &Arc<Agent>,
+    workers: &mut HashMap<String, worker::PodFeed>,
+    pod: Pod,
+) -> Option<String> {
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone())?;
+    let spec = agent.node(&node)?.clone();
+    let uid = pod.metadata.uid.clone()?;
+    let pod = Arc::new(pod);
+    match workers.get(&uid) {
+        Some(feed) if !feed.is_closed() => {
+            feed.send_replace(Some(pod));
+        }
+        _ => {
+            workers.insert(uid.clone(), worker::spawn(agent.clone(), spec, pod));
+        }
+    }
+    Some(uid)
+}
+
+fn remove_stale_pod_dirs(agent: &Agent, alive: &HashSet<String>) {
+    let Ok(entries) = std::fs::read_dir(agent.state.dir.join("pods")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let uid = name.rsplit('_').next().unwrap_or_default();
+        if !alive.contains(uid) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}

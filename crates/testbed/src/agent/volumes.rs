@@ -1,0 +1,699 @@
+//! Volumes: each pod volume becomes a folder under
+//! `DIR/pods/<ns>_<name>_<uid>/volumes/<volume>` (or, for a PersistentVolume, the
+//! PV's own folder under `DIR/volumes/`), which `runtime` binds at the mount
+//! paths. ConfigMap, Secret, downward API and projected contents are written
+//! as files on every container start (so a restart sees updates).
+
+use super::spec::{PodFacts, field_value};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod,
+    Secret, ServiceAccount, Volume,
+};
+use kube::api::{Api, PostParams};
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// Errors preparing a pod's volumes. All of them leave the pod waiting in
+/// ContainerCreating and are retried.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("volume {volume}: {message}")]
+    NotReady { volume: String, message: String },
+    #[error("volume {volume}: kind not supported by the testbed")]
+    Unsupported { volume: String },
+    #[error("volume {volume}: writing {path}: {source}")]
+    Write {
+        volume: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("volume {volume}: reading {what}: {source}")]
+    Api {
+        volume: String,
+        what: String,
+        source: kube::Error,
+    },
+}
+
+/// One file to write inside a volume folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOut {
+    pub path: String,
+    pub content: Vec<u8>,
+    pub mode: u32,
+}
+
+/// Files of a ConfigMap/Secret projection: every key, or only `items` (each to
+/// its own path and mode). A missing item key is an error unless `optional`.
+pub fn project_keys(
+    data: &BTreeMap<String, Vec<u8>>,
+    items: Option<&[KeyToPath]>,
+    default_mode: u32,
+    optional: bool,
+) -> Result<Vec<FileOut>, String> {
+    match items {
+        None | Some([]) => Ok(data
+            .iter()
+            .map(|(k, v)| FileOut {
+                path: k.clone(),
+                content: v.clone(),
+                mode: default_mode,
+            })
+            .collect()),
+        Some(items) => {
+            let mut out = Vec::new();
+            for item in items {
+                match data.get(&item.key) {
+                    Some(v) => out.push(FileOut {
+                        path: item.path.clone(),
+                        content: v.clone(),
+                        mode: item.mode.map(|m| m as u32).unwrap_or(default_mode),
+                    }),
+                    None if optional => {}
+                    None => return Err(format!("key {:?} not found", item.key)),
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Files of a downward API projection (fieldRef items; resourceFieldRef items
+/// from the pod's first container).
+pub fn downward_files(
+    pod: &Pod,
+    items: &[DownwardAPIVolumeFile],
+    facts: &PodFacts,
+    default_mode: u32,
+    node: &crate::state::NodeSpec,
+) -> Result<Vec<FileOut>, String> {
+    let mut out = Vec::new();
+    for item in items {
+        let value = if let Some(f) = &item.field_ref {
+            field_value(pod, &f.field_path, facts)
+                .ok_or_else(|| format!("unsupported fieldRef {:?}", f.field_path))?
+        } else if let Some(r) = &item.resource_field_ref {
+            let spec = pod.spec.as_ref();
+            let container = spec
+                .and_then(|s| {
+                    let name = r.container_name.as_deref().unwrap_or_default();
+                    s.containers
+                        .iter()
+                        .find(|c| c.name == name)
+                        .or(s.containers.first())
+                })
+                .ok_or_else(|| "resourceFieldRef without a container".to_string())?;
+            super::spec::resource_value(
+                container,
+                &r.resource,
+                r.divisor.as_ref().map(|d| d.0.as_str()),
+                &node.cpu,
+                &node.memory,
+            )
+            .ok_or_else(|| format!("unsupported resourceFieldRef {:?}", r.resource))?
+        } else {
+            String::new()
+        };
+        out.push(FileOut {
+            path: item.path.clone(),
+            content: value.into_bytes(),
+            mode: item.mode.map(|m| m as u32).unwrap_or(default_mode),
+        });
+    }
+    Ok(out)
+}
+
+fn bytes_map_of_config_map(cm: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
+    let mut m: BTreeMap<String, Vec<u8>> = cm
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+        .collect();
+    for (k, v) in cm.binary_data.iter().flatten() {
+        m.insert(k.clone(), v.0.clone());
+    }
+    m
+}
+
+fn bytes_map_of_secret(s: &Secret) -> BTreeMap<String, Vec<u8>> {
+    let mut m: BTreeMap<String, Vec<u8>> = s
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    for (k, v) in s.string_data.iter().flatten() {
+        m.insert(k.clone(), v.clone().into_bytes());
+    }
+    m
+}
+
+/// Reads the ConfigMaps and Secrets the pod's env refers to (missing ones are
+/// left out; `spec::container_env` decides whether that is an error).
+pub async fn env_sources(client: &kube::Client, pod: &Pod, facts: &mut PodFacts) {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let mut cms = std::collections::BTreeSet::new();
+    let mut secrets = std::collections::BTreeSet::new();
+    let spec = pod.spec.as_ref();
+    let containers = spec
+        .map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    for c in containers {
+        for e in c.env.iter().flatten() {
+            if let Some(f) = &e.value_from {
+                if let Some(k) = &f.config_map_key_ref {
+                    cms.insert(k.name.clone());
+                }
+                if let Some(k) = &f.secret_key_ref {
+                    secrets.insert(k.name.clone());
+                }
+            }
+        }
+        for f in c.env_from.iter().flatten() {
+            if let Some(r) = &f.config_map_ref {
+                cms.insert(r.name.clone());
+            }
+            if let Some(r) = &f.secret_ref {
+                secrets.insert(r.name.clone());
+            }
+        }
+    }
+    let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for name in cms {
+        if let Ok(Some(cm)) = cm_api.get_opt(&name).await {
+            let m = bytes_map_of_config_map(&cm)
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                .collect();
+            facts.config_maps.insert(name, m);
+        }
+    }
+    let s_api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    for name in secrets {
+        if let Ok(Some(s)) = s_api.get_opt(&name).await {
+            let m = bytes_map_of_secret(&s)
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                .collect();
+            facts.secrets.insert(name, m);
+        }
+    }
+}
+
+/// Writes `files` into `dir`, replacing what a previous start wrote (the folder
+/// itself stays, so an existing bind mount of it stays valid).
+pub fn write_files(volume: &str, dir: &Path, files: &[FileOut]) -> Result<(), VolumeError> {
+    let werr = |path: &Path, source| VolumeError::Write {
+        volume: volume.to_string(),
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| werr(dir, e))?;
+    for f in files {
+        if f.path.starts_with('/') || f.path.split('/').any(|c| c == "..") {
+            return Err(VolumeError::NotReady {
+                volume: volume.to_string(),
+                message: format!(
+                    "item path {:?} must be relative and stay inside the volume",
+                    f.path
+                ),
+            });
+        }
+        let path = dir.join(&f.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| werr(parent, e))?;
+        }
+        let tmp = path.with_extension("testbed-tmp");
+        std::fs::write(&tmp, &f.content).map_err(|e| werr(&tmp, e))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(f.mode & 0o7777))
+            .map_err(|e| werr(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| werr(&path, e))?;
+    }
+    Ok(())
+}
+
+/// Where each volume of the pod lives on the host, after making sure its
+/// contents are there. `pod_dir` is the pod's folder.
+pub async fn materialize(
+    client: &kube::Client,
+    pod: &Pod,
+    pod_dir: &Path,
+    facts: &PodFacts,
+    node: &crate::state::NodeSpec,
+) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+    let mut out = BTreeMap::new();
+    let Some(spec) = &pod.spec else {
+        return Ok(out);
+    };
+    for vol in spec.volumes.iter().flatten() {
+        let path = materialize_one(client, pod, pod_dir, facts, node, vol).await?;
+        out.insert(vol.name.clone(), path);
+    }
+    Ok(out)
+}
+
+async fn materialize_one(
+    client: &kube::Client,
+    pod: &Pod,
+    pod_dir: &Path,
+    facts: &PodFacts,
+    node: &crate::state::NodeSpec,
+    vol: &Volume,
+) -> Result<PathBuf, VolumeError> {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let name = vol.name.clone();
+    let dir = pod_dir.join("volumes").join(&vol.name);
+    let not_ready = |message: String| VolumeError::NotReady {
+        volume: name.clone(),
+        message,
+    };
+    let api_err = |what: String, source| VolumeError::Api {
+        volume: name.clone(),
+        what,
+        source,
+    };
+    if vol.empty_dir.is_some() {
+        write_files(&name, &dir, &[])?;
+        return Ok(dir);
+    }
+    if let Some(cm) = &vol.config_map {
+        let files = config_map_files(
+            client,
+            &ns,
+            &cm.name,
+            cm.items.as_deref(),
+            cm.default_mode,
+            cm.optional,
+        )
+        .await
+        .map_err(&not_ready)?;
+        write_files(&name, &dir, &files)?;
+        return Ok(dir);
+    }
+    if let Some(sv) = &vol.secret {
+        let sname = sv.secret_name.clone().unwrap_or_default();
+        let files = secret_files(
+            client,
+            &ns,
+            &sname,
+            sv.items.as_deref(),
+            sv.default_mode,
+            sv.optional,
+        )
+        .await
+        .map_err(&not_ready)?;
+        write_files(&name, &dir, &files)?;
+        return Ok(dir);
+    }
+    if let Some(d) = &vol.downward_api {
+        let mode = d.default_mode.unwrap_or(0o644) as u32;
+        let files = downward_files(
+            pod,
+            d.items.as_deref().unwrap_or_default(),
+            facts,
+            mode,
+            node,
+        )
+        .map_err(&not_ready)?;
+        write_files(&name, &dir, &files)?;
+        return Ok(dir);
+    }
+    if let Some(p) = &vol.projected {
+        let mode = p.default_mode.unwrap_or(0o644);
+        let mut files = Vec::new();
+        for src in p.sources.iter().flatten() {
+            if let Some(cm) = &src.config_map {
+                files.extend(
+                    config_map_files(
+                        client,
+                        &ns,
+                        &cm.name,
+                        cm.items.as_deref(),
+                        Some(mode),
+                        cm.optional,
+                    )
+                    .await
+                    .map_err(&not_ready)?,
+                );
+            }
+            if let Some(s) = &src.secret {
+                files.extend(
+                    secret_files(
+                        client,
+                        &ns,
+                        &s.name,
+                        s.items.as_deref(),
+                        Some(mode),
+                        s.optional,
+                    )
+                    .await
+                    .map_err(&not_ready)?,
+                );
+            }
+            if let Some(d) = &src.downward_api {
+                files.extend(
+                    downward_files(
+                        pod,
+                        d.items.as_deref().unwrap_or_default(),
+                        facts,
+                        mode as u32,
+                        node,
+                    )
+                    .map_err(&not_ready)?,
+                );
+            }
+            if let Some(t) = &src.service_account_token {
+                let token =
+                    service_account_token(client, pod, t.audience.clone(), t.expiration_seconds)
+                        .await;
+                files.push(FileOut {
+                    path: t.path.clone(),
+                    content: token.into_bytes(),
+                    mode: mode as u32,
+                });
+            }
+        }
+        write_files(&name, &dir, &files)?;
+        return Ok(dir);
+    }
+    if let Some(claim) = &vol.persistent_volume_claim {
+        return pv_path(client, &ns, &claim.claim_name)
+            .await
+            .map_err(|e| match e {
+                Ok(m) => not_ready(m),
+                Err(source) => api_err(format!("claim {}", claim.claim_name), source),
+            });
+    }
+    if vol.ephemeral.is_some() {
+        let claim = format!(
+            "{}-{}",
+            pod.metadata.name.clone().unwrap_or_default(),
+            vol.name
+        );
+        return pv_path(client, &ns, &claim).await.map_err(|e| match e {
+            Ok(m) => not_ready(m),
+            Err(source) => api_err(format!("claim {claim}"), source),
+        });
+    }
+    if let Some(hp) = &vol.host_path {
+        let path = PathBuf::from(&hp.path);
+        match hp.type_.as_deref().unwrap_or_default() {
+            "FileOrCreate" if !path.exists() => {
+                if let Some(parent) = path.parent() {
+                    let _ = std::fs::create_dir_all(parent);
+                }
+                std::fs::write(&path, b"").map_err(|e| VolumeError::Write {
+                    volume: name.clone(),
+                    path: path.clone(),
+                    source: e,
+                })?;
+            }
+            "" | "DirectoryOrCreate" if !path.exists() => {
+                std::fs::create_dir_all(&path).map_err(|e| VolumeError::Write {
+                    volume: name.clone(),
+                    path: path.clone(),
+                    source: e,
+                })?;
+            }
+            _ if !path.exists() => {
+                return Err(not_ready(format!("hostPath {} does not exist", hp.path)));
+            }
+            _ => {}
+        }
+        return Ok(path);
+    }
+    Err(VolumeError::Unsupported { volume: name })
+}
+
+async fn config_map_files(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    items: Option<&[KeyToPath]>,
+    mode: Option<i32>,
+    optional: Option<bool>,
+) -> Result<Vec<FileOut>, String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let optional = optional == Some(true);
+    match api.get_opt(name).await {
+        Ok(Some(cm)) => project_keys(
+            &bytes_map_of_config_map(&cm),
+            items,
+            mode.unwrap_or(0o644) as u32,
+            optional,
+        )
+        .map_err(|e| format!("configmap {name:?}: {e}")),
+        Ok(None) if optional => Ok(Vec::new()),
+        Ok(None) => Err(format!("configmap {name:?} not found")),
+        Err(e) => Err(format!("reading configmap {name:?}: {e}")),
+    }
+}
+
+async fn secret_files(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    items: Option<&[KeyToPath]>,
+    mode: Option<i32>,
+    optional: Option<bool>,
+) -> Result<Vec<FileOut>, String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let optional = optional == Some(true);
+    match api.get_opt(name).await {
+        Ok(Some(s)) => project_keys(
+            &bytes_map_of_secret(&s),
+            items,
+            mode.unwrap_or(0o644) as u32,
+            optional,
+        )
+        .map_err(|e| format!("secret {name:?}: {e}")),
+        Ok(None) if optional => Ok(Vec::new()),
+        Ok(None) => Err(format!("secret {name:?} not found")),
+        Err(e) => Err(format!("reading secret {name:?}: {e}")),
+    }
+}
+
+/// A bound service account token for the pod (empty when the API refuses, so
+/// a pod that never talks to the API still starts).
+async fn service_account_token(
+    client: &kube::Client,
+    pod: &Pod,
+    audience: Option<String>,
+    expiration: Option<i64>,
+) -> String {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let sa = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let req = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(audience.into_iter().collect()),
+            expiration_seconds: Some(expiration.unwrap_or(3607)),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        }),
+        ..Default::default()
+    };
+    match api
+        .create_token_request(&sa, &PostParams::default(), &req)
+        .await
+    {
+        Ok(t) => t.status.and_then(|s| s.token).unwrap_or_default(),
+        Err(e) => {
+            tracing::warn!(error = %e, serviceaccount = %sa, "token request failed; writing an empty token");
+            String::new()
+        }
+    }
+}
+
+/// The host folder of the PV bound to a claim. `Err(Ok(msg))` means not bound
+/// yet (retry), `Err(Err(e))` an API error.
+async fn pv_path(
+    client: &kube::Client,
+    ns: &str,
+    claim: &str,
+) -> Result<PathBuf, Result<String, kube::Error>> {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pvc = pvcs
+        .get_opt(claim)
+        .await
+        .map_err(Err)?
+        .ok_or_else(|| Ok(format!("claim {claim:?} not found")))?;
+    let pv_name = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Ok(format!("claim {claim:?} is not bound yet")))?;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = pvs
+        .get_opt(&pv_name)
+        .await
+        .map_err(Err)?
+        .ok_or_else(|| Ok(format!("volume {pv_name:?} not found")))?;
+    let spec = pv.spec.unwrap_or_default();
+    let path = spec
+        .local
+        .map(|l| l.path)
+        .or(spec.host_path.map(|h| h.path))
+        .ok_or_else(|| Ok(format!("volume {pv_name:?} is neither local nor hostPath")))?;
+    let path = PathBuf::from(path);
+    if !path.exists() {
+        std::fs::create_dir_all(&path)
+            .map_err(|e| Ok(format!("creating {}: {e}", path.display())))?;
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ObjectFieldSelector, PodSpec};
+
+    fn data() -> BTreeMap<String, Vec<u8>> {
+        [
+            ("valkey.conf".to_string(), b"port 6379\n".to_vec()),
+            ("other".to_string(), b"x".to_vec()),
+        ]
+        .into()
+    }
+
+    #[test]
+    fn all_keys_become_files_without_items() {
+        let f = project_keys(&data(), None, 0o644, false).unwrap();
+        assert_eq!(f.len(), 2);
+        assert!(
+            f.iter()
+                .any(|f| f.path == "valkey.conf" && f.content == b"port 6379\n")
+        );
+    }
+
+    #[test]
+    fn items_pick_keys_paths_and_modes() {
+        let items = vec![KeyToPath {
+            key: "valkey.conf".into(),
+            path: "conf/v.conf".into(),
+            mode: Some(0o600),
+        }];
+        let f = project_keys(&data(), Some(&items), 0o644, false).unwrap();
+        assert_eq!(
+            f,
+            vec![FileOut {
+                path: "conf/v.conf".into(),
+                content: b"port 6379\n".to_vec(),
+                mode: 0o600
+            }]
+        );
+        let missing = vec![KeyToPath {
+            key: "nope".into(),
+            path: "n".into(),
+            mode: None,
+        }];
+        assert!(
+            project_keys(&data(), Some(&missing), 0o644, false)
+                .unwrap_err()
+                .contains("nope")
+        );
+        assert!(
+            project_keys(&data(), Some(&missing), 0o644, true)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn downward_files_carry_pod_fields() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("vk-0".into());
+        pod.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        pod.spec = Some(PodSpec::default());
+        let item = |path: &str, field: &str| DownwardAPIVolumeFile {
+            path: path.into(),
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let node = crate::state::NodeSpec {
+            name: "n".into(),
+            region: "r".into(),
+            zone: "z".into(),
+            cpu: "4".into(),
+            memory: "8Gi".into(),
+            pods: 10,
+            pod_cidr: "10.0.0.0/24".into(),
+        };
+        let f = downward_files(
+            &pod,
+            &[
+                item("name", "metadata.name"),
+                item("labels", "metadata.labels"),
+            ],
+            &PodFacts::default(),
+            0o644,
+            &node,
+        )
+        .unwrap();
+        assert_eq!(f[0].content, b"vk-0");
+        assert_eq!(f[1].content, b"a=\"b\"");
+        assert!(
+            downward_files(
+                &pod,
+                &[item("x", "spec.bogus")],
+                &PodFacts::default(),
+                0o644,
+                &node
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn written_files_replace_old_ones_and_refuse_escapes() {
+        let dir = std::env::temp_dir().join(format!("vol-test-{}", std::process::id()));
+        let f = |path: &str, c: &[u8]| FileOut {
+            path: path.into(),
+            content: c.to_vec(),
+            mode: 0o640,
+        };
+        write_files("v", &dir, &[f("a/b.conf", b"1")]).unwrap();
+        write_files("v", &dir, &[f("a/b.conf", b"2")]).unwrap();
+        assert_eq!(std::fs::read(dir.join("a/b.conf")).unwrap(), b"2");
+        let mode = std::fs::metadata(dir.join("a/b.conf"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o640);
+        assert!(write_files("v", &dir, &[f("../x", b"")]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,1107 @@
+//! One task per pod: the kubelet's pod worker. It builds the sandbox, prepares
+//! volumes, runs init then main containers, probes them, restarts them per the
+//! restart policy, keeps the status in the API, and finishes deletions.
+//!
+//! It reacts to three inputs: the pod as the API shows it (a `watch` channel
+//! fed by the dispatcher), its node's health (faults), and runtime events
+//! (container exits, probe results). While its node cannot reach the API, it
+//! neither reads the pod nor writes its status, like a cut-off kubelet; while
+//! its node is failed, nothing of the pod runs.
+
+use super::Agent;
+use super::faults::NodeHealth;
+use super::network::{Cidr, Sandbox, host_veth_name, netns_name};
+use super::pods::{self, BACKOFF_RESET_AFTER};
+use super::probes::{ProbeKind, ProbeParams, ProbeTarget, ProbeTracker};
+use super::runtime::{self, Launch};
+use super::spec::{self, PodFacts};
+use super::status::{self, ContainerRun, PodView, RunState, Terminated};
+use crate::state::NodeSpec;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use nix::sys::signal::Signal;
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// What the dispatcher hands a worker: the latest pod, or None once it is gone
+/// from the API.
+pub type PodFeed = watch::Sender<Option<Arc<Pod>>>;
+
+/// Starts the worker of a pod bound to one of our nodes.
+pub fn spawn(agent: Arc<Agent>, node: NodeSpec, pod: Arc<Pod>) -> PodFeed {
+    let (tx, rx) = watch::channel(Some(pod.clone()));
+    let health = agent.health_rx(&node.name);
+    let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+    let worker = Worker::new(agent, node, pod, rx, health, ev_tx, ev_rx);
+    tokio::spawn(worker.run());
+    tx
+}
+
+#[derive(Debug)]
+enum Ev {
+    Exited {
+        instance: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    Probe {
+        instance: u64,
+        kind: ProbeKind,
+        ok: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotKind {
+    Init,
+    Main,
+}
+
+/// One container of the pod.
+struct Slot {
+    kind: SlotKind,
+    spec: Container,
+    /// Runs the real process (a Valkey image) or a placeholder.
+    real: bool,
+    run: ContainerRun,
+    has_run: bool,
+    pid: Option<u32>,
+    instance: u64,
+    started_instant: Option<Instant>,
+    next_start: Option<Instant>,
+    kill_deadline: Option<Instant>,
+    crashes: u32,
+    startup: Option<ProbeTracker>,
+    liveness: Option<ProbeTracker>,
+    readiness: Option<ProbeTracker>,
+    probe_tasks: Vec<JoinHandle<()>>,
+    env: Vec<(String, String)>,
+}
+
+impl Slot {
+    fn stop_probes(&mut self) {
+        for t in self.probe_tasks.drain(..) {
+            t.abort();
+        }
+    }
+}
+
+struct Worker {
+    agent: Arc<Agent>,
+    node: NodeSpec,
+    uid: String,
+    ns: String,
+    name: String,
+    pod: Arc<Pod>,
+    pod_rx: watch::Receiver<Option<Arc<Pod>>>,
+    health_rx: watch::Receiver<NodeHealth>,
+    ev_tx: mpsc::UnboundedSender<Ev>,
+    ev_rx: mpsc::UnboundedReceiver<Ev>,
+    sandbox: Option<Sandbox>,
+    volumes: Option<BTreeMap<String, PathBuf>>,
+    facts: PodFacts,
+    slots: Vec<Slot>,
+    init_done: bool,
+    init_failed: bool,
+    start_time: Timestamp,
+    retry_at: Option<Instant>,
+    next_instance: u64,
+    /// The node died under the pod: processes are gone, the heal restarts them.
+    dead: bool,
+    /// The pod was already terminal when we took it over: leave it alone.
+    finished: bool,
+    terminal: bool,
+    host_ip: String,
+}
+
+impl Worker {
+    fn new(
+        agent: Arc<Agent>,
+        node: NodeSpec,
+        pod: Arc<Pod>,
+        pod_rx: watch::Receiver<Option<Arc<Pod>>>,
+        health_rx: watch::Receiver<NodeHealth>,
+        ev_tx: mpsc::UnboundedSender<Ev>,
+        ev_rx: mpsc::UnboundedReceiver<Ev>,
+    ) -> Worker {
+        let meta = &pod.metadata;
+        let spec = pod.spec.clone().unwrap_or_default();
+        let observed = pod.status.as_ref();
+        let mut slots = Vec::new();
+        let mut all_inits_done = true;
+        for (kind, list, statuses) in [
+            (
+                SlotKind::Init,
+                spec.init_containers.clone().unwrap_or_default(),
+                observed.and_then(|s| s.init_container_statuses.as_ref()),
+            ),
+            (
+                SlotKind::Main,
+                spec.containers.clone(),
+                observed.and_then(|s| s.container_statuses.as_ref()),
+            ),
+        ] {
+            for c in list {
+                let inh = pods::inherited(statuses, &c.name);
+                if kind == SlotKind::Init && !inh.completed {
+                    all_inits_done = false;
+                }
+                let mut run = ContainerRun::new(&c.name, c.image.as_deref().unwrap_or_default());
+                run.restart_count = inh.restart_count;
+                if kind == SlotKind::Init && inh.completed {
+                    run.state =
+                        RunState::Terminated(Terminated::from_exit(Some(0), None, None, None));
+                    run.ready = true;
+                }
+                slots.push(Slot {
+                    kind,
+                    real: spec::is_valkey_image(c.image.as_deref().unwrap_or_default()),
+                    spec: c,
+                    run,
+                    has_run: inh.has_run,
+                    pid: None,
+                    instance: 0,
+                    started_instant: None,
+                    next_start: Some(Instant::now()),
+                    kill_deadline: None,
+                    crashes: 0,
+                    startup: None,
+                    liveness: None,
+                    readiness: None,
+                    probe_tasks: Vec::new(),
+                    env: Vec::new(),
+                });
+            }
+        }
+        let finished = pods::is_terminal(&pod);
+        let host_ip = super::node::internal_ip(&node);
+        Worker {
+            uid: meta.uid.clone().unwrap_or_default(),
+            ns: meta.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: meta.name.clone().unwrap_or_default(),
+            agent,
+            node,
+            pod,
+            pod_rx,
+            health_rx,
+            ev_tx,
+            ev_rx,
+            sandbox: None,
+            volumes: None,
+            facts: PodFacts::default(),
+            slots,
+            init_done: all_inits_done,
+            init_failed: false,
+            start_time: status::now(),
+            retry_at: None,
+            next_instance: 1,
+            dead: false,
+            finished,
+            terminal: false,
+            host_ip,
+        }
+    }
+
+    fn pod_dir(&self) -> PathBuf {
+        self.agent.pod_dir(&self.ns, &self.name, &self.uid)
+    }
+
+    async fn run(mut self) {
+        tracing::info!(pod = %format!("{}/{}", self.ns, self.name), node = %self.node.name, "pod worker started");
+        loop {
+            let health = *self.health_rx.borrow_and_update();
+            if health.api_connected() {
+                let latest = self.pod_rx.borrow_and_update().clone();
+                match latest {
+                    None => {
+                        self.vanish().await;
+                        return;
+                    }
+                    Some(p) => {
+                        if pods::newer_or_same(
+                            p.metadata.resource_version.as_deref(),
+                            self.pod.metadata.resource_version.as_deref(),
+                        ) {
+                            self.pod = p;
+                        }
+                    }
+                }
+                if self.pod.metadata.deletion_timestamp.is_some() {
+                    self.terminate().await;
+                    return;
+                }
+            }
+            if health.alive() {
+                if self.dead {
+                    self.reboot();
+                }
+                if !self.finished {
+                    self.progress().await;
+                }
+            } else if !self.dead {
+                self.die();
+            }
+            if health.api_connected() && !self.finished {
+                self.sync_status().await;
+            }
+            let deadline = self.next_deadline();
+            tokio::select! {
+                r = self.pod_rx.changed(), if health.api_connected() => {
+                    if r.is_err() {
+                        // The dispatcher is gone: the agent is shutting down.
+                        return;
+                    }
+                }
+                r = self.health_rx.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                }
+                Some(ev) = self.ev_rx.recv() => self.on_event(ev),
+                _ = tokio::time::sleep_until(deadline) => self.on_deadlines(),
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Instant {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let mut d = far;
+        if let Some(r) = self.retry_at {
+            d = d.min(r);
+        }
+        for s in &self.slots {
+            if let Some(k) = s.kill_deadline {
+                d = d.min(k);
+            }
+            if s.pid.is_none()
+                && let Some(n) = s.next_start
+            {
+                d = d.min(n);
+            }
+        }
+        d
+    }
+
+    fn on_deadlines(&mut self) {
+        let now = Instant::now();
+        for s in &mut self.slots {
+            if let (Some(k), Some(pid)) = (s.kill_deadline, s.pid)
+                && k <= now
+            {
+                runtime::signal(pid, Signal::SIGKILL);
+                s.kill_deadline = None;
+            }
+        }
+    }
+
+    /// Moves the pod forward: sandbox, volumes, then the containers that are due.
+    async fn progress(&mut self) {
+        if self.init_failed || self.terminal {
+            return;
+        }
+        let now = Instant::now();
+        if let Some(r) = self.retry_at {
+            if r > now {
+                return;
+            }
+            self.retry_at = None;
+        }
+        if self.sandbox.is_none()
+            && let Err(e) = self.create_sandbox().await
+        {
+            tracing::warn!(pod = %self.name, error = %e, "sandbox setup failed, retrying");
+            self.retry_at = Some(now + Duration::from_secs(1));
+            return;
+        }
+        if self.volumes.is_none() {
+            match self.prepare_volumes().await {
+                Ok(v) => self.volumes = Some(v),
+                Err(message) => {
+                    tracing::warn!(pod = %self.name, error = %message, "volumes not ready, retrying");
+                    for s in self
+                        .slots
+                        .iter_mut()
+                        .filter(|s| s.pid.is_none() && !s.has_run)
+                    {
+                        s.run.state = RunState::Waiting {
+                            reason: "ContainerCreating".into(),
+                            message: Some(message.clone()),
+                        };
+                    }
+                    self.retry_at = Some(now + Duration::from_secs(1));
+                    return;
+                }
+            }
+        }
+        // Init containers, one at a time, in order.
+        if !self.init_done {
+            let next = self
+                .slots
+                .iter()
+                .position(|s| s.kind == SlotKind::Init && s.run.exit_code() != Some(0));
+            match next {
+                None => self.init_done = true,
+                Some(i) => {
+                    if self.slots[i].pid.is_none()
+                        && self.slots[i].next_start.is_some_and(|t| t <= now)
+                    {
+                        self.start(i).await;
+                    }
+                    return;
+                }
+            }
+        }
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
+            if s.kind == SlotKind::Main && s.pid.is_none() && s.next_start.is_some_and(|t| t <= now)
+            {
+                self.start(i).await;
+            }
+        }
+        // A pod whose containers are all done for good gives its sandbox back.
+        let all_done = self
+            .slots
+            .iter()
+            .filter(|s| s.kind == SlotKind::Main)
+            .all(|s| s.pid.is_none() && s.next_start.is_none());
+        if all_done
+            && !self.slots.is_empty()
+            && let Some(sb) = self.sandbox.take()
+        {
+            sb.destroy(&self.agent.tools.ip).await;
+        }
+    }
+
+    async fn create_sandbox(&mut self) -> Result<(), String> {
+        let cidr = Cidr::parse(&self.node.pod_cidr)
+            .ok_or_else(|| format!("bad pod CIDR {}", self.node.pod_cidr))?;
+        let preferred: Option<Ipv4Addr> = self
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse().ok());
+        let ip = self
+            .agent
+            .allocate_ip(&self.node.name, &cidr, &self.uid, preferred)
+            .map_err(|e| e.to_string())?;
+        let prefix = &self.agent.state.netns_prefix;
+        let sb = Sandbox::create(
+            &self.agent.tools.ip,
+            netns_name(prefix, &self.uid),
+            host_veth_name(prefix, ip),
+            ip,
+            &self.agent.state.host_ip,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        tracing::info!(pod = %self.name, ip = %ip, netns = %sb.netns, "sandbox ready");
+        self.sandbox = Some(sb);
+        Ok(())
+    }
+
+    async fn prepare_volumes(&mut self) -> Result<BTreeMap<String, PathBuf>, String> {
+        let mut facts = PodFacts {
+            pod_ip: self
+                .sandbox
+                .as_ref()
+                .map(|s| s.ip.to_string())
+                .unwrap_or_default(),
+            host_ip: self.host_ip.clone(),
+            ..Default::default()
+        };
+        super::volumes::env_sources(&self.agent.client, &self.pod, &mut facts).await;
+        let dir = self.pod_dir();
+        let vols =
+            super::volumes::materialize(&self.agent.client, &self.pod, &dir, &facts, &self.node)
+                .await
+                .map_err(|e| e.to_string())?;
+        self.facts = facts;
+        Ok(vols)
+    }
+
+    /// Starts container `i`.
+    async fn start(&mut self, i: usize) {
+        let now = Instant::now();
+        // Fresh ConfigMap/Secret contents for every (re)start, like the kubelet's
+        // periodic volume sync would give.
+        if self.slots[i].has_run
+            && let Ok(v) = self.prepare_volumes().await
+        {
+            self.volumes = Some(v);
+        }
+        let Some(sandbox) = self.sandbox.clone() else {
+            return;
+        };
+        let default_path = format!(
+            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            self.agent.bin_dir.display()
+        );
+        let pod = self.pod.clone();
+        let volumes = self.volumes.clone().unwrap_or_default();
+        let instance = self.next_instance;
+        self.next_instance += 1;
+        let agent = self.agent.clone();
+        let slot = &mut self.slots[i];
+        let config_error = |slot: &mut Slot, message: String| {
+            tracing::warn!(container = %slot.spec.name, error = %message, "container config error");
+            slot.run.state = RunState::Waiting {
+                reason: "CreateContainerConfigError".into(),
+                message: Some(message),
+            };
+            slot.next_start = Some(now + Duration::from_secs(1));
+        };
+        let env = match spec::container_env(
+            &pod,
+            &slot.spec,
+            &self.facts,
+            &default_path,
+            &self.node.cpu,
+            &self.node.memory,
+        ) {
+            Ok(e) => e,
+            Err(e) => return config_error(slot, e.to_string()),
+        };
+        let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
+            v.iter()
+                .flatten()
+                .map(|a| spec::expand(a, &lookup))
+                .collect()
+        };
+        let (argv, mounts, workdir) = if slot.real {
+            let argv = spec::valkey_argv(
+                &expand_all(&slot.spec.command),
+                &expand_all(&slot.spec.args),
+                &agent.bins,
+            );
+            let mut mounts = match spec::volume_mounts(&slot.spec, &volumes, &env) {
+                Ok(m) => m,
+                Err(e) => return config_error(slot, e.to_string()),
+            };
+            for m in &mut mounts {
+                if !m.source.exists() {
+                    let _ = std::fs::create_dir_all(&m.source);
+                }
+                m.file = m.source.is_file();
+            }
+            let workdir = PathBuf::from(
+                slot.spec
+                    .working_dir
+                    .clone()
+                    .filter(|w| !w.is_empty())
+                    .unwrap_or_else(|| spec::IMAGE_WORKDIR.to_string()),
+            );
+            let scratch = agent
+                .pod_dir(&self.ns, &self.name, &self.uid)
+                .join("containers")
+                .join(&slot.spec.name);
+            for m in spec::scratch_mounts(&workdir, &mounts, &scratch) {
+                let _ = std::fs::create_dir_all(&m.source);
+                mounts.push(m);
+            }
+            (argv, mounts, workdir)
+        } else {
+            let argv = match slot.kind {
+                SlotKind::Init => vec![agent.tools.true_.display().to_string()],
+                SlotKind::Main => vec![agent.tools.sleep.display().to_string(), "infinity".into()],
+            };
+            (argv, Vec::new(), PathBuf::from("/"))
+        };
+        let launch = Launch {
+            container: slot.spec.name.clone(),
+            netns: sandbox.netns_path(),
+            argv,
+            env: env.clone(),
+            mounts,
+            workdir,
+            log: agent.log_path(&self.ns, &self.name, &slot.spec.name),
+        };
+        let mut child = match runtime::launch(&agent.tools, &launch) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(container = %slot.spec.name, error = %e, "container start failed");
+                slot.run.state = RunState::Waiting {
+                    reason: "RunContainerError".into(),
+                    message: Some(e.to_string()),
+                };
+                slot.next_start = Some(now + pods::backoff(slot.crashes));
+                slot.crashes += 1;
+                return;
+            }
+        };
+        let Some(pid) = child.id() else {
+            return;
+        };
+        agent.register_pid(&self.node.name, pid);
+        let tx = self.ev_tx.clone();
+        tokio::spawn(async move {
+            let (code, signal) = match child.wait().await {
+                Ok(st) => (st.code(), st.signal()),
+                Err(_) => (None, Some(9)),
+            };
+            let _ = tx.send(Ev::Exited {
+                instance,
+                code,
+                signal,
+            });
+        });
+        if slot.has_run {
+            slot.run.restart_count += 1;
+        }
+        slot.has_run = true;
+        slot.pid = Some(pid);
+        slot.instance = instance;
+        slot.started_instant = Some(now);
+        slot.next_start = None;
+        slot.kill_deadline = None;
+        slot.env = env;
+        let container_id = format!("testbed://{pid}");
+        slot.run.container_id = Some(container_id);
+        slot.run.state = RunState::Running {
+            started_at: status::now(),
+        };
+        tracing::info!(
+            pod = %format!("{}/{}", self.ns, self.name),
+            container = %slot.spec.name,
+            pid,
+            real = slot.real,
+            restarts = slot.run.restart_count,
+            "container started"
+        );
+        slot.startup = None;
+        slot.liveness = None;
+        slot.readiness = None;
+        if slot.kind == SlotKind::Init {
+            slot.run.started = false;
+            slot.run.ready = false;
+            return;
+        }
+        if slot.real {
+            if let Some(p) = &slot.spec.startup_probe {
+                slot.startup = Some(ProbeTracker::new(ProbeKind::Startup, ProbeParams::of(p)));
+            }
+            if let Some(p) = &slot.spec.readiness_probe {
+                slot.readiness = Some(ProbeTracker::new(ProbeKind::Readiness, ProbeParams::of(p)));
+            }
+            if let Some(p) = &slot.spec.liveness_probe {
+                slot.liveness = Some(ProbeTracker::new(ProbeKind::Liveness, ProbeParams::of(p)));
+            }
+        }
+        slot.run.started = slot.startup.is_none();
+        slot.run.ready = slot.run.started && slot.readiness.is_none();
+        let target = ProbeTarget {
+            container: slot.spec.clone(),
+            pod_ip: sandbox.ip,
+            pid,
+            env: probe_env(&slot.env, &agent.bin_dir),
+            nsenter: agent.tools.nsenter.clone(),
+            bins: agent.bins.clone(),
+        };
+        if slot.startup.is_some() {
+            spawn_probe(slot, ProbeKind::Startup, &target, &self.ev_tx);
+        } else {
+            spawn_probe(slot, ProbeKind::Liveness, &target, &self.ev_tx);
+            spawn_probe(slot, ProbeKind::Readiness, &target, &self.ev_tx);
+        }
+    }
+
+    fn on_event(&mut self, ev: Ev) {
+        match ev {
+            Ev::Exited {
+                instance,
+                code,
+                signal,
+            } => self.on_exit(instance, code, signal),
+            Ev::Probe { instance, kind, ok } => self.on_probe(instance, kind, ok),
+        }
+    }
+
+    fn on_exit(&mut self, instance: u64, code: Option<i32>, signal: Option<i32>) {
+        let Some(i) = self
+            .slots
+            .iter()
+            .position(|s| s.pid.is_some() && s.instance == instance)
+        else {
+            return;
+        };
+        let node = self.node.name.clone();
+        let restart_policy = self.restart_policy();
+        let dead = self.dead;
+        let slot = &mut self.slots[i];
+        if let Some(pid) = slot.pid.take() {
+            self.agent.unregister_pid(&node, pid);
+        }
+        slot.stop_probes();
+        slot.kill_deadline = None;
+        let started_at = match &slot.run.state {
+            RunState::Running { started_at } => Some(*started_at),
+            _ => None,
+        };
+        let t = Terminated::from_exit(code, signal, started_at, slot.run.container_id.clone());
+        tracing::info!(pod = %self.name, container = %slot.spec.name, exit_code = t.exit_code, "container exited");
+        slot.run.ready = false;
+        slot.run.started = false;
+        slot.run.state = RunState::Terminated(t.clone());
+        if dead {
+            return;
+        }
+        if slot
+            .started_instant
+            .is_some_and(|s| s.elapsed() >= BACKOFF_RESET_AFTER)
+        {
+            slot.crashes = 0;
+        }
+        let restart = match slot.kind {
+            SlotKind::Init => t.exit_code != 0 && restart_policy != "Never",
+            SlotKind::Main => pods::should_restart(&restart_policy, t.exit_code),
+        };
+        if slot.kind == SlotKind::Init && t.exit_code == 0 {
+            slot.run.ready = true;
+            return;
+        }
+        if slot.kind == SlotKind::Init && !restart {
+            self.init_failed = true;
+            return;
+        }
+        if restart {
+            let delay = pods::backoff(slot.crashes);
+            slot.crashes += 1;
+            slot.next_start = Some(Instant::now() + delay);
+            slot.run.last_terminated = Some(t);
+            slot.run.state = RunState::Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: Some(format!(
+                    "back-off {}ms restarting failed container={} pod={}_{}({})",
+                    delay.as_millis(),
+                    slot.spec.name,
+                    self.name,
+                    self.ns,
+                    self.uid
+                )),
+            };
+        } else {
+            slot.next_start = None;
+        }
+    }
+
+    fn on_probe(&mut self, instance: u64, kind: ProbeKind, ok: bool) {
+        let Some(i) = self
+            .slots
+            .iter()
+            .position(|s| s.pid.is_some() && s.instance == instance)
+        else {
+            return;
+        };
+        let grace = self.grace_for_probe_kill(i, kind);
+        let bin_dir = self.agent.bin_dir.clone();
+        let nsenter = self.agent.tools.nsenter.clone();
+        let bins = self.agent.bins.clone();
+        let pod_ip = self.sandbox.as_ref().map(|s| s.ip);
+        let slot = &mut self.slots[i];
+        let tracker = match kind {
+            ProbeKind::Startup => slot.startup.as_mut(),
+            ProbeKind::Liveness => slot.liveness.as_mut(),
+            ProbeKind::Readiness => slot.readiness.as_mut(),
+        };
+        let Some(tracker) = tracker else {
+            return;
+        };
+        let Some(flip) = tracker.observe(ok) else {
+            return;
+        };
+        tracing::info!(pod = %self.name, container = %slot.spec.name, probe = ?kind, passing = flip, "probe result changed");
+        match (kind, flip) {
+            (ProbeKind::Startup, true) => {
+                slot.run.started = true;
+                slot.run.ready = slot.readiness.is_none();
+                if let (Some(pid), Some(pod_ip)) = (slot.pid, pod_ip) {
+                    let target = ProbeTarget {
+                        container: slot.spec.clone(),
+                        pod_ip,
+                        pid,
+                        env: probe_env(&slot.env, &bin_dir),
+                        nsenter,
+                        bins,
+                    };
+                    // Stop the startup loop, start the other two.
+                    slot.stop_probes();
+                    spawn_probe(slot, ProbeKind::Liveness, &target, &self.ev_tx);
+                    spawn_probe(slot, ProbeKind::Readiness, &target, &self.ev_tx);
+                }
+            }
+            (ProbeKind::Readiness, _) => {
+                slot.run.ready =
+                    slot.run.started && slot.readiness.as_ref().is_some_and(|t| t.passing());
+            }
+            (ProbeKind::Startup | ProbeKind::Liveness, false) => {
+                tracing::info!(pod = %self.name, container = %slot.spec.name, probe = ?kind, "probe failed, killing container");
+                slot.stop_probes();
+                slot.run.ready = false;
+                if let Some(pid) = slot.pid {
+                    runtime::signal(pid, Signal::SIGTERM);
+                    slot.kill_deadline = Some(Instant::now() + grace);
+                }
+            }
+            (ProbeKind::Liveness, true) => {}
+        }
+    }
+
+    fn grace_for_probe_kill(&self, i: usize, kind: ProbeKind) -> Duration {
+        let spec = &self.slots[i].spec;
+        let probe = match kind {
+            ProbeKind::Startup => spec.startup_probe.as_ref(),
+            ProbeKind::Liveness => spec.liveness_probe.as_ref(),
+            ProbeKind::Readiness => None,
+        };
+        probe
+            .and_then(|p| p.termination_grace_period_seconds)
+            .map(|s| Duration::from_secs(s.max(0) as u64))
+            .unwrap_or_else(|| {
+                let mut p = (*self.pod).clone();
+                p.metadata.deletion_grace_period_seconds = None;
+                pods::grace_period(&p)
+            })
+    }
+
+    fn restart_policy(&self) -> String {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into())
+    }
+
+    /// The node died: everything is SIGKILLed (the fault handler already did;
+    /// this makes sure), and late exit events are ignored.
+    fn die(&mut self) {
+        tracing::info!(pod = %self.name, node = %self.node.name, "node failed: pod processes killed");
+        self.dead = true;
+        let node = self.node.name.clone();
+        for s in &mut self.slots {
+            s.stop_probes();
+            s.kill_deadline = None;
+            if let Some(pid) = s.pid.take() {
+                runtime::signal(pid, Signal::SIGKILL);
+                self.agent.unregister_pid(&node, pid);
+                let started_at = match &s.run.state {
+                    RunState::Running { started_at } => Some(*started_at),
+                    _ => None,
+                };
+                s.run.state = RunState::Terminated(Terminated::from_exit(
+                    None,
+                    Some(9),
+                    started_at,
+                    s.run.container_id.clone(),
+                ));
+                s.run.ready = false;
+                s.run.started = false;
+            }
+            s.instance = 0;
+        }
+    }
+
+    /// The node came back, like a rebooted kubelet: containers that were
+    /// running start again (their restart count goes up).
+    fn reboot(&mut self) {
+        tracing::info!(pod = %self.name, node = %self.node.name, "node healed: restarting pod containers");
+        self.dead = false;
+        let policy = self.restart_policy();
+        let now = Instant::now();
+        for s in &mut self.slots {
+            if s.kind != SlotKind::Main || s.pid.is_some() {
+                continue;
+            }
+            if let RunState::Terminated(t) = &s.run.state {
+                let t = t.clone();
+                if pods::should_restart(&policy, t.exit_code) {
+                    s.run.last_terminated = Some(t);
+                    s.run.state = RunState::Waiting {
+                        reason: "ContainerCreating".into(),
+                        message: None,
+                    };
+                    s.crashes = 0;
+                    s.next_start = Some(now);
+                }
+            }
+        }
+    }
+
+    fn view(&self) -> PodView {
+        let inits = self
+            .slots
+            .iter()
+            .filter(|s| s.kind == SlotKind::Init)
+            .map(|s| s.run.clone())
+            .collect();
+        let mains = self
+            .slots
+            .iter()
+            .filter(|s| s.kind == SlotKind::Main)
+            .map(|s| s.run.clone())
+            .collect();
+        PodView {
+            sandbox_ready: self.sandbox.is_some(),
+            pod_ip: self
+                .sandbox
+                .as_ref()
+                .map(|s| s.ip.to_string())
+                .or_else(|| self.pod.status.as_ref().and_then(|s| s.pod_ip.clone())),
+            host_ip: self.host_ip.clone(),
+            start_time: self.start_time,
+            init_done: self.init_done,
+            init_failed: self.init_failed,
+            inits,
+            mains,
+            restart_policy: self.restart_policy(),
+            terminal: self.terminal,
+        }
+    }
+
+    async fn sync_status(&mut self) {
+        let desired = status::build_status(&self.pod, &self.view(), status::now());
+        if !status::needs_patch(self.pod.status.as_ref(), &desired) {
+            return;
+        }
+        let api: Api<Pod> = Api::namespaced(self.agent.client.clone(), &self.ns);
+        let body = status::status_patch(&desired);
+        let pp = PatchParams {
+            field_manager: Some("testbed-agent".into()),
+            ..Default::default()
+        };
+        match api
+            .patch_status(&self.name, &pp, &Patch::Strategic(&body))
+            .await
+        {
+            Ok(p) => {
+                if p.metadata.uid.as_deref() == Some(self.uid.as_str()) {
+                    self.pod = Arc::new(p);
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(pod = %self.name, error = %e, "pod status patch failed, retrying");
+                self.retry_at = Some(Instant::now() + Duration::from_secs(1));
+            }
+        }
+    }
+
+    /// Graceful deletion: preStop hooks, SIGTERM, wait out the grace period,
+    /// SIGKILL, final status, sandbox teardown, then the DELETE with grace 0
+    /// and a UID precondition that makes the pod go from the API.
+    async fn terminate(&mut self) {
+        let grace = pods::grace_period(&self.pod);
+        tracing::info!(pod = %format!("{}/{}", self.ns, self.name), grace_s = grace.as_secs(), "terminating pod");
+        let deadline = Instant::now() + grace;
+        for s in &mut self.slots {
+            s.stop_probes();
+            s.next_start = None;
+        }
+        if !self.dead {
+            self.run_pre_stop_hooks(deadline).await;
+            for s in &self.slots {
+                if let Some(pid) = s.pid {
+                    runtime::signal(pid, Signal::SIGTERM);
+                }
+            }
+            self.wait_exits(deadline).await;
+            for s in &self.slots {
+                if let Some(pid) = s.pid {
+                    runtime::signal(pid, Signal::SIGKILL);
+                }
+            }
+            self.wait_exits(Instant::now() + Duration::from_secs(3))
+                .await;
+        }
+        // Anything that still did not report is gone with the namespace.
+        let node = self.node.name.clone();
+        for s in &mut self.slots {
+            if let Some(pid) = s.pid.take() {
+                self.agent.unregister_pid(&node, pid);
+                s.run.state = RunState::Terminated(Terminated::from_exit(
+                    None,
+                    Some(9),
+                    None,
+                    s.run.container_id.clone(),
+                ));
+            }
+            if matches!(s.run.state, RunState::Waiting { .. }) && s.kind == SlotKind::Main {
+                s.run.state = RunState::Terminated(Terminated {
+                    reason: "ContainerStatusUnknown".into(),
+                    message: Some(
+                        "The container could not be located when the pod was terminated".into(),
+                    ),
+                    ..Terminated::from_exit(Some(137), None, None, None)
+                });
+            }
+            s.run.ready = false;
+            s.run.started = false;
+        }
+        self.terminal = true;
+        if self.health_rx.borrow().api_connected() {
+            self.sync_status().await;
+        }
+        self.teardown().await;
+        self.delete_from_api().await;
+    }
+
+    async fn run_pre_stop_hooks(&mut self, deadline: Instant) {
+        let mut hooks = Vec::new();
+        for s in &self.slots {
+            let (Some(pid), true) = (s.pid, s.real) else {
+                continue;
+            };
+            let Some(cmd) = s
+                .spec
+                .lifecycle
+                .as_ref()
+                .and_then(|l| l.pre_stop.as_ref())
+                .and_then(|h| h.exec.as_ref())
+                .and_then(|e| e.command.clone())
+            else {
+                continue;
+            };
+            let target = ProbeTarget {
+                container: s.spec.clone(),
+                pod_ip: self
+                    .sandbox
+                    .as_ref()
+                    .map(|s| s.ip)
+                    .unwrap_or(Ipv4Addr::UNSPECIFIED),
+                pid,
+                env: probe_env(&s.env, &self.agent.bin_dir),
+                nsenter: self.agent.tools.nsenter.clone(),
+                bins: self.agent.bins.clone(),
+            };
+            let timeout = deadline.saturating_duration_since(Instant::now());
+            hooks.push(async move { super::probes::run_exec(&target, &cmd, timeout).await });
+        }
+        futures::future::join_all(hooks).await;
+    }
+
+    async fn wait_exits(&mut self, deadline: Instant) {
+        while self.slots.iter().any(|s| s.pid.is_some()) {
+            tokio::select! {
+                Some(ev) = self.ev_rx.recv() => {
+                    if let Ev::Exited { .. } = ev {
+                        self.on_event(ev);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return,
+            }
+        }
+    }
+
+    async fn teardown(&mut self) {
+        if let Some(sb) = self.sandbox.take() {
+            sb.destroy(&self.agent.tools.ip).await;
+        }
+        self.agent.release_ip(&self.node.name, &self.uid);
+        let _ = tokio::fs::remove_dir_all(self.pod_dir()).await;
+    }
+
+    async fn delete_from_api(&mut self) {
+        let api: Api<Pod> = Api::namespaced(self.agent.client.clone(), &self.ns);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(self.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        for attempt in 0..30 {
+            if !self.health_rx.borrow().api_connected() {
+                // Cut off mid-deletion: wait for the heal (or for the pod to vanish).
+                let _ = self.health_rx.changed().await;
+                continue;
+            }
+            match api.delete(&self.name, &dp).await {
+                Ok(_) => {
+                    tracing::info!(pod = %format!("{}/{}", self.ns, self.name), "pod deleted");
+                    return;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return,
+                Err(e) => {
+                    tracing::warn!(pod = %self.name, attempt, error = %e, "pod delete failed, retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// The pod is gone from the API (force-deleted, or deleted while we were
+    /// not looking): kill, clean up, forget.
+    async fn vanish(&mut self) {
+        tracing::info!(pod = %format!("{}/{}", self.ns, self.name), "pod gone from the API, cleaning up");
+        let node = self.node.name.clone();
+        for s in &mut self.slots {
+            s.stop_probes();
+            if let Some(pid) = s.pid.take() {
+                runtime::signal(pid, Signal::SIGKILL);
+                self.agent.unregister_pid(&node, pid);
+            }
+        }
+        self.teardown().await;
+    }
+}
+
+fn probe_env(env: &[(String, String)], bin_dir: &std::path::Path) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = env.to_vec();
+    let bin = bin_dir.display().to_string();
+    match out.iter_mut().find(|(k, _)| k == "PATH") {
+        Some((_, v)) => {
+            if !v.split(':').any(|p| p == bin) {
+                *v = format!("{bin}:{v}");
+            }
+        }
+        None => out.push(("PATH".into(), format!("{bin}:/usr/local/bin:/usr/bin:/bin"))),
+    }
+    out
+}
+
+fn spawn_probe(
+    slot: &mut Slot,
+    kind: ProbeKind,
+    target: &ProbeTarget,
+    tx: &mpsc::UnboundedSender<Ev>,
+) {
+    let probe = match kind {
+        ProbeKind::Startup => slot.spec.startup_probe.clone(),
+        ProbeKind::Liveness => slot.spec.liveness_probe.clone(),
+        ProbeKind::Readiness => slot.spec.readiness_probe.clone(),
+    };
+    let (Some(probe), true) = (probe, slot.real) else {
+        return;
+    };
+    let tx = tx.clone();
+    let instance = slot.instance;
+    let handle = tokio::spawn(super::probes::probe_loop(
+        probe,
+        target.clone(),
+        move |ok| tx.send(Ev::Probe { instance, kind, ok }).is_ok(),
+    ));
+    slot.probe_tasks.push(handle);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_always_find_the_valkey_tools_first_on_path() {
+        let env = vec![("PATH".to_string(), "/usr/bin".to_string())];
+        let out = probe_env(&env, std::path::Path::new("/tb/agent/bin"));
+        assert_eq!(out[0].1, "/tb/agent/bin:/usr/bin");
+        let out = probe_env(&[], std::path::Path::new("/tb/agent/bin"));
+        assert!(out[0].1.starts_with("/tb/agent/bin:"));
+    }
+}

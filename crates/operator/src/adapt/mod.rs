@@ -188,19 +188,37 @@ pub(crate) mod fixtures {
     use api::v1alpha1::{ValkeyCluster, ValkeyClusterSpec, validate};
     use k8s_openapi::api::core::v1::{Node, Pod};
 
+    /// Test YAML is written indented inside Rust strings: the first line at
+    /// column 0, the rest indented by a common amount, which is removed.
+    pub fn dedent(text: &str) -> String {
+        let mut lines = text.lines();
+        let first = lines.next().unwrap_or_default();
+        let rest: Vec<&str> = lines.collect();
+        let indent = rest
+            .iter()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.len() - l.trim_start().len())
+            .min()
+            .unwrap_or(0);
+        std::iter::once(first)
+            .chain(rest.iter().map(|l| l.get(indent..).unwrap_or("")))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     pub fn cluster(yaml_spec: &str) -> ValidatedCluster {
-        let spec: ValkeyClusterSpec = serde_yaml::from_str(yaml_spec).unwrap();
+        let spec: ValkeyClusterSpec = serde_yaml::from_str(&dedent(yaml_spec)).unwrap();
         let mut c = ValkeyCluster::new("cache", spec);
         c.metadata.namespace = Some("prod".into());
         validate(&c).unwrap()
     }
 
     pub fn node(yaml: &str) -> Node {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_yaml::from_str(&dedent(yaml)).unwrap()
     }
 
     pub fn pod(yaml: &str) -> Pod {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_yaml::from_str(&dedent(yaml)).unwrap()
     }
 
     pub fn ready_node(name: &str, zone: &str) -> Node {

@@ -1,0 +1,460 @@
+//! `valkey-operator plan` as a user runs it: the built binary on fixture files
+//! (tests/fixtures: 3 zones x 3 nodes, a cordoned zone, a tainted zone, running
+//! members, a full zone), checking exit codes, stderr and the JSON contract.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+
+const ZONE: &str = "topology.kubernetes.io/zone";
+const HOST: &str = "kubernetes.io/hostname";
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
+        .arg("plan")
+        .args(args)
+        .output()
+        .expect("run valkey-operator");
+    Run {
+        code: out
+            .status
+            .code()
+            .expect("exit code (not killed by a signal)"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// `plan --output json` over fixtures; the JSON on stdout.
+fn plan_json(cluster: &str, nodes: &str, pods: Option<&str>) -> (i32, Value) {
+    let (c, n) = (fixture(cluster), fixture(nodes));
+    let mut args = vec!["--cluster", &c, "--nodes", &n, "--output", "json"];
+    let p;
+    if let Some(pods) = pods {
+        p = fixture(pods);
+        args.extend(["--pods", &p]);
+    }
+    let r = run(&args);
+    assert!(
+        r.code == 0 || r.code == 2,
+        "exit {}; stderr: {}",
+        r.code,
+        r.stderr
+    );
+    let json: Value = serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", r.stdout));
+    (r.code, json)
+}
+
+/// A bad-input run: exit 1, nothing on stdout, exactly one line on stderr that
+/// contains every one of `expected`.
+fn assert_bad_input(args: &[&str], expected: &[&str]) {
+    let r = run(args);
+    assert_eq!(r.code, 1, "stdout: {}\nstderr: {}", r.stdout, r.stderr);
+    assert!(r.stdout.is_empty(), "stdout: {}", r.stdout);
+    let lines: Vec<&str> = r.stderr.trim_end().lines().collect();
+    assert_eq!(lines.len(), 1, "one message on stderr, got: {}", r.stderr);
+    for e in expected {
+        assert!(lines[0].contains(e), "{:?} should contain {e:?}", lines[0]);
+    }
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+}
+
+fn members(plan: &Value) -> &Vec<Value> {
+    plan["members"].as_array().expect("members is a list")
+}
+
+fn zone_of(m: &Value) -> &str {
+    m["domains"][ZONE].as_str().expect("zone domain")
+}
+
+/// Per shard, the placed members.
+fn by_shard(plan: &Value) -> BTreeMap<u64, Vec<&Value>> {
+    let mut out: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
+    for m in members(plan) {
+        out.entry(m["shard"].as_u64().unwrap()).or_default().push(m);
+    }
+    out
+}
+
+// ---------- bad input: one message naming the file and the field, exit 1 ----------
+
+#[test]
+fn max_replicas_zero_is_refused_naming_file_and_field() {
+    let c = fixture("cluster-bad-max-replicas.yaml");
+    let n = fixture("nodes-3x3.yaml");
+    assert_bad_input(
+        &["--cluster", &c, "--nodes", &n],
+        &[
+            "cluster-bad-max-replicas.yaml: spec.replicaSpreadConstraints[0].maxReplicas: must be >= 1",
+        ],
+    );
+}
+
+#[test]
+fn shards_zero_is_refused() {
+    let c = fixture("cluster-bad-shards.yaml");
+    let n = fixture("nodes-3x3.yaml");
+    assert_bad_input(
+        &["--cluster", &c, "--nodes", &n],
+        &["cluster-bad-shards.yaml", "spec.shards"],
+    );
+}
+
+#[test]
+fn an_alias_and_its_full_key_with_one_mode_are_refused() {
+    let c = fixture("cluster-duplicate-key.yaml");
+    let n = fixture("nodes-3x3.yaml");
+    assert_bad_input(
+        &["--cluster", &c, "--nodes", &n],
+        &[
+            "cluster-duplicate-key.yaml",
+            "spec.replicaSpreadConstraints[1].topologyKey",
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_mode_is_refused() {
+    let c = fixture("cluster-bad-mode.yaml");
+    let n = fixture("nodes-3x3.yaml");
+    assert_bad_input(
+        &["--cluster", &c, "--nodes", &n],
+        &[
+            "cluster-bad-mode.yaml",
+            "spec.replicaSpreadConstraints[0].mode",
+            "Sometimes",
+        ],
+    );
+}
+
+#[test]
+fn an_owned_config_key_is_refused() {
+    let c = fixture("cluster-owned-config.yaml");
+    let n = fixture("nodes-3x3.yaml");
+    assert_bad_input(
+        &["--cluster", &c, "--nodes", &n],
+        &["cluster-owned-config.yaml", "spec.config", "port"],
+    );
+}
+
+#[test]
+fn a_cluster_file_of_the_wrong_kind_is_refused() {
+    let c = fixture("cluster-wrong-kind.yaml");
+    let n = fixture("nodes-3x3.yaml");
+    assert_bad_input(
+        &["--cluster", &c, "--nodes", &n],
+        &[
+            "cluster-wrong-kind.yaml",
+            "kind",
+            "ValkeyCluster",
+            "ConfigMap",
+        ],
+    );
+}
+
+#[test]
+fn a_missing_file_is_refused_naming_it() {
+    let c = fixture("cluster-required.yaml");
+    assert_bad_input(
+        &["--cluster", &c, "--nodes", "/nonexistent/nodes.yaml"],
+        &["/nonexistent/nodes.yaml", "cannot read"],
+    );
+}
+
+#[test]
+fn invalid_yaml_is_refused_naming_the_file() {
+    let c = fixture("cluster-required.yaml");
+    let n = fixture("nodes-invalid-yaml.yaml");
+    assert_bad_input(
+        &["--cluster", &c, "--nodes", &n],
+        &["nodes-invalid-yaml.yaml", "invalid YAML"],
+    );
+}
+
+#[test]
+fn a_pod_list_given_as_nodes_is_refused() {
+    let c = fixture("cluster-required.yaml");
+    let n = fixture("pods-members.yaml");
+    assert_bad_input(
+        &["--cluster", &c, "--nodes", &n],
+        &["pods-members.yaml", "kind", "Node"],
+    );
+}
+
+#[test]
+fn a_bad_allocatable_quantity_names_the_node_and_field() {
+    let c = fixture("cluster-required.yaml");
+    let n = fixture("nodes-bad-quantity.yaml");
+    assert_bad_input(
+        &["--cluster", &c, "--nodes", &n],
+        &[
+            "nodes-bad-quantity.yaml",
+            "node-b2",
+            "status.allocatable.cpu",
+        ],
+    );
+}
+
+#[test]
+fn a_missing_required_flag_exits_1_not_2() {
+    let c = fixture("cluster-required.yaml");
+    let r = run(&["--cluster", &c]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("--nodes"), "{}", r.stderr);
+}
+
+#[test]
+fn an_unknown_output_format_exits_1() {
+    let c = fixture("cluster-required.yaml");
+    let n = fixture("nodes-3x3.yaml");
+    let r = run(&["--cluster", &c, "--nodes", &n, "--output", "xml"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+}
+
+// ---------- plans (these need the real planner) ----------
+
+#[test]
+fn the_json_has_exactly_the_documented_shape() {
+    let (_, plan) = plan_json("cluster-required.yaml", "nodes-3x3.yaml", None);
+    let keys: BTreeSet<&str> = plan
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        BTreeSet::from(["cluster", "feasible", "members", "unplaced", "violations"])
+    );
+    assert_eq!(plan["cluster"], "demo");
+    for m in members(&plan) {
+        let keys: BTreeSet<&str> = m.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from(["shard", "member", "node", "primary", "moved", "domains"])
+        );
+        let domains: BTreeSet<&str> = m["domains"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            domains,
+            BTreeSet::from([ZONE, HOST]),
+            "every constraint's resolved key"
+        );
+    }
+}
+
+#[test]
+fn three_zones_required_put_one_member_of_each_shard_in_every_zone() {
+    let (code, plan) = plan_json("cluster-required.yaml", "nodes-3x3.yaml", None);
+    assert_eq!(code, 0);
+    assert_eq!(plan["feasible"], true);
+    assert_eq!(plan["unplaced"], Value::Array(vec![]));
+    assert_eq!(plan["violations"], Value::Array(vec![]));
+    let shards = by_shard(&plan);
+    assert_eq!(shards.len(), 3);
+    for (shard, ms) in &shards {
+        assert_eq!(ms.len(), 3, "shard {shard}");
+        let zones: BTreeSet<&str> = ms.iter().map(|m| zone_of(m)).collect();
+        assert_eq!(zones.len(), 3, "shard {shard} spans every zone");
+        let nodes: BTreeSet<&str> = ms.iter().map(|m| m["node"].as_str().unwrap()).collect();
+        assert_eq!(nodes.len(), 3, "shard {shard} uses 3 nodes");
+        let primaries: Vec<u64> = ms
+            .iter()
+            .filter(|m| m["primary"] == true)
+            .map(|m| m["member"].as_u64().unwrap())
+            .collect();
+        assert_eq!(primaries, [0], "member 0 is the primary at creation");
+        assert!(ms.iter().all(|m| m["moved"] == false));
+        for m in ms {
+            assert_eq!(
+                m["domains"][HOST], m["node"],
+                "the hostname domain is the node"
+            );
+        }
+    }
+    let primary_zones: BTreeSet<&str> = members(&plan)
+        .iter()
+        .filter(|m| m["primary"] == true)
+        .map(zone_of)
+        .collect();
+    assert_eq!(
+        primary_zones.len(),
+        3,
+        "primaries are spread over the zones"
+    );
+}
+
+#[test]
+fn a_cordoned_zone_leaves_required_members_unplaced_with_a_reason() {
+    let (code, plan) = plan_json("cluster-required.yaml", "nodes-zone-c-cordoned.yaml", None);
+    assert_eq!(code, 2, "infeasible exits 2 and still prints the plan");
+    assert_eq!(plan["feasible"], false);
+    assert_eq!(members(&plan).len(), 6);
+    assert!(members(&plan).iter().all(|m| zone_of(m) != "zone-c"));
+    let unplaced = plan["unplaced"].as_array().unwrap();
+    assert_eq!(unplaced.len(), 3);
+    let shards: BTreeSet<u64> = unplaced
+        .iter()
+        .map(|u| u["shard"].as_u64().unwrap())
+        .collect();
+    assert_eq!(shards.len(), 3, "one member of every shard is unplaced");
+    for u in unplaced {
+        assert!(!u["reason"].as_str().unwrap().trim().is_empty());
+    }
+    assert_eq!(
+        plan["violations"],
+        Value::Array(vec![]),
+        "Required is never violated"
+    );
+    let every: usize = members(&plan).len() + unplaced.len();
+    assert_eq!(every, 9, "every member appears once");
+}
+
+#[test]
+fn a_cordoned_zone_with_preferred_places_everything_and_reports_the_excess() {
+    let (code, plan) = plan_json("cluster-preferred.yaml", "nodes-zone-c-cordoned.yaml", None);
+    assert_eq!(code, 0);
+    assert_eq!(plan["feasible"], true);
+    assert_eq!(members(&plan).len(), 9);
+    assert!(members(&plan).iter().all(|m| zone_of(m) != "zone-c"));
+    let violations = plan["violations"].as_array().unwrap();
+    assert_eq!(
+        violations.len(),
+        3,
+        "one zone of each shard holds 2 members: {violations:?}"
+    );
+    for v in violations {
+        assert_eq!(v["topologyKey"], ZONE);
+        assert_eq!(v["members"], 2);
+        assert_eq!(v["maxReplicas"], 1);
+        assert_eq!(v["mode"], "Preferred");
+        assert_ne!(v["domain"], "zone-c");
+    }
+    for ms in by_shard(&plan).values() {
+        let nodes: BTreeSet<&str> = ms.iter().map(|m| m["node"].as_str().unwrap()).collect();
+        assert_eq!(nodes.len(), 3, "node Required 1 still holds");
+    }
+}
+
+#[test]
+fn untolerated_taints_keep_new_members_off_a_zone() {
+    let (code, plan) = plan_json("cluster-required.yaml", "nodes-zone-c-tainted.yaml", None);
+    assert_eq!(code, 2);
+    assert!(members(&plan).iter().all(|m| zone_of(m) != "zone-c"));
+    assert_eq!(plan["unplaced"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn tolerated_taints_let_members_into_the_zone() {
+    let (code, plan) = plan_json("cluster-tolerating.yaml", "nodes-zone-c-tainted.yaml", None);
+    assert_eq!(code, 0);
+    assert_eq!(members(&plan).len(), 9);
+    assert!(members(&plan).iter().any(|m| zone_of(m) == "zone-c"));
+}
+
+#[test]
+fn running_members_stay_where_they_are() {
+    let (code, plan) = plan_json(
+        "cluster-required.yaml",
+        "nodes-3x3.yaml",
+        Some("pods-members.yaml"),
+    );
+    assert_eq!(code, 0);
+    for m in members(&plan) {
+        let (s, i) = (m["shard"].as_u64().unwrap(), m["member"].as_u64().unwrap());
+        // The fixture puts shard s member m on node-<zone (s+m)%3><s+1>.
+        let zone = ["a", "b", "c"][((s + i) % 3) as usize];
+        assert_eq!(
+            m["node"],
+            format!("node-{zone}{}", s + 1),
+            "shard {s} member {i}"
+        );
+        assert_eq!(m["moved"], false);
+        assert_eq!(m["primary"], i == 0);
+    }
+}
+
+#[test]
+fn running_members_on_a_cordoned_node_stay() {
+    let (code, plan) = plan_json(
+        "cluster-required.yaml",
+        "nodes-zone-c-cordoned.yaml",
+        Some("pods-members.yaml"),
+    );
+    assert_eq!(
+        code, 0,
+        "members already in zone-c may stay on cordoned nodes"
+    );
+    assert_eq!(members(&plan).len(), 9);
+    assert!(members(&plan).iter().all(|m| m["moved"] == false));
+}
+
+#[test]
+fn a_full_zone_counts_other_pods_requests() {
+    let (code, plan) = plan_json(
+        "cluster-required.yaml",
+        "nodes-3x3.yaml",
+        Some("pods-zone-b-full.yaml"),
+    );
+    assert_eq!(
+        code, 2,
+        "zone-b has no room, and zone Required 1 forbids doubling up"
+    );
+    assert!(members(&plan).iter().all(|m| zone_of(m) != "zone-b"));
+    assert_eq!(plan["unplaced"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn the_same_input_gives_the_same_plan() {
+    let (_, a) = plan_json("cluster-preferred.yaml", "nodes-zone-c-cordoned.yaml", None);
+    let (_, b) = plan_json("cluster-preferred.yaml", "nodes-zone-c-cordoned.yaml", None);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn text_is_the_default_output_and_draws_the_topology() {
+    let c = fixture("cluster-required.yaml");
+    let n = fixture("nodes-3x3.yaml");
+    let r = run(&["--cluster", &c, "--nodes", &n]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        serde_json::from_str::<Value>(&r.stdout).is_err(),
+        "text, not JSON"
+    );
+    for zone in ["zone-a", "zone-b", "zone-c"] {
+        assert!(r.stdout.contains(zone), "{}", r.stdout);
+    }
+}
+
+#[test]
+fn a_single_node_object_is_accepted() {
+    let c = fixture("cluster-required.yaml");
+    let n = fixture("node-single.yaml");
+    let r = run(&["--cluster", &c, "--nodes", &n, "--output", "json"]);
+    assert_eq!(
+        r.code, 2,
+        "one node cannot hold 3 members per shard: {}",
+        r.stderr
+    );
+}

@@ -17,16 +17,3 @@ fn crd_prints_the_committed_crd() {
         "deploy/crd/valkeycluster.yaml differs from `valkey-operator crd`: run `make crd`"
     );
 }
-
-#[test]
-fn run_is_not_implemented_yet_and_says_so() {
-    let out = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
-        .arg("run")
-        .output()
-        .expect("run valkey-operator run");
-    // Placeholder until the controller lands: fails with a message, no panic.
-    if !out.status.success() {
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert!(!stderr.contains("panicked"), "{stderr}");
-    }
-}

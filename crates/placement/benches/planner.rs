@@ -1,1 +1,204 @@
-fn main() {}
+//! Planner benchmarks (criterion): the scenarios of issue 2 and a small one.
+//!
+//! * `small`: 3 shards x 3 members on 3 zones x 3 nodes (zone and node Required 1).
+//! * `fresh_1000x3_on_900`: 1,000 shards x 3 members on 900 nodes (3 regions x
+//!   3 zones x 100 nodes, 4 pod slots each; zone Required 1, node Required 1,
+//!   region Preferred 1), nothing running yet. Target: under 1 s.
+//! * `replan_zone_down`: the same, with the fresh plan running and one zone's
+//!   nodes NotReady. Target: under 1 s.
+//!
+//! Besides criterion's report, a summary line per scenario (median wall time
+//! of a few runs and the plan's figures) is printed at the end.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use criterion::{Criterion, criterion_group};
+use placement::*;
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+fn node(name: String, region: &str, zone: &str, pods: u64) -> NodeInfo {
+    let labels = BTreeMap::from([
+        (HOSTNAME_KEY.to_string(), name.clone()),
+        (ZONE_KEY.to_string(), zone.to_string()),
+        (REGION_KEY.to_string(), region.to_string()),
+    ]);
+    NodeInfo {
+        name,
+        labels,
+        ready: true,
+        unschedulable: false,
+        taints: vec![],
+        allocatable: Capacity {
+            cpu_millis: 16_000,
+            memory_bytes: 64 << 30,
+            pods,
+        },
+        used_by_others: Capacity::default(),
+    }
+}
+
+fn problem(
+    shards: u32,
+    regions: usize,
+    zones_per_region: usize,
+    nodes_per_zone: usize,
+    constraints: Vec<SpreadConstraint>,
+) -> Problem {
+    let mut nodes = Vec::new();
+    for r in 0..regions {
+        for z in 0..zones_per_region {
+            for n in 0..nodes_per_zone {
+                nodes.push(node(
+                    format!("r{r}-z{z}-n{n:03}"),
+                    &format!("r{r}"),
+                    &format!("r{r}-z{z}"),
+                    4,
+                ));
+            }
+        }
+    }
+    Problem {
+        cluster: "bench".into(),
+        shards,
+        replicas: 2,
+        constraints,
+        nodes,
+        running: vec![],
+        request: Resources {
+            cpu_millis: Some(1000),
+            memory_bytes: Some(4 << 30),
+        },
+        node_selector: BTreeMap::new(),
+        tolerations: vec![],
+        primaries: BTreeMap::new(),
+    }
+}
+
+fn spread(key: &str, max: u32, mode: Mode) -> SpreadConstraint {
+    SpreadConstraint {
+        topology_key: key.into(),
+        max_replicas: max,
+        mode,
+    }
+}
+
+fn small() -> Problem {
+    problem(
+        3,
+        1,
+        3,
+        3,
+        vec![
+            spread("zone", 1, Mode::Required),
+            spread("node", 1, Mode::Required),
+        ],
+    )
+}
+
+fn fresh() -> Problem {
+    problem(
+        1000,
+        3,
+        3,
+        100,
+        vec![
+            spread("zone", 1, Mode::Required),
+            spread("node", 1, Mode::Required),
+            spread("region", 1, Mode::Preferred),
+        ],
+    )
+}
+
+/// The fresh plan running, then zone `r0-z0` NotReady.
+fn replan() -> Problem {
+    let mut p = fresh();
+    let before = plan(&p).unwrap();
+    p.running = before
+        .members
+        .iter()
+        .map(|m| RunningMember {
+            shard: m.shard,
+            member: m.member,
+            node: m.node.clone(),
+        })
+        .collect();
+    for n in &mut p.nodes {
+        if n.labels.get(ZONE_KEY).map(String::as_str) == Some("r0-z0") {
+            n.ready = false;
+        }
+    }
+    p
+}
+
+fn scenarios() -> Vec<(&'static str, Problem)> {
+    vec![
+        ("small", small()),
+        ("fresh_1000x3_on_900", fresh()),
+        ("replan_zone_down", replan()),
+    ]
+}
+
+fn bench(c: &mut Criterion) {
+    for (name, p) in scenarios() {
+        c.bench_function(name, |b| b.iter(|| plan(black_box(&p)).unwrap()));
+    }
+}
+
+/// Median wall time of `runs` plans and the plan's figures, one line each.
+fn summary() {
+    println!("\nplanner summary (median of 5 runs):");
+    for (name, p) in scenarios() {
+        let mut times: Vec<Duration> = Vec::new();
+        let mut last = None;
+        for _ in 0..5 {
+            let t = Instant::now();
+            last = Some(plan(&p).unwrap());
+            times.push(t.elapsed());
+        }
+        times.sort();
+        let plan = last.unwrap();
+        let moved = plan.members.iter().filter(|m| m.moved).count();
+        let excess: u32 = plan
+            .violations
+            .iter()
+            .map(|v| v.members - v.max_replicas)
+            .sum();
+        let displaced = p.running.len()
+            - plan
+                .members
+                .iter()
+                .filter(|m| {
+                    p.running
+                        .iter()
+                        .any(|r| r.shard == m.shard && r.member == m.member && r.node == m.node)
+                })
+                .count();
+        println!(
+            "  {name:<22} {:>10.3} ms  nodes {:>4}  members {:>5}  placed {:>5}  unplaced {:>4}  excess {:>4}  displaced {:>4}  moved {:>4}",
+            times[times.len() / 2].as_secs_f64() * 1000.0,
+            p.nodes.len(),
+            p.shards * (p.replicas + 1),
+            plan.members.len(),
+            plan.unplaced.len(),
+            excess,
+            displaced,
+            moved,
+        );
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5));
+    targets = bench
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    summary();
+}

@@ -1,0 +1,108 @@
+//! Plain-word reasons for members that cannot be placed. The operator puts these
+//! in status and Events, so each names the shard, the constraint (key, mode,
+//! maxReplicas) or the lack of room, with the numbers a person needs to act.
+
+use crate::instance::Instance;
+use crate::search::solve;
+use crate::structure::Structure;
+use std::collections::BTreeMap;
+
+/// The nodes that could hold a member of `shard` if no other shard took room.
+fn eligible(inst: &Instance, shard: u32) -> Vec<usize> {
+    let keeps = &inst.keeps[shard as usize];
+    (0..inst.nodes.len())
+        .filter(|&i| {
+            let n = &inst.nodes[i];
+            n.room > 0 && (n.new || keeps.contains_key(&i))
+        })
+        .collect()
+}
+
+/// "9 nodes: 6 eligible, 3 NotReady".
+fn summary(inst: &Instance, eligible: &[usize]) -> String {
+    let mut why: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, n) in inst.nodes.iter().enumerate() {
+        if eligible.binary_search(&i).is_ok() {
+            continue;
+        }
+        let reason = n
+            .exclusion
+            .as_ref()
+            .map_or_else(|| "without room".to_string(), |e| e.describe());
+        *why.entry(reason).or_default() += 1;
+    }
+    let total = inst.nodes.len();
+    let mut parts = vec![format!("{} eligible", eligible.len())];
+    parts.extend(why.into_iter().map(|(r, c)| format!("{c} {r}")));
+    let noun = if total == 1 { "node" } else { "nodes" };
+    format!("{total} {noun}: {}", parts.join(", "))
+}
+
+/// Why `shard` cannot place all its members.
+pub(crate) fn explain(inst: &Instance, st: &Structure, shard: u32) -> String {
+    let m = inst.members;
+    let ok = eligible(inst, shard);
+    let sum = summary(inst, &ok);
+    if ok.is_empty() {
+        return format!("shard {shard} has no eligible node ({sum})");
+    }
+    let room = |i: usize| u64::from(inst.nodes[i].room).min(u64::from(m));
+    for (c, k) in inst.constraints.iter().enumerate() {
+        if !k.required() || k.max >= m {
+            continue;
+        }
+        let mut per: BTreeMap<u32, u64> = BTreeMap::new();
+        for &i in &ok {
+            *per.entry(inst.nodes[i].labels[c]).or_default() += room(i);
+        }
+        let most: u64 = per.values().map(|&r| r.min(u64::from(k.max))).sum();
+        if most < u64::from(m) {
+            let needed = m.div_ceil(k.max);
+            let have = per.len();
+            return if (have as u64) < u64::from(needed) {
+                format!(
+                    "shard {shard} needs {needed} domains of {} (Required, maxReplicas {}) but only {have} have eligible nodes with room ({sum})",
+                    k.key, k.max
+                )
+            } else {
+                format!(
+                    "shard {shard} can place only {most} of its {m} members under {} (Required, maxReplicas {}): its {have} domains with eligible nodes have too little room ({sum})",
+                    k.key, k.max
+                )
+            };
+        }
+    }
+    let total: u64 = ok.iter().map(|&i| room(i)).sum();
+    if total < u64::from(m) {
+        return format!(
+            "shard {shard}: the eligible nodes have room for only {total} of its {m} members ({sum})"
+        );
+    }
+    let binding: Vec<String> = inst
+        .constraints
+        .iter()
+        .filter(|k| k.required() && k.max < m)
+        .map(|k| format!("{} maxReplicas {}", k.key, k.max))
+        .collect();
+    let alone: u32 = solve(inst, st, &[shard])
+        .shards
+        .get(&shard)
+        .map_or(0, |slots| slots.iter().map(|s| s.keep + s.new).sum());
+    if alone < m {
+        return format!(
+            "shard {shard}: its Required constraints ({}) together allow only {alone} of its {m} members on the eligible nodes ({sum})",
+            binding.join(", ")
+        );
+    }
+    let within = if binding.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " where its Required constraints allow ({})",
+            binding.join(", ")
+        )
+    };
+    format!(
+        "shard {shard}: not enough room: other members of this cluster fill the eligible nodes{within} ({sum})"
+    )
+}

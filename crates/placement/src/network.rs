@@ -1,0 +1,325 @@
+//! The flow network of one planning problem, and reading a placement back out
+//! of its flow.
+//!
+//! ```text
+//! source -> shard unit (cap members x shards in the unit)
+//!        -> chain domains, coarsest first (Required: cap maxReplicas;
+//!           Preferred: cap maxReplicas at no cost, plus an overflow arc
+//!           costing one excess per member)
+//!        -> pool of each cell below the finest domain (new members)
+//!           or straight to a node where a running member stays (one stay reward)
+//! pool   -> node (its new-member nodes)
+//! node   -> sink (cap room, split into arcs of rising balance cost)
+//! ```
+//!
+//! Two aggregations keep the network small without losing exactness:
+//!
+//! * Pools. Below the finest effective domain no constraint tells nodes apart,
+//!   so all shards share one pool vertex per cell instead of one arc per
+//!   (shard, node). Any split of a pool's flow onto its nodes is valid.
+//! * Shard units. Shards with no member that could stay are interchangeable:
+//!   they form one unit whose capacities are multiplied by their number. The
+//!   unit's flow is dealt to its shards round-robin in depth-first order of the
+//!   domains, so every shard gets the floor or ceiling of its share of every
+//!   domain. That respects every scaled cap (Required and the shard size), and
+//!   when a Preferred domain overflows every shard is already at its cap, so the
+//!   shards' excesses add up to the unit's: the split is exact.
+//!
+//! Shards fixed by the search ([`Fixed`]) get exact per-cell counts instead of
+//! the chain.
+
+use crate::flow::{Cost, Graph, UNBOUNDED};
+use crate::instance::Instance;
+use crate::structure::Structure;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+/// Shards whose members per cell are decided by the search: (cell, members).
+pub(crate) type Fixed = BTreeMap<u32, Vec<(usize, u32)>>;
+
+/// Members of one shard on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub node: usize,
+    /// Running members that stay.
+    pub keep: u32,
+    /// Members that come new (or move here).
+    pub new: u32,
+}
+
+/// A placement: per shard, its slots sorted by node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Solution {
+    pub shards: BTreeMap<u32, Vec<Slot>>,
+}
+
+/// The flow's answer: the members placed, the flow's cost and the placement.
+#[derive(Debug, Clone)]
+pub(crate) struct Outcome {
+    pub placed: u64,
+    pub cost: Cost,
+    pub solution: Solution,
+}
+
+/// Node-to-sink arcs per node: the first members cost 0, 1, 2, ... in balance;
+/// from this many on, one more costs the same (a tie-breaker need not be finer).
+const BALANCE_STEPS: u32 = 16;
+
+enum Unit {
+    /// Shards planned through the chain; more than one only when none has a
+    /// member that could stay.
+    Free(Vec<u32>),
+    Fixed(u32),
+}
+
+/// Keep arcs of `shard` grouped by cell: (node, members that may stay there).
+fn keeps_by_cell(
+    inst: &Instance,
+    st: &Structure,
+    shard: u32,
+) -> BTreeMap<usize, Vec<(usize, i64)>> {
+    let mut out: BTreeMap<usize, Vec<(usize, i64)>> = BTreeMap::new();
+    for (&node, members) in &inst.keeps[shard as usize] {
+        if let Some(cell) = st.cell_of[node] {
+            let k = (members.len() as i64).min(i64::from(inst.nodes[node].room));
+            out.entry(cell).or_default().push((node, k));
+        }
+    }
+    out
+}
+
+/// Solves the flow relaxation for `shards`: chain constraints for free shards,
+/// exact per-cell counts (at most) for fixed ones; constraints outside the
+/// chain are ignored here (the search enforces them).
+pub(crate) fn relax(inst: &Instance, st: &Structure, shards: &[u32], fixed: &Fixed) -> Outcome {
+    let mut g = Graph::default();
+    let s = g.add_vertex();
+    let t = g.add_vertex();
+    let m = i64::from(inst.members);
+
+    let mut node_v = vec![usize::MAX; inst.nodes.len()];
+    for (i, node) in inst.nodes.iter().enumerate() {
+        if !st.usable[i] {
+            continue;
+        }
+        let v = g.add_vertex();
+        node_v[i] = v;
+        let steps = node.room.min(BALANCE_STEPS);
+        for j in 0..steps {
+            let cap = if j + 1 == steps { node.room - j } else { 1 };
+            g.add_arc(v, t, i64::from(cap), Cost::balance(i64::from(j)));
+        }
+    }
+    let mut pool_v = vec![usize::MAX; st.cells.len()];
+    let mut pool_arcs: Vec<(usize, usize, usize)> = Vec::new();
+    for (c, cell) in st.cells.iter().enumerate() {
+        if cell.new_nodes.is_empty() {
+            continue;
+        }
+        let p = g.add_vertex();
+        pool_v[c] = p;
+        for &i in &cell.new_nodes {
+            let a = g.add_arc(p, node_v[i], i64::from(inst.nodes[i].room), Cost::ZERO);
+            pool_arcs.push((c, i, a));
+        }
+    }
+
+    let mut units: Vec<Unit> = Vec::new();
+    let mut interchangeable: Vec<u32> = Vec::new();
+    for &sh in shards {
+        if fixed.contains_key(&sh) {
+            units.push(Unit::Fixed(sh));
+        } else if inst.keeps[sh as usize].is_empty() {
+            interchangeable.push(sh);
+        } else {
+            units.push(Unit::Free(vec![sh]));
+        }
+    }
+    if !interchangeable.is_empty() {
+        units.push(Unit::Free(interchangeable));
+    }
+
+    // (unit, cell, arc) into a pool, in depth-first order per unit.
+    let mut leaf_arcs: Vec<(usize, usize, usize)> = Vec::new();
+    // (shard, node, arc) where running members stay.
+    let mut keep_arcs: Vec<(u32, usize, usize)> = Vec::new();
+    for (ui, unit) in units.iter().enumerate() {
+        match unit {
+            Unit::Free(list) => {
+                let mult = list.len() as i64;
+                let u = g.add_vertex();
+                g.add_arc(s, u, mult * m, Cost::ZERO);
+                let keep_cells = match list.as_slice() {
+                    [one] => keeps_by_cell(inst, st, *one),
+                    _ => BTreeMap::new(),
+                };
+                let mut stack: Vec<(u32, usize)> = Vec::new();
+                for (c, (cell, &pool)) in st.cells.iter().zip(&pool_v).enumerate() {
+                    let keeps = keep_cells.get(&c);
+                    if pool == usize::MAX && keeps.is_none() {
+                        continue;
+                    }
+                    let path = &cell.path;
+                    let common = stack
+                        .iter()
+                        .zip(path)
+                        .take_while(|(have, want)| have.0 == **want)
+                        .count();
+                    stack.truncate(common);
+                    for (level, &label) in path.iter().enumerate().skip(common) {
+                        let parent = stack.last().map_or(u, |x| x.1);
+                        let v = g.add_vertex();
+                        let k = &inst.constraints[st.chain[level]];
+                        g.add_arc(parent, v, i64::from(k.max) * mult, Cost::ZERO);
+                        if !k.required() {
+                            g.add_arc(parent, v, UNBOUNDED, Cost::EXCESS);
+                        }
+                        stack.push((label, v));
+                    }
+                    let leaf = stack.last().map_or(u, |x| x.1);
+                    if pool != usize::MAX {
+                        let a = g.add_arc(leaf, pool, UNBOUNDED, Cost::ZERO);
+                        leaf_arcs.push((ui, c, a));
+                    }
+                    for &(node, k) in keeps.into_iter().flatten() {
+                        let a = g.add_arc(leaf, node_v[node], k, Cost::STAY);
+                        keep_arcs.push((list[0], node, a));
+                    }
+                }
+            }
+            Unit::Fixed(sh) => {
+                let u = g.add_vertex();
+                g.add_arc(s, u, m, Cost::ZERO);
+                let keep_cells = keeps_by_cell(inst, st, *sh);
+                for &(c, y) in fixed.get(sh).into_iter().flatten() {
+                    if y == 0 {
+                        continue;
+                    }
+                    let v = g.add_vertex();
+                    g.add_arc(u, v, i64::from(y), Cost::ZERO);
+                    if pool_v[c] != usize::MAX {
+                        let a = g.add_arc(v, pool_v[c], UNBOUNDED, Cost::ZERO);
+                        leaf_arcs.push((ui, c, a));
+                    }
+                    for &(node, k) in keep_cells.get(&c).into_iter().flatten() {
+                        let a = g.add_arc(v, node_v[node], k, Cost::STAY);
+                        keep_arcs.push((*sh, node, a));
+                    }
+                }
+            }
+        }
+    }
+
+    let (placed, cost) = g.min_cost_max_flow(s, t);
+
+    // New members per (cell, shard), dealing interchangeable units round-robin.
+    let mut new_in: BTreeMap<usize, BTreeMap<u32, u32>> = BTreeMap::new();
+    let mut dealt = vec![0usize; units.len()];
+    for &(ui, c, a) in &leaf_arcs {
+        let f = g.flow(a);
+        if f <= 0 {
+            continue;
+        }
+        let cell = new_in.entry(c).or_default();
+        match &units[ui] {
+            Unit::Free(list) if list.len() > 1 => {
+                for _ in 0..f {
+                    let sh = list[dealt[ui] % list.len()];
+                    dealt[ui] += 1;
+                    *cell.entry(sh).or_default() += 1;
+                }
+            }
+            Unit::Free(list) => *cell.entry(list[0]).or_default() += f as u32,
+            Unit::Fixed(sh) => *cell.entry(*sh).or_default() += f as u32,
+        }
+    }
+
+    let mut slots: BTreeMap<u32, BTreeMap<usize, Slot>> =
+        shards.iter().map(|&sh| (sh, BTreeMap::new())).collect();
+    for &(sh, node, a) in &keep_arcs {
+        let f = g.flow(a) as u32;
+        if f > 0
+            && let Some(per_node) = slots.get_mut(&sh)
+        {
+            per_node
+                .entry(node)
+                .or_insert(Slot {
+                    node,
+                    keep: 0,
+                    new: 0,
+                })
+                .keep += f;
+        }
+    }
+    let mut quota: BTreeMap<usize, Vec<(usize, u32)>> = BTreeMap::new();
+    for &(c, node, a) in &pool_arcs {
+        let f = g.flow(a) as u32;
+        if f > 0 {
+            quota.entry(c).or_default().push((node, f));
+        }
+    }
+    for (c, demands) in &new_in {
+        let nodes = quota.remove(c).unwrap_or_default();
+        spread_over_nodes(demands, nodes, &mut slots, inst.members as usize);
+    }
+
+    Outcome {
+        placed: placed.max(0) as u64,
+        cost,
+        solution: Solution {
+            shards: slots
+                .into_iter()
+                .map(|(sh, per_node)| (sh, per_node.into_values().collect()))
+                .collect(),
+        },
+    }
+}
+
+/// Splits one pool's flow onto its nodes: each member goes to the node with the
+/// most quota left that does not hold its shard yet (only nicety; nothing below
+/// a cell constrains), so a shard's members land on distinct nodes when they can.
+fn spread_over_nodes(
+    demands: &BTreeMap<u32, u32>,
+    nodes: Vec<(usize, u32)>,
+    slots: &mut BTreeMap<u32, BTreeMap<usize, Slot>>,
+    members: usize,
+) {
+    let mut heap: BinaryHeap<(u32, Reverse<usize>)> =
+        nodes.into_iter().map(|(n, q)| (q, Reverse(n))).collect();
+    for (&sh, &count) in demands {
+        let Some(per_node) = slots.get_mut(&sh) else {
+            continue;
+        };
+        for _ in 0..count {
+            let mut skipped = Vec::new();
+            let mut chosen = None;
+            while let Some(top) = heap.pop() {
+                if per_node.contains_key(&top.1.0) && skipped.len() <= members {
+                    skipped.push(top);
+                } else {
+                    chosen = Some(top);
+                    break;
+                }
+            }
+            if chosen.is_none() && !skipped.is_empty() {
+                chosen = Some(skipped.remove(0));
+            }
+            heap.extend(skipped);
+            let Some((q, Reverse(node))) = chosen else {
+                // Flow conservation makes the quotas match the demands.
+                return;
+            };
+            per_node
+                .entry(node)
+                .or_insert(Slot {
+                    node,
+                    keep: 0,
+                    new: 0,
+                })
+                .new += 1;
+            if q > 1 {
+                heap.push((q - 1, Reverse(node)));
+            }
+        }
+    }
+}

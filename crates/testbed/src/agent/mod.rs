@@ -189,6 +189,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,kube=warn".into()),
         )
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .try_init();
     let state = TestbedState::load(dir)?;
     let tools = runtime::Tools::find()?;

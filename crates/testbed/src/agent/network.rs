@@ -380,11 +380,25 @@ pub async fn sweep(ip_cmd: &Path, prefix: &str) {
     {
         for name in parse_link_names(&out)
             .into_iter()
-            .filter(|n| n.starts_with(prefix))
+            .filter(|n| is_pod_veth(prefix, n))
         {
             let _ = run(ip_cmd, &["link".into(), "del".into(), name]).await;
         }
     }
+}
+
+/// Whether `name` is a host veth this agent names (`<prefix><c>-<d>`), as
+/// opposed to the launcher's own interfaces that share the prefix.
+pub fn is_pod_veth(prefix: &str, name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(prefix) else {
+        return false;
+    };
+    let mut parts = rest.split('-');
+    matches!(
+        (parts.next(), parts.next(), parts.next()),
+        (Some(a), Some(b), None) if !a.is_empty() && !b.is_empty()
+            && a.bytes().all(|c| c.is_ascii_digit()) && b.bytes().all(|c| c.is_ascii_digit())
+    )
 }
 
 /// Names from `ip netns list` (`name (id: 3)` or just `name`).
@@ -517,6 +531,15 @@ mod tests {
             "route replace 10.203.5.2/32 dev vk3-5-2 src 10.203.255.1"
         );
         assert_eq!(cmds[0].join(" "), "netns add vk3-ab");
+    }
+
+    #[test]
+    fn the_sweep_only_touches_pod_veths() {
+        assert!(is_pod_veth("vk3-", "vk3-5-23"));
+        assert!(!is_pod_veth("vk3-", "vk3-host"));
+        assert!(!is_pod_veth("vk3-", "vk3-hostp"));
+        assert!(!is_pod_veth("vk3-", "vk33-5-2"));
+        assert!(!is_pod_veth("vk3-", "vk3-5-2-1"));
     }
 
     #[test]

@@ -438,17 +438,21 @@ pub fn volume_mounts(
     Ok(out)
 }
 
-/// The container's private writable places: its working directory (unless a
-/// volume covers it) and `/tmp`, each a folder under `scratch`, so two pods never
-/// share the host's copies and Valkey's files (nodes.conf, dump.rdb) stay per pod.
-pub fn scratch_mounts(workdir: &Path, mounts: &[Mount], scratch: &Path) -> Vec<Mount> {
+/// The container's private working directory (unless a volume covers it): a
+/// folder under `scratch`, so two pods never share the host's copy and Valkey's
+/// files (nodes.conf, dump.rdb) stay per pod. Never over a path in `keep` (the
+/// testbed dir, the binaries), which the container and its probes still need.
+pub fn scratch_mounts(
+    workdir: &Path,
+    mounts: &[Mount],
+    scratch: &Path,
+    keep: &[PathBuf],
+) -> Vec<Mount> {
     let covered = |p: &Path| mounts.iter().any(|m| p.starts_with(&m.target));
+    let hides = |p: &Path| keep.iter().any(|k| k.starts_with(p));
     let mut out = Vec::new();
-    for target in [workdir, Path::new("/tmp")] {
-        if target == Path::new("/")
-            || covered(target)
-            || out.iter().any(|m: &Mount| m.target == target)
-        {
+    for target in [workdir] {
+        if target == Path::new("/") || covered(target) || hides(target) {
             continue;
         }
         let name = target
@@ -478,13 +482,37 @@ pub struct ScriptTools {
     pub mkdir: PathBuf,
 }
 
+/// The order to make bind mounts in: a mount goes after every mount whose
+/// target is its parent (nesting), and before any mount whose target would hide
+/// its source. When both rules cannot hold (a cycle), the rest go by depth.
+pub fn mount_order(mounts: &[Mount]) -> Vec<&Mount> {
+    let mut left: Vec<&Mount> = mounts.iter().collect();
+    left.sort_by_key(|m| m.target.components().count());
+    let must_wait = |m: &Mount, other: &Mount| {
+        // `m` waits for `other` when `other` is its parent mount.
+        (m.target != other.target && m.target.starts_with(&other.target))
+            // `m` waits when mounting it now would hide `other`'s source.
+            || (m.target != other.target && other.source.starts_with(&m.target))
+    };
+    let mut out = Vec::new();
+    while !left.is_empty() {
+        let ready = left.iter().position(|m| {
+            !left
+                .iter()
+                .any(|o| !std::ptr::eq(*o, *m) && must_wait(m, o))
+        });
+        let i = ready.unwrap_or(0);
+        out.push(left.remove(i));
+    }
+    out
+}
+
 /// The `sh -c` script that runs inside the container's fresh mount namespace:
 /// create the mount points, bind the volumes (parents before children),
 /// re-mount read-only ones, enter the working directory and exec the argv
 /// (passed as `"$@"`, so it is never re-parsed by the shell).
 pub fn wrapper_script(mounts: &[Mount], workdir: &Path, tools: &ScriptTools) -> String {
-    let mut sorted: Vec<&Mount> = mounts.iter().collect();
-    sorted.sort_by_key(|m| m.target.components().count());
+    let sorted = mount_order(mounts);
     let mount = shell_quote(&tools.mount.display().to_string());
     let mkdir = shell_quote(&tools.mkdir.display().to_string());
     let mut s = String::from("set -e\n");
@@ -821,23 +849,49 @@ mod tests {
     }
 
     #[test]
-    fn scratch_covers_workdir_and_tmp_unless_a_volume_does() {
+    fn scratch_covers_the_workdir_unless_a_volume_does_or_it_would_hide_the_testbed() {
         let data = Mount {
             source: "/pv".into(),
             target: "/data".into(),
             read_only: false,
             file: false,
         };
+        let keep = vec![PathBuf::from("/tmp/tb")];
         let s = scratch_mounts(
             Path::new("/data"),
             std::slice::from_ref(&data),
             Path::new("/scr"),
+            &keep,
         );
-        assert_eq!(s.len(), 1);
-        assert_eq!(s[0].target, PathBuf::from("/tmp"));
-        let s = scratch_mounts(Path::new("/data"), &[], Path::new("/scr"));
+        assert!(s.is_empty());
+        let s = scratch_mounts(Path::new("/data"), &[], Path::new("/scr"), &keep);
         assert_eq!(s[0].source, PathBuf::from("/scr/data"));
-        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].target, PathBuf::from("/data"));
+        assert!(scratch_mounts(Path::new("/tmp"), &[], Path::new("/scr"), &keep).is_empty());
+    }
+
+    #[test]
+    fn mounts_are_ordered_parents_first_and_never_over_a_later_source() {
+        let m = |s: &str, t: &str| Mount {
+            source: s.into(),
+            target: t.into(),
+            read_only: false,
+            file: false,
+        };
+        let mounts = vec![
+            m("/scr/x", "/tmp"),
+            m("/tmp/tb/v/conf", "/etc/valkey"),
+            m("/tmp/tb/v/file", "/etc/valkey/x.conf"),
+            m("/tmp/tb/v/etc", "/etc"),
+        ];
+        let order: Vec<&str> = mount_order(&mounts)
+            .iter()
+            .map(|m| m.target.to_str().unwrap())
+            .collect();
+        assert_eq!(
+            order,
+            vec!["/etc", "/etc/valkey", "/etc/valkey/x.conf", "/tmp"]
+        );
     }
 
     #[test]

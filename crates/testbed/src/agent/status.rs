@@ -479,7 +479,17 @@ pub fn needs_patch(observed: Option<&PodStatus>, desired: &PodStatus) -> bool {
 /// The strategic-merge patch body for the status subresource (conditions merge
 /// by type, so PodScheduled and DisruptionTarget stay as others wrote them).
 pub fn status_patch(desired: &PodStatus) -> Value {
-    json!({ "status": serde_json::to_value(desired).unwrap_or(Value::Null) })
+    let mut status = serde_json::to_value(desired).unwrap_or(Value::Null);
+    // A merge patch keeps fields it does not mention: clear a condition's old
+    // reason and message explicitly when it turns True.
+    if let Some(conds) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+        for c in conds.iter_mut().filter_map(Value::as_object_mut) {
+            for key in ["reason", "message"] {
+                c.entry(key).or_insert(Value::Null);
+            }
+        }
+    }
+    json!({ "status": status })
 }
 
 #[cfg(test)]
@@ -607,6 +617,20 @@ mod tests {
         p.status = Some(s);
         let again = build_status(&p, &view(vec![running("valkey", true)]), t(300));
         assert!(!needs_patch(p.status.as_ref(), &again));
+    }
+
+    #[test]
+    fn the_patch_clears_reason_and_message_of_conditions_that_turned_true() {
+        let s = build_status(&pod(), &view(vec![running("valkey", true)]), t(200));
+        let p = status_patch(&s);
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
+        assert!(ready.get("reason").unwrap().is_null());
+        assert!(ready.get("message").unwrap().is_null());
     }
 
     #[test]

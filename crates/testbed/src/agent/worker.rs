@@ -504,7 +504,12 @@ impl Worker {
                 .pod_dir(&self.ns, &self.name, &self.uid)
                 .join("containers")
                 .join(&slot.spec.name);
-            for m in spec::scratch_mounts(&workdir, &mounts, &scratch) {
+            let keep = [
+                agent.state.dir.clone(),
+                agent.bins.valkey_server.clone(),
+                agent.bins.valkey_cli.clone(),
+            ];
+            for m in spec::scratch_mounts(&workdir, &mounts, &scratch, &keep) {
                 let _ = std::fs::create_dir_all(&m.source);
                 mounts.push(m);
             }

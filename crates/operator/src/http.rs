@@ -56,7 +56,13 @@ pub async fn bind(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(SocketAddr, impl std::future::Future<Output = Result<(), HttpError>>), HttpError> {
+) -> Result<
+    (
+        SocketAddr,
+        impl std::future::Future<Output = Result<(), HttpError>>,
+    ),
+    HttpError,
+> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| HttpError::Bind { addr, source })?;
@@ -106,9 +112,11 @@ mod tests {
 
     async fn get(addr: SocketAddr, path: &str) -> String {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         out
@@ -135,7 +143,11 @@ mod tests {
         health.set_ready(true);
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
-        assert!(get(addr, "/metrics").await.contains("valkey_operator_reconciles_total 1"));
+        assert!(
+            get(addr, "/metrics")
+                .await
+                .contains("valkey_operator_reconciles_total 1")
+        );
         tx.send(()).unwrap();
         task.await.unwrap().unwrap();
     }

@@ -8,6 +8,10 @@
 
 pub mod adapt;
 pub mod builders;
+pub mod controller;
 pub mod crd_cmd;
+pub mod http;
+pub mod leader;
+pub mod metrics;
 pub mod plan_cmd;
 pub mod run;

@@ -81,7 +81,11 @@ impl Metrics {
             "Time one reconcile took",
             reconcile_duration.clone(),
         );
-        registry.register("failovers", "Failovers the operator started", failovers.clone());
+        registry.register(
+            "failovers",
+            "Failovers the operator started",
+            failovers.clone(),
+        );
         registry.register(
             "slot_migrations",
             "Slot migration jobs the operator started",

@@ -1,7 +1,17 @@
-//! `valkey-operator run`: the controller. A placeholder until the controller
-//! lands; it owns its flags ([`RunArgs`]) so `main` only dispatches.
+//! `valkey-operator run`: connects (KUBECONFIG or in-cluster config), serves
+//! `/metrics`, `/healthz` and `/readyz`, takes the leader Lease (unless
+//! `--no-leader-election`), and runs the controller until SIGTERM or Ctrl-C,
+//! then stops gracefully (running reconciles finish, the lease is released).
 
+use crate::controller::{self, Settings};
+use crate::http::{self, Health};
+use crate::leader::{self, LeaseConfig};
+use crate::metrics::Metrics;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 use thiserror::Error;
+use tokio::sync::watch;
 
 /// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -19,16 +29,227 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Take a Lease before acting, so only one replica of the operator runs
+    /// the controller (the default).
+    #[arg(
+        long = "leader-election",
+        overrides_with = "no_leader_election",
+        default_value_t = true
+    )]
+    pub leader_election: bool,
+
+    /// Run the controller without a Lease (one operator only, e.g. tests).
+    #[arg(long = "no-leader-election")]
+    pub no_leader_election: bool,
+
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "valkey-operator")]
+    pub lease_name: String,
+
+    /// Namespace of the leader Lease (default: the operator's own namespace,
+    /// from POD_NAMESPACE or the service account, else `default`).
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+
+    /// Address of the HTTP server (/metrics, /healthz, /readyz); port 0
+    /// picks a free port (logged).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+
+    /// Watch only the ValkeyClusters of this namespace (default: all).
+    #[arg(long)]
+    pub namespace: Option<String>,
+
+    /// Clusters reconciled at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: u16,
+
+    /// Seconds between reconciles of a steady cluster.
+    #[arg(long, default_value_t = 30)]
+    pub resync_seconds: u64,
 }
 
-/// Why the controller stopped.
+/// Why the operator stopped with an error.
 #[derive(Debug, Error)]
 pub enum RunError {
-    #[error("valkey-operator run: not yet implemented")]
-    NotYet,
+    #[error("starting the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("connecting to Kubernetes (KUBECONFIG or in-cluster config): {0}")]
+    Client(kube::Error),
+    #[error(transparent)]
+    Http(#[from] http::HttpError),
+    #[error(transparent)]
+    Leader(#[from] leader::LeaderError),
+    #[error("lost the leader Lease; exiting so a standby takes over")]
+    LostLease,
 }
 
-/// Runs the controller until it is told to stop.
-pub fn run(_args: &RunArgs) -> Result<(), RunError> {
-    Err(RunError::NotYet)
+fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new("info,kube_runtime=warn,kube_client=warn,kube_lease_manager=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second init (tests) fails harmlessly.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+/// Runs the operator until it is told to stop.
+pub fn run(args: &RunArgs) -> Result<(), RunError> {
+    init_tracing(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
+    runtime.block_on(run_async(args.clone()))
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutting down");
+}
+
+fn own_namespace() -> String {
+    if let Ok(ns) = std::env::var("POD_NAMESPACE")
+        && !ns.is_empty()
+    {
+        return ns;
+    }
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".to_string())
+}
+
+fn identity() -> String {
+    let base = std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "valkey-operator".to_string());
+    format!("{base}-{}", std::process::id())
+}
+
+async fn run_async(args: RunArgs) -> Result<(), RunError> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(RunError::Client)?;
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        terminated().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        while !*rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+
+    let (addr, server) = http::bind(
+        args.http_addr,
+        metrics.clone(),
+        health.clone(),
+        stopped(stop_rx.clone()),
+    )
+    .await?;
+    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    let http_task = tokio::spawn(server);
+
+    let settings = Settings {
+        slow_requeue: Duration::from_secs(args.resync_seconds.max(1)),
+        concurrency: args.concurrency.max(1),
+        namespace: args.namespace.clone(),
+        instance: Some(identity()),
+        ..Settings::default()
+    };
+
+    let elect = args.leader_election && !args.no_leader_election;
+    let mut leadership = None;
+    if elect {
+        let cfg = LeaseConfig {
+            name: args.lease_name.clone(),
+            namespace: args.lease_namespace.clone().unwrap_or_else(own_namespace),
+            identity: identity(),
+        };
+        // A standby is ready: it serves and waits.
+        health.set_ready(true);
+        tokio::select! {
+            held = leader::acquire(client.clone(), &cfg) => leadership = Some(held?),
+            _ = stopped(stop_rx.clone()) => {
+                let _ = http_task.await;
+                return Ok(());
+            }
+        }
+        health.set_ready(false);
+    }
+
+    let (lost_tx, lost_rx) = watch::channel(false);
+    let shutdown = {
+        let stop = stopped(stop_rx.clone());
+        let lost = stopped(lost_rx.clone());
+        async move {
+            tokio::select! {
+                _ = stop => {}
+                _ = lost => {}
+            }
+        }
+    };
+    let controller = controller::run(client, settings, metrics, health, shutdown);
+    let result = match leadership.as_mut() {
+        Some(l) => {
+            tokio::pin!(controller);
+            tokio::select! {
+                _ = &mut controller => Ok(()),
+                _ = l.lost() => {
+                    tracing::error!("lost the leader Lease");
+                    let _ = lost_tx.send(true);
+                    controller.await;
+                    Err(RunError::LostLease)
+                }
+            }
+        }
+        None => {
+            controller.await;
+            Ok(())
+        }
+    };
+    if let Some(l) = leadership {
+        l.release().await;
+    }
+    drop(lost_tx);
+    // The server stops with the signal; after a lost lease it is cut short.
+    http_task.abort();
+    result
 }

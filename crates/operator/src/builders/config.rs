@@ -111,6 +111,36 @@ pub fn restart_config(cluster: &ValidatedCluster) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// A live value in the form CONFIG GET prints it, so comparing it with the
+/// member's value does not see a difference where there is none: memory
+/// sizes as plain bytes (Valkey reads `1k` = 1000, `1kb` = 1024, `1m`, `1mb`,
+/// `1g`, `1gb`, case-insensitively), everything else as written.
+pub fn normalized_value(value: &str) -> String {
+    let lower = value.trim().to_ascii_lowercase();
+    let digits = lower.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return value.to_string();
+    }
+    let (number, unit) = lower.split_at(digits);
+    let factor: u64 = match unit {
+        "k" => 1_000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        _ => return value.to_string(),
+    };
+    match number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(factor))
+    {
+        Some(bytes) => bytes.to_string(),
+        None => value.to_string(),
+    }
+}
+
 /// Renders valkey.conf (see the module docs for the order).
 pub fn render(cluster: &ValidatedCluster) -> String {
     let mut out = String::new();
@@ -266,6 +296,16 @@ mod tests {
         assert!(!requires_restart("maxmemory-policy"));
         assert!(!requires_restart("maxmemory"));
         assert!(!requires_restart("io-threads"));
+    }
+
+    #[test]
+    fn memory_sizes_compare_as_the_bytes_valkey_prints() {
+        assert_eq!(normalized_value("100mb"), "104857600");
+        assert_eq!(normalized_value("1GB"), "1073741824");
+        assert_eq!(normalized_value("10k"), "10000");
+        assert_eq!(normalized_value("allkeys-lru"), "allkeys-lru");
+        assert_eq!(normalized_value("3600 1 300 100"), "3600 1 300 100");
+        assert_eq!(normalized_value("5000"), "5000");
     }
 
     #[test]

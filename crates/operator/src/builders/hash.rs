@@ -19,7 +19,7 @@ impl Default for Fnv {
 
 impl Fnv {
     /// Feeds `bytes`, then a separator, so `("ab","c")` and `("a","bc")` differ.
-    pub fn add(mut self, bytes: &[u8]) -> Self {
+    pub fn feed(mut self, bytes: &[u8]) -> Self {
         for b in bytes.iter().chain(std::iter::once(&0xff)) {
             self.0 ^= u64::from(*b);
             self.0 = self.0.wrapping_mul(PRIME);
@@ -29,9 +29,9 @@ impl Fnv {
 
     /// Feeds the JSON form of `value` (serde_json writes maps of a
     /// `BTreeMap` and struct fields in a fixed order).
-    pub fn add_json<T: serde::Serialize>(self, value: &T) -> Self {
+    pub fn feed_json<T: serde::Serialize>(self, value: &T) -> Self {
         let bytes = serde_json::to_vec(value).unwrap_or_default();
-        self.add(&bytes)
+        self.feed(&bytes)
     }
 
     /// The digest as 16 lower-case hex digits.
@@ -47,14 +47,14 @@ mod tests {
     #[test]
     fn the_digest_is_pinned_so_operator_upgrades_restart_nothing() {
         // FNV-1a 64 of b"valkey" followed by the 0xff separator.
-        assert_eq!(Fnv::default().add(b"valkey").hex(), "cb6d515bcf23d37c");
+        assert_eq!(Fnv::default().feed(b"valkey").hex(), "cb6d515bcf23d37c");
     }
 
     #[test]
     fn field_boundaries_matter() {
         assert_ne!(
-            Fnv::default().add(b"ab").add(b"c").hex(),
-            Fnv::default().add(b"a").add(b"bc").hex()
+            Fnv::default().feed(b"ab").feed(b"c").hex(),
+            Fnv::default().feed(b"a").feed(b"bc").hex()
         );
     }
 }

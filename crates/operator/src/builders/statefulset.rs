@@ -71,8 +71,8 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
 
     let mut pod_spec = pod_spec(c);
     let restart_hash = Fnv::default()
-        .add_json(&pod_spec)
-        .add_json(&config::restart_config(c))
+        .feed_json(&pod_spec)
+        .feed_json(&config::restart_config(c))
         .hex();
     pod_spec.affinity = scheduling::affinity(
         &c.name,
@@ -85,10 +85,10 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     pod_spec.node_selector = (!c.node_selector.is_empty()).then(|| c.node_selector.clone());
     pod_spec.priority_class_name = c.priority_class_name.clone();
     let placement_hash = Fnv::default()
-        .add_json(&pod_spec.affinity)
-        .add_json(&pod_spec.tolerations)
-        .add_json(&pod_spec.node_selector)
-        .add_json(&pod_spec.priority_class_name)
+        .feed_json(&pod_spec.affinity)
+        .feed_json(&pod_spec.tolerations)
+        .feed_json(&pod_spec.node_selector)
+        .feed_json(&pod_spec.priority_class_name)
         .hex();
 
     let mut annotations = c.pod_annotations.clone();

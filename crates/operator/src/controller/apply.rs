@@ -90,9 +90,13 @@ where
         }
     }
     metrics.api_write(kind, "apply");
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&want))
-        .await
-        .map_err(|source| Error::Apply { kind, name, source })?;
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&want),
+    )
+    .await
+    .map_err(|source| Error::Apply { kind, name, source })?;
     Ok(true)
 }
 
@@ -151,15 +155,29 @@ mod tests {
     #[test]
     fn empty_desired_values_match_absent_ones() {
         let live = json!({"metadata": {"name": "x"}});
-        assert!(contains(&live, &json!({"metadata": {"name": "x", "annotations": {}}})));
-        assert!(contains(&live, &json!({"spec": {"emptyDir": {}}}).get("nothing").cloned().unwrap_or(Value::Null)));
+        assert!(contains(
+            &live,
+            &json!({"metadata": {"name": "x", "annotations": {}}})
+        ));
+        assert!(contains(
+            &live,
+            &json!({"spec": {"emptyDir": {}}})
+                .cloned()
+                .unwrap_or(Value::Null)
+        ));
     }
 
     #[test]
     fn quantities_in_another_spelling_are_equal() {
         assert!(contains(&json!({"cpu": "1"}), &json!({"cpu": "1000m"})));
-        assert!(contains(&json!({"memory": "1Gi"}), &json!({"memory": "1024Mi"})));
-        assert!(!contains(&json!({"memory": "1Gi"}), &json!({"memory": "1G"})));
+        assert!(contains(
+            &json!({"memory": "1Gi"}),
+            &json!({"memory": "1024Mi"})
+        ));
+        assert!(!contains(
+            &json!({"memory": "1Gi"}),
+            &json!({"memory": "1G"})
+        ));
         assert!(!contains(&json!({"name": "a1"}), &json!({"name": "a01"})));
     }
 }

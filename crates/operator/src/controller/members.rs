@@ -50,8 +50,12 @@ impl PodFacts {
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
             terminating: pod.metadata.deletion_timestamp.is_some(),
-            restart_hash: annotations.and_then(|a| a.get(ANNOTATION_RESTART_HASH)).cloned(),
-            placement_hash: annotations.and_then(|a| a.get(ANNOTATION_PLACEMENT_HASH)).cloned(),
+            restart_hash: annotations
+                .and_then(|a| a.get(ANNOTATION_RESTART_HASH))
+                .cloned(),
+            placement_hash: annotations
+                .and_then(|a| a.get(ANNOTATION_PLACEMENT_HASH))
+                .cloned(),
             role_label: pod
                 .metadata
                 .labels
@@ -106,7 +110,10 @@ mod tests {
         Pod {
             metadata: ObjectMeta {
                 name: Some("c-0-0".into()),
-                annotations: Some(BTreeMap::from([(ANNOTATION_RESTART_HASH.to_string(), restart.to_string())])),
+                annotations: Some(BTreeMap::from([(
+                    ANNOTATION_RESTART_HASH.to_string(),
+                    restart.to_string(),
+                )])),
                 ..Default::default()
             },
             spec: Some(PodSpec {
@@ -126,11 +133,16 @@ mod tests {
     }
 
     fn sts(restart: &str) -> StatefulSet {
-        let mut s = StatefulSet::default();
-        s.spec = Some(Default::default());
+        let mut s = StatefulSet {
+            spec: Some(Default::default()),
+            ..Default::default()
+        };
         if let Some(spec) = s.spec.as_mut() {
             spec.template.metadata = Some(ObjectMeta {
-                annotations: Some(BTreeMap::from([(ANNOTATION_RESTART_HASH.to_string(), restart.to_string())])),
+                annotations: Some(BTreeMap::from([(
+                    ANNOTATION_RESTART_HASH.to_string(),
+                    restart.to_string(),
+                )])),
                 ..Default::default()
             });
         }

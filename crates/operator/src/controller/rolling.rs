@@ -56,7 +56,10 @@ pub fn next_step(
         return RollStep::Done;
     }
     if let Some(m) = members.iter().find(|m| m.terminating) {
-        return RollStep::Wait(format!("shard {} member {} is restarting", m.shard, m.member));
+        return RollStep::Wait(format!(
+            "shard {} member {} is restarting",
+            m.shard, m.member
+        ));
     }
     if !cluster_ready {
         return RollStep::Wait("waiting for the cluster to be Ready between restarts".into());
@@ -118,37 +121,76 @@ mod tests {
 
     #[test]
     fn replicas_restart_before_any_primary() {
-        let ms = [m(0, 0, true, true), m(0, 1, false, true), m(1, 0, true, true), m(1, 1, false, true)];
-        assert_eq!(next_step(&ms, true, &none(), false), RollStep::Restart { shard: 0, member: 1 });
+        let ms = [
+            m(0, 0, true, true),
+            m(0, 1, false, true),
+            m(1, 0, true, true),
+            m(1, 1, false, true),
+        ];
+        assert_eq!(
+            next_step(&ms, true, &none(), false),
+            RollStep::Restart {
+                shard: 0,
+                member: 1
+            }
+        );
     }
 
     #[test]
     fn an_out_of_date_primary_fails_over_to_an_up_to_date_replica_first() {
-        let ms = [m(0, 0, true, true), m(0, 1, false, false), m(0, 2, false, false)];
+        let ms = [
+            m(0, 0, true, true),
+            m(0, 1, false, false),
+            m(0, 2, false, false),
+        ];
         let pref = BTreeMap::from([(0, vec![2, 1])]);
-        assert_eq!(next_step(&ms, true, &pref, false), RollStep::Failover { shard: 0, to: 2 });
+        assert_eq!(
+            next_step(&ms, true, &pref, false),
+            RollStep::Failover { shard: 0, to: 2 }
+        );
     }
 
     #[test]
     fn after_the_failover_the_old_primary_restarts_as_a_replica() {
         let ms = [m(0, 0, false, true), m(0, 1, true, false)];
-        assert_eq!(next_step(&ms, true, &none(), false), RollStep::Restart { shard: 0, member: 0 });
+        assert_eq!(
+            next_step(&ms, true, &none(), false),
+            RollStep::Restart {
+                shard: 0,
+                member: 0
+            }
+        );
     }
 
     #[test]
     fn nothing_restarts_while_the_cluster_is_not_ready_or_a_member_is_stopping() {
         let ms = [m(0, 0, true, false), m(0, 1, false, true)];
-        assert!(matches!(next_step(&ms, false, &none(), false), RollStep::Wait(_)));
+        assert!(matches!(
+            next_step(&ms, false, &none(), false),
+            RollStep::Wait(_)
+        ));
         let mut stopping = ms.clone();
         stopping[0].terminating = true;
-        assert!(matches!(next_step(&stopping, true, &none(), false), RollStep::Wait(_)));
+        assert!(matches!(
+            next_step(&stopping, true, &none(), false),
+            RollStep::Wait(_)
+        ));
     }
 
     #[test]
     fn a_lone_primary_restarts_only_when_its_data_is_on_a_volume() {
         let ms = [m(0, 0, true, true)];
-        assert_eq!(next_step(&ms, true, &none(), true), RollStep::Restart { shard: 0, member: 0 });
-        assert!(matches!(next_step(&ms, true, &none(), false), RollStep::Blocked(_)));
+        assert_eq!(
+            next_step(&ms, true, &none(), true),
+            RollStep::Restart {
+                shard: 0,
+                member: 0
+            }
+        );
+        assert!(matches!(
+            next_step(&ms, true, &none(), false),
+            RollStep::Blocked(_)
+        ));
     }
 
     #[test]

@@ -11,8 +11,9 @@
 //! - `PrimaryPlacementAligned`: live primaries are spread as balancing wants.
 
 use api::v1alpha1::{
-    CONDITION_DEGRADED, CONDITION_PRIMARY_PLACEMENT_ALIGNED, CONDITION_PROGRESSING, CONDITION_READY,
-    CONDITION_TOPOLOGY_SPREAD, MemberStatus, ShardStatus, ShardTopology, ValkeyClusterStatus,
+    CONDITION_DEGRADED, CONDITION_PRIMARY_PLACEMENT_ALIGNED, CONDITION_PROGRESSING,
+    CONDITION_READY, CONDITION_TOPOLOGY_SPREAD, MemberStatus, ShardStatus, ShardTopology,
+    ValkeyClusterStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -26,7 +27,12 @@ pub struct Cond {
 }
 
 impl Cond {
-    pub fn new(type_: &'static str, status: bool, reason: impl Into<String>, message: impl Into<String>) -> Cond {
+    pub fn new(
+        type_: &'static str,
+        status: bool,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Cond {
         Cond {
             type_,
             status,
@@ -120,9 +126,19 @@ pub fn conditions(input: &StatusInput) -> Vec<Cond> {
     };
 
     let progressing = if a.bootstrapping {
-        Cond::new(CONDITION_PROGRESSING, true, "Bootstrapping", summary_of(a, "forming the cluster"))
+        Cond::new(
+            CONDITION_PROGRESSING,
+            true,
+            "Bootstrapping",
+            summary_of(a, "forming the cluster"),
+        )
     } else if a.scaling {
-        Cond::new(CONDITION_PROGRESSING, true, "Scaling", summary_of(a, "adding or removing members"))
+        Cond::new(
+            CONDITION_PROGRESSING,
+            true,
+            "Scaling",
+            summary_of(a, "adding or removing members"),
+        )
     } else if a.pending_restarts > 0 {
         Cond::new(
             CONDITION_PROGRESSING,
@@ -131,7 +147,12 @@ pub fn conditions(input: &StatusInput) -> Vec<Cond> {
             format!("{} member(s) to restart, one at a time", a.pending_restarts),
         )
     } else if !a.actions.is_empty() || a.pods_pending > 0 || (!c.ready && c.blocked.is_empty()) {
-        Cond::new(CONDITION_PROGRESSING, true, "Converging", summary_of(a, &c.message))
+        Cond::new(
+            CONDITION_PROGRESSING,
+            true,
+            "Converging",
+            summary_of(a, &c.message),
+        )
     } else {
         Cond::new(CONDITION_PROGRESSING, false, "Stable", "nothing to do")
     };
@@ -148,23 +169,68 @@ pub fn conditions(input: &StatusInput) -> Vec<Cond> {
             c.message.clone(),
         )
     } else if let SpreadState::Unplaceable(reasons) = &input.spread {
-        Cond::new(CONDITION_DEGRADED, true, "MembersUnplaceable", reasons.join("; "))
+        Cond::new(
+            CONDITION_DEGRADED,
+            true,
+            "MembersUnplaceable",
+            reasons.join("; "),
+        )
     } else {
         Cond::new(CONDITION_DEGRADED, false, "AsExpected", "")
     };
 
     let spread = match &input.spread {
-        SpreadState::Met => Cond::new(CONDITION_TOPOLOGY_SPREAD, true, "ConstraintsMet", "every replicaSpreadConstraint holds"),
-        SpreadState::Unplaceable(r) => Cond::new(CONDITION_TOPOLOGY_SPREAD, false, "RequiredConstraintUnsatisfiable", r.join("; ")),
-        SpreadState::Exceeded(v) => Cond::new(CONDITION_TOPOLOGY_SPREAD, false, "PreferredConstraintExceeded", v.join("; ")),
-        SpreadState::Unknown(m) => Cond::new(CONDITION_TOPOLOGY_SPREAD, false, "PlacementUnknown", m.clone()),
+        SpreadState::Met => Cond::new(
+            CONDITION_TOPOLOGY_SPREAD,
+            true,
+            "ConstraintsMet",
+            "every replicaSpreadConstraint holds",
+        ),
+        SpreadState::Unplaceable(r) => Cond::new(
+            CONDITION_TOPOLOGY_SPREAD,
+            false,
+            "RequiredConstraintUnsatisfiable",
+            r.join("; "),
+        ),
+        SpreadState::Exceeded(v) => Cond::new(
+            CONDITION_TOPOLOGY_SPREAD,
+            false,
+            "PreferredConstraintExceeded",
+            v.join("; "),
+        ),
+        SpreadState::Unknown(m) => Cond::new(
+            CONDITION_TOPOLOGY_SPREAD,
+            false,
+            "PlacementUnknown",
+            m.clone(),
+        ),
     };
 
     let balance = match &input.balance {
-        BalanceState::Aligned => Cond::new(CONDITION_PRIMARY_PLACEMENT_ALIGNED, true, "PrimariesSpread", "live primaries are spread over the topology"),
-        BalanceState::Pending(m) => Cond::new(CONDITION_PRIMARY_PLACEMENT_ALIGNED, false, "MovePending", m.clone()),
-        BalanceState::Impossible(m) => Cond::new(CONDITION_PRIMARY_PLACEMENT_ALIGNED, false, "MoveImpossible", m.clone()),
-        BalanceState::Off(m) => Cond::new(CONDITION_PRIMARY_PLACEMENT_ALIGNED, false, "BalancingOff", m.clone()),
+        BalanceState::Aligned => Cond::new(
+            CONDITION_PRIMARY_PLACEMENT_ALIGNED,
+            true,
+            "PrimariesSpread",
+            "live primaries are spread over the topology",
+        ),
+        BalanceState::Pending(m) => Cond::new(
+            CONDITION_PRIMARY_PLACEMENT_ALIGNED,
+            false,
+            "MovePending",
+            m.clone(),
+        ),
+        BalanceState::Impossible(m) => Cond::new(
+            CONDITION_PRIMARY_PLACEMENT_ALIGNED,
+            false,
+            "MoveImpossible",
+            m.clone(),
+        ),
+        BalanceState::Off(m) => Cond::new(
+            CONDITION_PRIMARY_PLACEMENT_ALIGNED,
+            false,
+            "BalancingOff",
+            m.clone(),
+        ),
     };
     vec![ready, progressing, degraded, spread, balance]
 }
@@ -173,7 +239,12 @@ pub fn conditions(input: &StatusInput) -> Vec<Cond> {
 pub fn invalid_spec_conditions(message: &str) -> Vec<Cond> {
     vec![
         Cond::new(CONDITION_READY, false, "InvalidSpec", message),
-        Cond::new(CONDITION_PROGRESSING, false, "InvalidSpec", "waiting for the spec to be fixed"),
+        Cond::new(
+            CONDITION_PROGRESSING,
+            false,
+            "InvalidSpec",
+            "waiting for the spec to be fixed",
+        ),
         Cond::new(CONDITION_DEGRADED, true, "InvalidSpec", message),
     ]
 }
@@ -195,7 +266,12 @@ fn summary_of(a: &Activity, fallback: &str) -> String {
 /// Turns [`Cond`]s into Kubernetes conditions, keeping the transition time of
 /// a condition whose status did not change (so an unchanged status compares
 /// equal and is not written).
-pub fn merge_conditions(old: &[Condition], new: &[Cond], generation: Option<i64>, now: &Time) -> Vec<Condition> {
+pub fn merge_conditions(
+    old: &[Condition],
+    new: &[Cond],
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
     new.iter()
         .map(|c| {
             let status = if c.status { "True" } else { "False" };
@@ -257,7 +333,9 @@ pub fn build(
         topology: obs.topology,
         topology_summary: obs.topology_summary,
         // The last action stays until another one replaces it.
-        last_action: obs.last_action.or_else(|| old.and_then(|s| s.last_action.clone())),
+        last_action: obs
+            .last_action
+            .or_else(|| old.and_then(|s| s.last_action.clone())),
         message: obs.message,
     }
 }
@@ -317,7 +395,9 @@ mod tests {
     #[test]
     fn an_unplaceable_member_makes_topology_spread_false_and_degraded() {
         let mut i = healthy();
-        i.spread = SpreadState::Unplaceable(vec!["shard 0 member 2: zone needs 3 domains, 2 eligible".into()]);
+        i.spread = SpreadState::Unplaceable(vec![
+            "shard 0 member 2: zone needs 3 domains, 2 eligible".into(),
+        ]);
         let cs = conditions(&i);
         let t = find(&cs, CONDITION_TOPOLOGY_SPREAD);
         assert!(!t.status);
@@ -330,17 +410,26 @@ mod tests {
     fn a_rolling_update_is_named_in_progressing() {
         let mut i = healthy();
         i.activity.pending_restarts = 2;
-        let p = conditions(&i).into_iter().find(|c| c.type_ == CONDITION_PROGRESSING).unwrap();
+        let p = conditions(&i)
+            .into_iter()
+            .find(|c| c.type_ == CONDITION_PROGRESSING)
+            .unwrap();
         assert_eq!(p.reason, "RollingUpdate");
     }
 
     #[test]
     fn a_blocker_outside_valkey_keeps_the_cluster_not_ready_and_degraded() {
         let mut i = healthy();
-        i.blocker = Some(("PasswordSecretMissing".into(), "Secret mine not found".into()));
+        i.blocker = Some((
+            "PasswordSecretMissing".into(),
+            "Secret mine not found".into(),
+        ));
         let cs = conditions(&i);
         assert_eq!(find(&cs, CONDITION_READY).reason, "PasswordSecretMissing");
-        assert_eq!(find(&cs, CONDITION_DEGRADED).reason, "PasswordSecretMissing");
+        assert_eq!(
+            find(&cs, CONDITION_DEGRADED).reason,
+            "PasswordSecretMissing"
+        );
     }
 
     #[test]
@@ -355,7 +444,10 @@ mod tests {
         let changed = merge_conditions(&first, &conditions(&broken), Some(1), &t1);
         let ready = changed.iter().find(|c| c.type_ == CONDITION_READY).unwrap();
         assert_eq!(ready.last_transition_time, t1);
-        let spread = changed.iter().find(|c| c.type_ == CONDITION_TOPOLOGY_SPREAD).unwrap();
+        let spread = changed
+            .iter()
+            .find(|c| c.type_ == CONDITION_TOPOLOGY_SPREAD)
+            .unwrap();
         assert_eq!(spread.last_transition_time, t0);
     }
 

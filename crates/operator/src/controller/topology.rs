@@ -37,7 +37,10 @@ pub struct ShardView {
 
 /// Orders topology keys from the widest to the narrowest (fewest distinct
 /// values first), and appends the hostname key when absent.
-pub fn keys_widest_first(keys: &[String], node_labels: &[&BTreeMap<String, String>]) -> Vec<String> {
+pub fn keys_widest_first(
+    keys: &[String],
+    node_labels: &[&BTreeMap<String, String>],
+) -> Vec<String> {
     let mut out: Vec<(usize, String)> = keys
         .iter()
         .map(|k| {
@@ -69,7 +72,7 @@ fn cost(primaries: &[&Domains], keys: &[String]) -> Vec<u64> {
         .collect()
 }
 
-fn primary_domains<'a>(shards: &'a [ShardView], except: Option<u32>) -> Vec<&'a Domains> {
+fn primary_domains(shards: &[ShardView], except: Option<u32>) -> Vec<&Domains> {
     shards
         .iter()
         .filter(|s| Some(s.shard) != except)
@@ -130,7 +133,11 @@ pub fn best_move(shards: &[ShardView], keys: &[String]) -> Option<Move> {
     for s in shards {
         let Some(from) = s.primary else { continue };
         // A primary whose place is unknown cannot be judged.
-        if !s.members.iter().any(|m| m.member == from && m.domains.is_some()) {
+        if !s
+            .members
+            .iter()
+            .any(|m| m.member == from && m.domains.is_some())
+        {
             continue;
         }
         let others = primary_domains(shards, Some(s.shard));
@@ -213,7 +220,15 @@ mod tests {
         let m = best_move(&shards, &keys()).unwrap();
         // Moving shard 0 back to a1 or shard 1 to its zone-a member both fix it;
         // both cost the same, the lowest shard wins.
-        assert_eq!(m, Move { shard: 0, from: 1, to: 0, ready: true });
+        assert_eq!(
+            m,
+            Move {
+                shard: 0,
+                from: 1,
+                to: 0,
+                ready: true
+            }
+        );
     }
 
     #[test]
@@ -230,7 +245,15 @@ mod tests {
         let mut shards = spread_cluster([1, 0, 0]);
         shards[0].members[0].in_sync = false;
         let m = best_move(&shards, &keys()).unwrap();
-        assert_eq!(m, Move { shard: 1, from: 0, to: 2, ready: true });
+        assert_eq!(
+            m,
+            Move {
+                shard: 1,
+                from: 0,
+                to: 2,
+                ready: true
+            }
+        );
     }
 
     #[test]
@@ -268,9 +291,20 @@ mod tests {
         let nodes = [n("a", "r1", "h1"), n("b", "r1", "h2"), n("c", "r2", "h3")];
         let refs: Vec<&BTreeMap<String, String>> = nodes.iter().collect();
         let k = keys_widest_first(
-            &[HOSTNAME_KEY.to_string(), ZONE_KEY.to_string(), placement::REGION_KEY.to_string()],
+            &[
+                HOSTNAME_KEY.to_string(),
+                ZONE_KEY.to_string(),
+                placement::REGION_KEY.to_string(),
+            ],
             &refs,
         );
-        assert_eq!(k, vec![placement::REGION_KEY.to_string(), ZONE_KEY.to_string(), HOSTNAME_KEY.to_string()]);
+        assert_eq!(
+            k,
+            vec![
+                placement::REGION_KEY.to_string(),
+                ZONE_KEY.to_string(),
+                HOSTNAME_KEY.to_string()
+            ]
+        );
     }
 }

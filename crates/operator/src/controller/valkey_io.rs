@@ -41,10 +41,19 @@ impl Session {
     pub fn has(&self, member: MemberRef) -> bool {
         self.conns.contains_key(&member)
     }
+
+    /// Keeps the connection of a member that answered.
+    pub fn insert(&mut self, member: MemberRef, con: MultiplexedConnection) {
+        self.conns.insert(member, con);
+    }
 }
 
 /// Opens a connection to `addr` and authenticates.
-async fn connect(addr: MemberAddr, password: Option<&str>, t: Timeouts) -> Result<MultiplexedConnection, String> {
+async fn connect(
+    addr: MemberAddr,
+    password: Option<&str>,
+    t: Timeouts,
+) -> Result<MultiplexedConnection, String> {
     let base = ConnectionAddr::Tcp(addr.ip.to_string(), addr.port)
         .into_connection_info()
         .map_err(|e| e.to_string())?;
@@ -74,19 +83,26 @@ async fn text(con: &mut MultiplexedConnection, cmd: &mut redis::Cmd) -> Result<S
 }
 
 /// Asks one member everything the planner needs.
-async fn report(con: &mut MultiplexedConnection, config_keys: &[String]) -> Result<NodeReport, String> {
+async fn report(
+    con: &mut MultiplexedConnection,
+    config_keys: &[String],
+) -> Result<NodeReport, String> {
     let nodes_text = text(con, redis::cmd("CLUSTER").arg("NODES")).await?;
     let nodes = ClusterNodes::parse(&nodes_text).map_err(|e| format!("CLUSTER NODES: {e}"))?;
     let info = text(con, redis::cmd("INFO").arg("replication")).await?;
-    let replication = ReplicationInfo::parse(&info).map_err(|e| format!("INFO replication: {e}"))?;
+    let replication =
+        ReplicationInfo::parse(&info).map_err(|e| format!("INFO replication: {e}"))?;
     let migrations: Value = redis::cmd("CLUSTER")
         .arg("GETSLOTMIGRATIONS")
         .query_async(con)
         .await
         .map_err(|e| e.to_string())?;
-    let slot_migrations =
-        parse_slot_migrations(&migrations).map_err(|e| format!("CLUSTER GETSLOTMIGRATIONS: {e}"))?;
-    let keys: u64 = redis::cmd("DBSIZE").query_async(con).await.map_err(|e| e.to_string())?;
+    let slot_migrations = parse_slot_migrations(&migrations)
+        .map_err(|e| format!("CLUSTER GETSLOTMIGRATIONS: {e}"))?;
+    let keys: u64 = redis::cmd("DBSIZE")
+        .query_async(con)
+        .await
+        .map_err(|e| e.to_string())?;
     let mut config = BTreeMap::new();
     for key in config_keys {
         let v: Vec<String> = redis::cmd("CONFIG")
@@ -108,15 +124,15 @@ async fn report(con: &mut MultiplexedConnection, config_keys: &[String]) -> Resu
     })
 }
 
-/// Observes one member: connects and asks, within the timeouts.
+/// Observes one member: connects and asks, within the timeouts. The
+/// connection of a member that answered goes into `session` (see
+/// [`Session::insert`]).
 pub async fn observe_member(
-    session: &mut Session,
-    member: MemberRef,
     addr: MemberAddr,
     password: Option<&str>,
     config_keys: &[String],
     t: Timeouts,
-) -> MemberState {
+) -> (MemberState, Option<MultiplexedConnection>) {
     let budget = t.connect + t.command * (5 + u32::try_from(config_keys.len()).unwrap_or(u32::MAX));
     let attempt = async {
         let mut con = connect(addr, password, t).await?;
@@ -124,14 +140,14 @@ pub async fn observe_member(
         Ok::<_, String>((con, r))
     };
     match tokio::time::timeout(budget, attempt).await {
-        Ok(Ok((con, r))) => {
-            session.conns.insert(member, con);
-            MemberState::Reachable(Box::new(r))
-        }
-        Ok(Err(reason)) => MemberState::Unreachable { reason },
-        Err(_) => MemberState::Unreachable {
-            reason: format!("no answer within {} ms", budget.as_millis()),
-        },
+        Ok(Ok((con, r))) => (MemberState::Reachable(Box::new(r)), Some(con)),
+        Ok(Err(reason)) => (MemberState::Unreachable { reason }, None),
+        Err(_) => (
+            MemberState::Unreachable {
+                reason: format!("no answer within {} ms", budget.as_millis()),
+            },
+            None,
+        ),
     }
 }
 
@@ -146,7 +162,10 @@ pub async fn execute(session: &mut Session, action: &Action) -> Result<(), Strin
         Action::Meet {
             ip, port, bus_port, ..
         } => {
-            cmd.arg("MEET").arg(ip.to_string()).arg(*port).arg(*bus_port);
+            cmd.arg("MEET")
+                .arg(ip.to_string())
+                .arg(*port)
+                .arg(*bus_port);
         }
         Action::AddSlotsRange { ranges, .. } => {
             cmd.arg("ADDSLOTSRANGE");

@@ -1,0 +1,314 @@
+//! The ValkeyCluster controller. One reconcile is a pipeline
+//! (see [`reconcile`]):
+//!
+//! ```text
+//!     observe (Kubernetes objects + what every Valkey member says)
+//!       -> validate (spec into a ValidatedCluster)
+//!       -> plan (placement, desired objects, the next Valkey actions, the next restart)
+//!       -> apply (server-side apply; Valkey commands; pod deletions)
+//!       -> status (conditions, topology, events)
+//! ```
+//!
+//! Triggers: the ValkeyCluster itself, every object it owns (StatefulSets,
+//! Services, ConfigMaps, PDBs, Secrets), its member pods (label
+//! `valkey.rs/cluster`), and Nodes (a change in what the planner reads of a
+//! node reconciles every cluster). Cluster-wide caches of Nodes and Pods feed
+//! the placement planner.
+
+pub mod apply;
+pub mod error;
+pub mod events;
+pub mod members;
+pub mod observe;
+pub mod reconcile;
+pub mod rolling;
+pub mod status;
+pub mod topology;
+pub mod valkey_io;
+
+pub use error::Error;
+
+use crate::builders::hash::Fnv;
+use crate::http::Health;
+use crate::metrics::Metrics;
+use api::ValkeyCluster;
+use api::constants::LABEL_CLUSTER;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::Api;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::Instrument as _;
+
+/// Knobs of the controller.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Valkey connection and command timeouts.
+    pub timeouts: valkey_io::Timeouts,
+    /// Requeue while a cluster converges.
+    pub fast_requeue: Duration,
+    /// Requeue of a steady cluster (the resync).
+    pub slow_requeue: Duration,
+    /// Clusters reconciled at once.
+    pub concurrency: u16,
+    /// Watch only this namespace's ValkeyClusters (all when `None`).
+    pub namespace: Option<String>,
+    /// Name of this operator instance in events.
+    pub instance: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            timeouts: valkey_io::Timeouts::default(),
+            fast_requeue: Duration::from_secs(2),
+            slow_requeue: Duration::from_secs(30),
+            concurrency: 4,
+            namespace: None,
+            instance: None,
+        }
+    }
+}
+
+/// What the operator remembers about a cluster between reconciles (lost on
+/// restart, which only delays primary balancing by one quiet period).
+#[derive(Debug, Default, Clone)]
+pub struct Memory {
+    /// The last time something changed membership or primaries (quiet period).
+    pub last_disturbance: Option<Instant>,
+    /// Live primary per shard at the last reconcile (to notice Valkey's own failovers).
+    pub primaries: HashMap<u32, u32>,
+    /// When the operator last asked for a failover in a shard.
+    pub failover_requested: HashMap<u32, Instant>,
+    /// Fingerprints of warnings already published (unplaceable members,
+    /// violations, blocked work), so a standing problem is not re-announced
+    /// every reconcile.
+    pub announced: HashMap<&'static str, String>,
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub settings: Settings,
+    memory: Mutex<HashMap<String, Memory>>,
+}
+
+impl Context {
+    /// A copy of what is remembered about `key` (`namespace/name`).
+    pub fn memory(&self, key: &str) -> Memory {
+        self.memory
+            .lock()
+            .map(|m| m.get(key).cloned().unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Replaces what is remembered about `key`.
+    pub fn remember(&self, key: &str, memory: Memory) {
+        if let Ok(mut m) = self.memory.lock() {
+            m.insert(key.to_string(), memory);
+        }
+    }
+
+    fn forget(&self, key: &str) {
+        if let Ok(mut m) = self.memory.lock() {
+            m.remove(key);
+        }
+    }
+}
+
+/// Strips what the controller never reads, to keep the caches small.
+fn slim_node(node: &mut Node) {
+    node.managed_fields_mut().clear();
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+    }
+}
+
+fn slim_pod(pod: &mut Pod) {
+    pod.managed_fields_mut().clear();
+}
+
+/// What of a Node the planner reads: a change of anything else (heartbeats)
+/// must not reconcile every cluster.
+fn node_fingerprint(node: &Node) -> String {
+    let ready = adapt::nodes::is_ready(node);
+    let spec = node.spec.as_ref();
+    Fnv::default()
+        .feed_json(&node.metadata.labels)
+        .feed_json(&spec.and_then(|s| s.unschedulable))
+        .feed_json(&spec.and_then(|s| s.taints.clone()))
+        .feed_json(&node.status.as_ref().and_then(|s| s.allocatable.clone()))
+        .feed_json(&ready)
+        .feed_json(&node.metadata.deletion_timestamp)
+        .hex()
+}
+
+use crate::adapt;
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let node_cache = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(slim_node)
+        .reflect(node_writer)
+        .for_each(|_| futures::future::ready(()));
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let pod_cache = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(slim_pod)
+        .reflect(pod_writer)
+        .for_each(|_| futures::future::ready(()));
+    tokio::spawn(node_cache.instrument(tracing::info_span!("node_cache")));
+    tokio::spawn(pod_cache.instrument(tracing::info_span!("pod_cache")));
+    if nodes.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
+        tracing::error!("the Node or Pod cache stopped before it synced");
+        return;
+    }
+    tracing::info!(
+        nodes = nodes.state().len(),
+        pods = pods.state().len(),
+        "caches synced"
+    );
+    health.set_ready(true);
+
+    let reporter = Reporter {
+        controller: api::constants::FIELD_MANAGER.to_string(),
+        instance: settings.instance.clone(),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let clusters: Api<ValkeyCluster> = match &settings.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let owned = watcher::Config::default().labels(LABEL_CLUSTER);
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        nodes,
+        pods,
+        metrics,
+        recorder,
+        settings: settings.clone(),
+        memory: Mutex::new(HashMap::new()),
+    });
+
+    let ctl = Controller::new(clusters, watcher::Config::default().any_semantic());
+    let cluster_store = ctl.store();
+    let fingerprints: Mutex<HashMap<String, String>> = Mutex::new(HashMap::new());
+    ctl.owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
+        .owns(Api::<Service>::all(client.clone()), owned.clone())
+        .owns(Api::<ConfigMap>::all(client.clone()), owned.clone())
+        .owns(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            owned.clone(),
+        )
+        .owns(Api::<Secret>::all(client.clone()), owned.clone())
+        .watches(Api::<Pod>::all(client.clone()), owned, |pod: Pod| {
+            let cluster = pod.labels().get(LABEL_CLUSTER).cloned();
+            let ns = pod.namespace();
+            cluster.map(|c| {
+                let r = ObjectRef::<ValkeyCluster>::new(&c);
+                match ns {
+                    Some(ns) => r.within(&ns),
+                    None => r,
+                }
+            })
+        })
+        .watches(
+            Api::<Node>::all(client),
+            watcher::Config::default(),
+            move |node: Node| {
+                let name = node.name_any();
+                let print = node_fingerprint(&node);
+                let changed = fingerprints
+                    .lock()
+                    .map(|mut f| f.insert(name, print.clone()).as_ref() != Some(&print))
+                    .unwrap_or(true);
+                if changed {
+                    cluster_store
+                        .state()
+                        .iter()
+                        .map(|c| ObjectRef::from_obj(c.as_ref()))
+                        .collect()
+                } else {
+                    Vec::new()
+                }
+            },
+        )
+        .with_config(
+            controller::Config::default()
+                .debounce(Duration::from_millis(500))
+                .concurrency(settings.concurrency),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_entry, error_policy, ctx)
+        .for_each(|result| {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile finished with an error");
+            }
+            futures::future::ready(())
+        })
+        .await;
+    tracing::info!("controller stopped");
+}
+
+#[tracing::instrument(skip(vc, ctx), fields(cluster = %vc.name_any(), namespace = %vc.namespace().unwrap_or_default()))]
+async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let key = format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any());
+    if vc.metadata.deletion_timestamp.is_some() {
+        // Owner references make the garbage collector remove what the cluster
+        // owns; PVCs follow the StatefulSets' retention policy. Nothing to do.
+        ctx.forget(&key);
+        return Ok(Action::await_change());
+    }
+    let result = reconcile::reconcile(&vc, &ctx, &key).await;
+    ctx.metrics.reconciled(
+        started.elapsed(),
+        result.as_ref().err().map(Error::category),
+    );
+    match &result {
+        Ok(action) => tracing::debug!(
+            ?action,
+            took_ms = started.elapsed().as_millis() as u64,
+            "reconciled"
+        ),
+        Err(error) => {
+            tracing::warn!(%error, category = error.category(), "reconcile failed");
+            let events = events::Events::new(&ctx.recorder, vc.object_ref(&()), &ctx.metrics);
+            events
+                .warning(
+                    events::reason::RECONCILE_ERROR,
+                    "Reconcile",
+                    format!("{} ({})", error, error.category()),
+                )
+                .await;
+        }
+    }
+    result
+}
+
+fn error_policy(_vc: Arc<ValkeyCluster>, _error: &Error, ctx: Arc<Context>) -> Action {
+    // Errors are API or network hiccups: retry soon, but not in a tight loop.
+    Action::requeue(ctx.settings.fast_requeue * 3)
+}
+
+use kube::Resource as _;

@@ -1,0 +1,1384 @@
+//! One reconcile of one ValkeyCluster, step by step:
+//!
+//! 1. **validate** the spec (an invalid one gets a condition and an event,
+//!    and nothing else happens until it changes);
+//! 2. **observe** Kubernetes (owned objects, member pods, Nodes and Pods);
+//! 3. **plan placement** over the live Nodes and Pods;
+//! 4. **apply** the owned objects (password Secret created once; the rest by
+//!    server-side apply when they differ), and re-create Pending pods whose
+//!    scheduling rules are out of date;
+//! 5. **observe Valkey** (one connection per member), decide the desired
+//!    topology (rolling-update failover, primary balancing), let the Valkey
+//!    planner pick the next commands and send them; delete members the
+//!    planner says are safe to remove; keep the role labels true;
+//! 6. **restart** the next out-of-date member when the cluster is Ready;
+//! 7. **status** and events.
+//!
+//! Every step is idempotent: a reconcile cut short anywhere starts again from
+//! the top with what the API server and the members then say.
+
+use super::events::{Events, action_reason, reason};
+use super::members::{PodFacts, needs_restart, placement_outdated};
+use super::observe::KubeView;
+use super::rolling::{RollMember, RollStep};
+use super::status::{Activity, BalanceState, ClusterState, Observations, SpreadState, StatusInput};
+use super::topology::{self, Candidate, ShardView};
+use super::valkey_io::{self, Session};
+use super::{Context, Error, Memory, apply, observe, rolling, status};
+use crate::adapt;
+use crate::builders::scheduling::MemberPlacement;
+use crate::builders::{self, Desired, config, pdb_name, secret};
+use api::ValidatedCluster;
+use api::ValkeyCluster;
+use api::constants::{FIELD_MANAGER, LABEL_ROLE, ROLE_PRIMARY, ROLE_REPLICA, member_name};
+use api::v1alpha1::{
+    BalancingMode, CONDITION_READY, MemberStatus, ShardStatus, ShardTopology, TopologyMember,
+    ValkeyClusterStatus,
+};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+use valkey::actions::Action as VAction;
+use valkey::model::{
+    DesiredCluster, DesiredMember, DesiredShard, MemberAddr, MemberIndex, MemberRef, MemberState,
+    ObservedCluster, ObservedMember, ShardIndex,
+};
+use valkey::parse::{NodeId, Role};
+use valkey::planner::{self, Health, PlannerOptions};
+
+/// How long the operator waits for a failover it asked for before asking again.
+const FAILOVER_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The reconcile.
+pub async fn reconcile(vc: &ValkeyCluster, ctx: &Context, key: &str) -> Result<Action, Error> {
+    let events = Events::new(&ctx.recorder, vc.object_ref(&()), &ctx.metrics);
+    let mut memory = ctx.memory(key);
+    let result = run(vc, ctx, &events, &mut memory).await;
+    ctx.remember(key, memory);
+    result
+}
+
+async fn run(
+    vc: &ValkeyCluster,
+    ctx: &Context,
+    events: &Events<'_>,
+    memory: &mut Memory,
+) -> Result<Action, Error> {
+    let name = vc
+        .metadata
+        .name
+        .clone()
+        .ok_or(Error::MissingMetadata("name"))?;
+    let ns = vc
+        .metadata
+        .namespace
+        .clone()
+        .ok_or(Error::MissingMetadata("namespace"))?;
+    let clusters: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let old_status = vc.status.as_ref();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+
+    // 1. validate
+    let cluster = match api::v1alpha1::validate(vc) {
+        Ok(c) => c,
+        Err(e) => {
+            let message = e.to_string();
+            let conds = status::invalid_spec_conditions(&message);
+            let obs = old_status.map(keep_observations).unwrap_or_default();
+            let new = status::build(old_status, &conds, vc.metadata.generation, obs, &now);
+            write_status(ctx, &clusters, &name, old_status, new).await?;
+            if memory.announced.get("invalid").map(String::as_str) != Some(message.as_str()) {
+                events
+                    .warning(reason::INVALID_SPEC, "Validate", &message)
+                    .await;
+                memory.announced.insert("invalid", message);
+            }
+            return Ok(Action::await_change());
+        }
+    };
+    memory.announced.remove("invalid");
+    let owner = vc
+        .controller_owner_ref(&())
+        .ok_or(Error::MissingMetadata("uid"))?;
+
+    // 2. observe Kubernetes
+    let view = observe::kubernetes(ctx, &cluster).await?;
+
+    // 3. placement
+    let placement = Placement::compute(&cluster, &view);
+    announce_placement(&placement, events, memory).await;
+
+    // 4. apply
+    let auth = ensure_password(ctx, &cluster, &owner, events).await?;
+    let desired = builders::desired(
+        &cluster,
+        &owner,
+        |s, m| placement.member(s, m),
+        |name| {
+            view.statefulsets
+                .get(name)
+                .and_then(|s| s.spec.as_ref())
+                .and_then(|s| s.volume_claim_templates.as_deref())
+        },
+    );
+    apply_objects(ctx, &cluster, &desired, &view, events).await?;
+    let replaced = replace_pending_pods(ctx, &cluster, &desired, &view, events).await?;
+
+    // 5. Valkey
+    let password = match &auth {
+        AuthState::Password(p) => Some(p.as_str()),
+        _ => None,
+    };
+    let blocker = match &auth {
+        AuthState::Missing(m) => Some(("PasswordSecretMissing".to_string(), m.clone())),
+        _ => None,
+    };
+    let obs = observe_valkey(
+        ctx,
+        &cluster,
+        &view,
+        old_status,
+        password,
+        blocker.is_none(),
+    )
+    .await;
+    let keys = topology_keys(&cluster, &view);
+    let views = shard_views(&cluster, &view, &obs, &keys);
+    let mut desired_topology = desired_topology(&cluster, &view, &views, &keys);
+    let opts = PlannerOptions::default();
+    let health0 = planner::health(&desired_topology, &obs.observed, &opts)?;
+    let all_pods_ready = desired_members(&cluster).all(|(s, m)| {
+        view.members
+            .get(&(s, m))
+            .is_some_and(|p| PodFacts::of(p).ready)
+    });
+    let cluster_ready = health0.is_ready() && all_pods_ready && blocker.is_none();
+
+    // Rolling update, then primary balancing, decide the desired primaries.
+    let roll = rolling_step(
+        &cluster,
+        &desired,
+        &view,
+        &obs,
+        &views,
+        &keys,
+        cluster_ready,
+    );
+    let stale = roll.1;
+    let mut balance = BalanceState::Aligned;
+    let now_i = Instant::now();
+    match &roll.0 {
+        RollStep::Failover { shard, to } => {
+            set_primary(&mut desired_topology, *shard, *to);
+        }
+        RollStep::Done => {
+            balance = balancing(
+                &cluster,
+                &views,
+                &keys,
+                cluster_ready,
+                memory,
+                now_i,
+                &mut desired_topology,
+            );
+        }
+        _ => {}
+    }
+
+    let mut plan = if blocker.is_none() {
+        planner::next_actions(&desired_topology, &obs.observed, &opts)?
+    } else {
+        Default::default()
+    };
+    // A failover the operator asked for takes a moment: do not ask again at once.
+    plan.actions.retain(|a| match a {
+        VAction::Failover { on, .. } => memory
+            .failover_requested
+            .get(&on.shard.0)
+            .is_none_or(|t| now_i.duration_since(*t) > FAILOVER_PATIENCE),
+        _ => true,
+    });
+    let mut session = obs.session;
+    let executed = execute_actions(ctx, &mut session, &plan.actions, events, memory, now_i).await;
+    let removed = remove_members(ctx, &cluster, &view, &plan.removable, events).await?;
+    update_role_labels(ctx, &cluster, &view, &obs.observed).await?;
+    notice_failovers(&views, memory, events, now_i).await;
+
+    // 6. rolling restart
+    let mut last_action = executed.first().cloned();
+    match &roll.0 {
+        RollStep::Restart { shard, member } if plan.actions.is_empty() => {
+            if let Some(pod) = view.members.get(&(*shard, *member)) {
+                delete_pod(ctx, &cluster, pod).await?;
+                let msg = format!(
+                    "restarting shard {shard} member {member} (pod {}) to apply a new spec",
+                    pod.name_any()
+                );
+                events
+                    .normal(reason::ROLLING_RESTART, "RollingRestart", &msg)
+                    .await;
+                memory.last_disturbance = Some(now_i);
+                last_action = Some(msg);
+            }
+        }
+        RollStep::Blocked(why)
+            if memory.announced.get("rolling").map(String::as_str) != Some(why.as_str()) =>
+        {
+            events
+                .warning(reason::ROLLING_BLOCKED, "RollingRestart", why)
+                .await;
+            memory.announced.insert("rolling", why.clone());
+        }
+        _ => {}
+    }
+    if !health0.is_ready() || !executed.is_empty() {
+        memory.last_disturbance = Some(now_i);
+    }
+
+    // 7. status
+    let pods_pending = desired_members(&cluster)
+        .filter(|k| view.members.get(k).is_none_or(|p| !PodFacts::of(p).ready))
+        .count();
+    let leaving = view
+        .members
+        .keys()
+        .any(|(s, m)| *s >= cluster.shards || *m > cluster.replicas);
+    let new_members = desired_members(&cluster).any(|k| !view.members.contains_key(&k));
+    let mut blocked: Vec<String> = plan
+        .waiting
+        .iter()
+        .filter(|w| w.is_blocked())
+        .map(ToString::to_string)
+        .collect();
+    if let RollStep::Blocked(why) = &roll.0 {
+        blocked.push(why.clone());
+    }
+    let activity = Activity {
+        bootstrapping: is_bootstrapping(&obs.observed, old_status),
+        actions: executed.clone(),
+        pending_restarts: stale,
+        scaling: leaving
+            || (new_members && !is_bootstrapping(&obs.observed, old_status))
+            || !removed.is_empty(),
+        pods_pending,
+    };
+    let input = StatusInput {
+        generation: cluster.generation,
+        cluster: cluster_state(&health0, all_pods_ready, blocked),
+        spread: placement.spread_state(),
+        balance,
+        activity,
+        blocker,
+    };
+    let conds = status::conditions(&input);
+    let observations = observations(
+        &cluster,
+        &view,
+        &obs.observed,
+        &health0,
+        &placement,
+        last_action.clone(),
+    );
+    let new = status::build(old_status, &conds, cluster.generation, observations, &now);
+    announce_readiness(old_status, &new, events).await;
+    write_status(ctx, &clusters, &name, old_status, new).await?;
+
+    let converging = !plan.is_converged()
+        || !executed.is_empty()
+        || !cluster_ready
+        || stale > 0
+        || replaced > 0
+        || !removed.is_empty();
+    Ok(if converging {
+        Action::requeue(ctx.settings.fast_requeue)
+    } else {
+        Action::requeue(ctx.settings.slow_requeue)
+    })
+}
+
+fn keep_observations(s: &ValkeyClusterStatus) -> Observations {
+    Observations {
+        ready_shards: s.ready_shards,
+        shards: s.shards.clone(),
+        members: s.members.clone(),
+        topology: s.topology.clone(),
+        topology_summary: s.topology_summary.clone(),
+        last_action: s.last_action.clone(),
+        message: s.message.clone(),
+    }
+}
+
+/// Writes the status when it differs from the current one.
+async fn write_status(
+    ctx: &Context,
+    api: &Api<ValkeyCluster>,
+    name: &str,
+    old: Option<&ValkeyClusterStatus>,
+    new: ValkeyClusterStatus,
+) -> Result<(), Error> {
+    if old == Some(&new) {
+        return Ok(());
+    }
+    ctx.metrics.api_write("ValkeyCluster", "status");
+    let patch = serde_json::json!({
+        "apiVersion": format!("{}/{}", api::constants::GROUP, api::constants::VERSION),
+        "kind": api::constants::KIND,
+        "status": new,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|source| Error::Status {
+        name: name.to_string(),
+        source,
+    })?;
+    Ok(())
+}
+
+/// Every (shard, member) of the spec.
+fn desired_members(c: &ValidatedCluster) -> impl Iterator<Item = (u32, u32)> + '_ {
+    (0..c.shards).flat_map(move |s| (0..=c.replicas).map(move |m| (s, m)))
+}
+
+// ---------------------------------------------------------------- placement
+
+/// The placement plan, or why there is none.
+struct Placement {
+    plan: Option<placement::Plan>,
+    error: Option<String>,
+}
+
+impl Placement {
+    fn compute(cluster: &ValidatedCluster, view: &KubeView) -> Placement {
+        let problem = match adapt::problem(cluster, &view.nodes, &view.all_pods) {
+            Ok(p) => p,
+            Err(e) => {
+                return Placement {
+                    plan: None,
+                    error: Some(e.to_string()),
+                };
+            }
+        };
+        match placement::plan(&problem) {
+            Ok(plan) => Placement {
+                plan: Some(plan),
+                error: None,
+            },
+            Err(e) => Placement {
+                plan: None,
+                error: Some(e.to_string()),
+            },
+        }
+    }
+
+    fn member(&self, shard: u32, member: u32) -> MemberPlacement {
+        let Some(plan) = &self.plan else {
+            return MemberPlacement::Unplanned;
+        };
+        if let Some(p) = plan
+            .members
+            .iter()
+            .find(|p| p.shard == shard && p.member == member)
+        {
+            return MemberPlacement::Placed {
+                node: p.node.clone(),
+                domains: p.domains.clone(),
+            };
+        }
+        if let Some(u) = plan
+            .unplaced
+            .iter()
+            .find(|u| u.shard == shard && u.member == member)
+        {
+            return MemberPlacement::Unplaced {
+                reason: u.reason.clone(),
+            };
+        }
+        MemberPlacement::Unplanned
+    }
+
+    fn spread_state(&self) -> SpreadState {
+        match (&self.plan, &self.error) {
+            (Some(plan), _) if !plan.unplaced.is_empty() => SpreadState::Unplaceable(
+                plan.unplaced
+                    .iter()
+                    .map(|u| format!("shard {} member {}: {}", u.shard, u.member, u.reason))
+                    .collect(),
+            ),
+            (Some(plan), _) if !plan.violations.is_empty() => SpreadState::Exceeded(
+                plan.violations
+                    .iter()
+                    .map(|v| {
+                        format!(
+                            "shard {}: {} members in {} {} (Preferred at most {})",
+                            v.shard,
+                            v.members,
+                            v.topology_key,
+                            v.domain.as_deref().unwrap_or("<nodes without the key>"),
+                            v.max_replicas
+                        )
+                    })
+                    .collect(),
+            ),
+            (Some(_), _) => SpreadState::Met,
+            (None, Some(e)) => SpreadState::Unknown(format!("placement could not be planned: {e}")),
+            (None, None) => SpreadState::Unknown("placement could not be planned".into()),
+        }
+    }
+}
+
+async fn announce_placement(p: &Placement, events: &Events<'_>, memory: &mut Memory) {
+    let (key, text, warn_reason) = match p.spread_state() {
+        SpreadState::Unplaceable(r) => {
+            ("placement", r.join("; "), Some(reason::MEMBER_UNPLACEABLE))
+        }
+        SpreadState::Exceeded(v) => ("placement", v.join("; "), Some(reason::SPREAD_VIOLATED)),
+        SpreadState::Unknown(m) => ("placement", m, Some(reason::MEMBER_UNPLACEABLE)),
+        SpreadState::Met => ("placement", String::new(), None),
+    };
+    if memory.announced.get(key).map(String::as_str) == Some(text.as_str()) {
+        return;
+    }
+    if let Some(r) = warn_reason {
+        events.warning(r, "Plan", &text).await;
+    } else if memory.announced.contains_key(key) {
+        events
+            .normal(
+                "TopologySpreadMet",
+                "Plan",
+                "every replicaSpreadConstraint holds",
+            )
+            .await;
+    }
+    memory.announced.insert(key, text);
+}
+
+// ---------------------------------------------------------------- apply
+
+enum AuthState {
+    Off,
+    Password(String),
+    /// The user's Secret (or its key) is missing; the message says which.
+    Missing(String),
+}
+
+/// Creates `<cluster>-auth` when the operator manages it and it is absent
+/// (never overwrites it), and reads the password.
+async fn ensure_password(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    owner: &OwnerReference,
+    events: &Events<'_>,
+) -> Result<AuthState, Error> {
+    if !cluster.auth.enabled {
+        return Ok(AuthState::Off);
+    }
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let name = &cluster.auth.secret_name;
+    let existing = api.get_opt(name).await.map_err(|source| Error::Read {
+        kind: "Secret",
+        name: name.clone(),
+        source,
+    })?;
+    let secret = match existing {
+        Some(s) => s,
+        None if cluster.auth.operator_managed => {
+            let password = secret::generate_password();
+            let Some(desired) = secret::auth_secret(cluster, owner, &password) else {
+                return Ok(AuthState::Off);
+            };
+            ctx.metrics.api_write("Secret", "create");
+            let pp = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            match api.create(&pp, &desired).await {
+                Ok(_) => {
+                    events
+                        .normal(
+                            reason::SECRET_CREATED,
+                            "CreateSecret",
+                            format!("generated the password in Secret {name}"),
+                        )
+                        .await;
+                    return Ok(AuthState::Password(password));
+                }
+                // Created meanwhile (another reconcile, a restart): read it.
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    api.get(name).await.map_err(|source| Error::Read {
+                        kind: "Secret",
+                        name: name.clone(),
+                        source,
+                    })?
+                }
+                Err(source) => {
+                    return Err(Error::CreateSecret {
+                        name: name.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        None => {
+            let msg = format!("Secret {name} named by spec.auth.passwordSecret does not exist");
+            return Ok(AuthState::Missing(msg));
+        }
+    };
+    let key = &cluster.auth.secret_key;
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .cloned()
+        });
+    match value {
+        Some(p) if !p.is_empty() => Ok(AuthState::Password(p)),
+        _ => Ok(AuthState::Missing(format!(
+            "Secret {name} has no key {key:?}"
+        ))),
+    }
+}
+
+async fn apply_objects(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    desired: &Desired,
+    view: &KubeView,
+    events: &Events<'_>,
+) -> Result<(), Error> {
+    let ns = &cluster.namespace;
+    let m = &ctx.metrics;
+    let cm: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let name = desired.config_map.name_any();
+    apply::apply(&cm, view.config_maps.get(&name), &desired.config_map, m).await?;
+    let svc: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    for s in [&desired.headless, &desired.client] {
+        apply::apply(&svc, view.services.get(&s.name_any()), s, m).await?;
+    }
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), ns);
+    for p in &desired.pdbs {
+        apply::apply(&pdbs, view.pdbs.get(&p.name_any()), p, m).await?;
+    }
+    // Budgets of shards that are gone (no member pod left) or turned off.
+    let wanted: BTreeSet<String> = desired.pdbs.iter().map(ResourceExt::name_any).collect();
+    for name in view.pdbs.keys().filter(|n| !wanted.contains(*n)) {
+        let shard_has_pods = view
+            .members
+            .keys()
+            .any(|(s, _)| pdb_name(&cluster.name, *s) == *name);
+        if !shard_has_pods || !cluster.pod_disruption_budget {
+            delete(ctx, &pdbs, "PodDisruptionBudget", name, None).await?;
+        }
+    }
+    let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
+    let mut created = Vec::new();
+    for s in &desired.statefulsets {
+        let name = s.name_any();
+        let live = view.statefulsets.get(&name);
+        if apply::apply(&sts, live, s, m).await? && live.is_none() {
+            created.push(name);
+        }
+    }
+    if !created.is_empty() {
+        events
+            .normal(
+                reason::MEMBER_CREATED,
+                "CreateMembers",
+                format!("created StatefulSets {}", created.join(", ")),
+            )
+            .await;
+    }
+    Ok(())
+}
+
+async fn delete<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    kind: &'static str,
+    name: &str,
+    uid: Option<String>,
+) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    ctx.metrics.api_write(kind, "delete");
+    let dp = DeleteParams {
+        preconditions: uid.map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(name, &dp).await {
+        Ok(_) => Ok(()),
+        // Already gone, or replaced by a newer object (uid precondition).
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(source) => Err(Error::Delete {
+            kind,
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+async fn delete_pod(ctx: &Context, cluster: &ValidatedCluster, pod: &Pod) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    delete(ctx, &api, "Pod", &pod.name_any(), pod.metadata.uid.clone()).await
+}
+
+/// Pod scheduling rules are immutable: a Pending pod created with rules the
+/// plan no longer wants is deleted (it never ran, nothing is lost) and its
+/// StatefulSet re-creates it with the new ones. Returns how many.
+async fn replace_pending_pods(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    desired: &Desired,
+    view: &KubeView,
+    events: &Events<'_>,
+) -> Result<usize, Error> {
+    let mut replaced = Vec::new();
+    for (s, m) in desired_members(cluster) {
+        let Some(pod) = view.members.get(&(s, m)) else {
+            continue;
+        };
+        let facts = PodFacts::of(pod);
+        let name = member_name(&cluster.name, s, m);
+        let Some(sts) = desired.statefulsets.iter().find(|x| x.name_any() == name) else {
+            continue;
+        };
+        // The live StatefulSet must already carry the new template, or the
+        // re-created pod would get the old rules again.
+        let live_current = view
+            .statefulsets
+            .get(&name)
+            .is_some_and(|live| !placement_outdated_template(live, sts));
+        if facts.unscheduled()
+            && !facts.terminating
+            && placement_outdated(&facts, sts)
+            && live_current
+        {
+            delete_pod(ctx, cluster, pod).await?;
+            replaced.push(facts.name);
+        }
+    }
+    if !replaced.is_empty() {
+        events
+            .normal(
+                reason::POD_REPLACED,
+                "ReplacePendingPods",
+                format!(
+                    "re-created Pending pods with the new placement: {}",
+                    replaced.join(", ")
+                ),
+            )
+            .await;
+    }
+    Ok(replaced.len())
+}
+
+fn placement_outdated_template(live: &StatefulSet, desired: &StatefulSet) -> bool {
+    use crate::builders::statefulset::ANNOTATION_PLACEMENT_HASH;
+    super::members::template_annotation(live, ANNOTATION_PLACEMENT_HASH)
+        != super::members::template_annotation(desired, ANNOTATION_PLACEMENT_HASH)
+}
+
+// ---------------------------------------------------------------- Valkey
+
+struct ValkeyObservation {
+    observed: ObservedCluster,
+    session: Session,
+}
+
+fn member_ref(s: u32, m: u32) -> MemberRef {
+    MemberRef::new(s, m)
+}
+
+fn pod_addr(pod: &Pod) -> Option<MemberAddr> {
+    let ip: IpAddr = PodFacts::of(pod).ip?;
+    MemberAddr::with_default_bus(ip, api::constants::VALKEY_PORT)
+}
+
+/// The keys the members are asked about with CONFIG GET.
+fn config_keys(cluster: &ValidatedCluster) -> Vec<String> {
+    let mut keys: Vec<String> = config::live_config(cluster).into_keys().collect();
+    keys.push("availability-zone".into());
+    keys
+}
+
+async fn observe_valkey(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    old_status: Option<&ValkeyClusterStatus>,
+    password: Option<&str>,
+    enabled: bool,
+) -> ValkeyObservation {
+    let mut refs: BTreeSet<(u32, u32)> = desired_members(cluster).collect();
+    refs.extend(view.members.keys().copied());
+    let keys = config_keys(cluster);
+    let t = ctx.settings.timeouts;
+    let tasks = refs.iter().map(|&(s, m)| {
+        let addr = view.members.get(&(s, m)).and_then(pod_addr);
+        let keys = &keys;
+        async move {
+            let state = match (addr, enabled) {
+                (Some(addr), true) => valkey_io::observe_member(addr, password, keys, t).await,
+                (Some(_), false) => (
+                    MemberState::Unreachable {
+                        reason: "no password to connect with".into(),
+                    },
+                    None,
+                ),
+                (None, _) => (
+                    MemberState::Unreachable {
+                        reason: "the pod has no IP yet".into(),
+                    },
+                    None,
+                ),
+            };
+            ((s, m), addr, state)
+        }
+    });
+    let results = futures::future::join_all(tasks).await;
+    let mut session = Session::default();
+    let mut members = Vec::new();
+    for ((s, m), addr, (state, con)) in results {
+        let r = member_ref(s, m);
+        if let Some(con) = con {
+            session.insert(r, con);
+        }
+        let known_node_id = old_status
+            .and_then(|st| {
+                st.members
+                    .iter()
+                    .find(|x| x.shard == s as i32 && x.member == m as i32)
+            })
+            .and_then(|x| x.node_id.as_deref())
+            .and_then(|id| id.parse::<NodeId>().ok());
+        members.push(ObservedMember {
+            member: r,
+            addr,
+            known_node_id,
+            state,
+        });
+    }
+    ValkeyObservation {
+        observed: ObservedCluster { members },
+        session,
+    }
+}
+
+fn report_of(obs: &ObservedCluster, s: u32, m: u32) -> Option<&valkey::model::NodeReport> {
+    obs.members
+        .iter()
+        .find(|x| x.member == member_ref(s, m))
+        .and_then(ObservedMember::report)
+}
+
+/// The live primary of each shard: the member that says it is a primary and
+/// serves slots (or, during bootstrap, any member that says primary and is
+/// followed by another member of the shard).
+fn live_primaries(cluster: &ValidatedCluster, obs: &ObservedCluster) -> BTreeMap<u32, u32> {
+    let mut out = BTreeMap::new();
+    for s in 0..cluster.shards {
+        let with_slots = (0..=cluster.replicas).find(|m| {
+            report_of(obs, s, *m)
+                .is_some_and(|r| r.role() == Role::Primary && !r.nodes.myself().slots.is_empty())
+        });
+        if let Some(m) = with_slots {
+            out.insert(s, m);
+        }
+    }
+    out
+}
+
+/// The constraint keys, widest first, the node last.
+fn topology_keys(cluster: &ValidatedCluster, view: &KubeView) -> Vec<String> {
+    let keys: Vec<String> = cluster
+        .spread
+        .iter()
+        .map(|c| c.topology_key.clone())
+        .collect();
+    let labels: Vec<&BTreeMap<String, String>> = view
+        .nodes
+        .iter()
+        .filter_map(|n| n.metadata.labels.as_ref())
+        .collect();
+    topology::keys_widest_first(&keys, &labels)
+}
+
+fn member_domains(
+    view: &KubeView,
+    pod: Option<&Pod>,
+    keys: &[String],
+) -> Option<topology::Domains> {
+    let node = PodFacts::of(pod?).node?;
+    let labels = view.node_labels(&node)?;
+    Some(
+        keys.iter()
+            .filter_map(|k| labels.get(k).map(|v| (k.clone(), v.clone())))
+            .collect(),
+    )
+}
+
+fn shard_views(
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    obs: &ValkeyObservation,
+    keys: &[String],
+) -> Vec<ShardView> {
+    let primaries = live_primaries(cluster, &obs.observed);
+    (0..cluster.shards)
+        .map(|s| {
+            let primary = primaries.get(&s).copied();
+            let primary_info = primary
+                .and_then(|p| report_of(&obs.observed, s, p))
+                .map(|r| &r.replication);
+            let primary_id = primary
+                .and_then(|p| report_of(&obs.observed, s, p))
+                .map(|r| r.node_id().clone());
+            let members = (0..=cluster.replicas)
+                .map(|m| {
+                    let report = report_of(&obs.observed, s, m);
+                    let in_sync = if Some(m) == primary {
+                        true
+                    } else {
+                        match (report, primary_info) {
+                            (Some(r), Some(p)) => {
+                                r.nodes.myself().primary_id.as_ref() == primary_id.as_ref()
+                                    && planner::replica_sync(
+                                        p,
+                                        &r.replication,
+                                        PlannerOptions::default().max_replica_lag_bytes,
+                                    )
+                                    .is_in_sync()
+                            }
+                            _ => false,
+                        }
+                    };
+                    Candidate {
+                        member: m,
+                        domains: member_domains(view, view.members.get(&(s, m)), keys),
+                        in_sync,
+                    }
+                })
+                .collect();
+            ShardView {
+                shard: s,
+                primary,
+                members,
+            }
+        })
+        .collect()
+}
+
+fn desired_topology(
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    views: &[ShardView],
+    keys: &[String],
+) -> DesiredCluster {
+    let live: BTreeMap<String, String> = config::live_config(cluster)
+        .into_iter()
+        .map(|(k, v)| (k, config::normalized_value(&v)))
+        .collect();
+    let shards = (0..cluster.shards)
+        .map(|s| DesiredShard {
+            index: ShardIndex(s),
+            members: (0..=cluster.replicas)
+                .map(|m| {
+                    let zone = view
+                        .members
+                        .get(&(s, m))
+                        .and_then(|p| PodFacts::of(p).node)
+                        .and_then(|n| {
+                            view.node_labels(&n)
+                                .and_then(|l| l.get(placement::ZONE_KEY))
+                                .cloned()
+                        });
+                    DesiredMember {
+                        index: MemberIndex(m),
+                        config: zone
+                            .map(|z| BTreeMap::from([("availability-zone".to_string(), z)]))
+                            .unwrap_or_default(),
+                    }
+                })
+                .collect(),
+            primary: None,
+            failover_preference: topology::failover_preference(views, s, keys)
+                .into_iter()
+                .map(MemberIndex)
+                .collect(),
+        })
+        .collect();
+    DesiredCluster {
+        shards,
+        config: live,
+    }
+}
+
+fn set_primary(d: &mut DesiredCluster, shard: u32, member: u32) {
+    if let Some(s) = d.shards.iter_mut().find(|s| s.index.0 == shard) {
+        s.primary = Some(MemberIndex(member));
+    }
+}
+
+/// The rolling step, and how many members are out of date.
+fn rolling_step(
+    cluster: &ValidatedCluster,
+    desired: &Desired,
+    view: &KubeView,
+    obs: &ValkeyObservation,
+    views: &[ShardView],
+    keys: &[String],
+    cluster_ready: bool,
+) -> (RollStep, usize) {
+    let primaries = live_primaries(cluster, &obs.observed);
+    let members: Vec<RollMember> = desired_members(cluster)
+        .map(|(s, m)| {
+            let pod = view.members.get(&(s, m));
+            let facts = pod.map(PodFacts::of);
+            let name = member_name(&cluster.name, s, m);
+            let sts = desired.statefulsets.iter().find(|x| x.name_any() == name);
+            RollMember {
+                shard: s,
+                member: m,
+                has_pod: facts.is_some(),
+                terminating: facts.as_ref().is_some_and(|f| f.terminating),
+                stale: match (&facts, sts) {
+                    (Some(f), Some(sts)) => !f.unscheduled() && needs_restart(f, sts),
+                    _ => false,
+                },
+                primary: primaries.get(&s) == Some(&m),
+            }
+        })
+        .collect();
+    let stale = members.iter().filter(|m| m.stale).count();
+    let preference: BTreeMap<u32, Vec<u32>> = (0..cluster.shards)
+        .map(|s| (s, topology::failover_preference(views, s, keys)))
+        .collect();
+    let step = rolling::next_step(
+        &members,
+        cluster_ready,
+        &preference,
+        cluster.persistence.is_some(),
+    );
+    (step, stale)
+}
+
+/// Primary balancing: after the quiet period, one shard at a time, only
+/// while the cluster is Ready, move one primary to an in-sync replica in a
+/// better domain.
+fn balancing(
+    cluster: &ValidatedCluster,
+    views: &[ShardView],
+    keys: &[String],
+    cluster_ready: bool,
+    memory: &Memory,
+    now: Instant,
+    desired: &mut DesiredCluster,
+) -> BalanceState {
+    let Some(mv) = topology::best_move(views, keys) else {
+        return BalanceState::Aligned;
+    };
+    let what = format!(
+        "shard {}: primary should move from member {} to member {}",
+        mv.shard, mv.from, mv.to
+    );
+    if cluster.primary_balancing.mode == BalancingMode::Off {
+        return BalanceState::Off(format!("{what} (primaryBalancing.mode is Off)"));
+    }
+    if !mv.ready {
+        return BalanceState::Impossible(format!("{what}, but that replica is not in sync"));
+    }
+    if !cluster_ready {
+        return BalanceState::Pending(format!("{what} once the cluster is Ready"));
+    }
+    let quiet = cluster.primary_balancing.quiet_period;
+    if let Some(t) = memory.last_disturbance {
+        let elapsed = now.duration_since(t);
+        if elapsed < quiet {
+            return BalanceState::Pending(format!(
+                "{what} after the quiet period ({} s left)",
+                (quiet - elapsed).as_secs()
+            ));
+        }
+    }
+    set_primary(desired, mv.shard, mv.to);
+    BalanceState::Pending(format!("{what}: failing over"))
+}
+
+async fn execute_actions(
+    ctx: &Context,
+    session: &mut Session,
+    actions: &[VAction],
+    events: &Events<'_>,
+    memory: &mut Memory,
+    now: Instant,
+) -> Vec<String> {
+    let mut done: Vec<String> = Vec::new();
+    let mut by_kind: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    for action in actions {
+        let text = action.to_string();
+        ctx.metrics.valkey_command(action.kind());
+        match valkey_io::execute(session, action).await {
+            Ok(()) => {
+                tracing::info!(action = %text, "valkey command sent");
+                match action {
+                    VAction::Failover { on, .. } => {
+                        ctx.metrics.failovers.inc();
+                        memory.failover_requested.insert(on.shard.0, now);
+                    }
+                    VAction::MigrateSlots { .. } => {
+                        ctx.metrics.slot_migrations.inc();
+                    }
+                    _ => {}
+                }
+                by_kind.entry(action.kind()).or_default().push(text.clone());
+                if !matches!(action, VAction::ConfigSet { .. }) {
+                    done.push(text);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(action = %text, %error, "valkey command failed");
+                events
+                    .warning(
+                        reason::VALKEY_COMMAND_FAILED,
+                        action.kind(),
+                        format!("{text}: {error}"),
+                    )
+                    .await;
+            }
+        }
+    }
+    for (kind, texts) in by_kind {
+        let note = if texts.len() <= 4 {
+            texts.join("; ")
+        } else {
+            format!("{}; ... ({} commands)", texts[..3].join("; "), texts.len())
+        };
+        events.normal(action_reason(kind), kind, note).await;
+    }
+    done
+}
+
+/// Deletes the StatefulSets of leaving members the planner says are safe to
+/// remove (their slots moved, no replica follows them), and of leaving
+/// members that never ran. PVCs follow the retention policy (reclaimPolicy).
+async fn remove_members(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    removable: &[MemberRef],
+    events: &Events<'_>,
+) -> Result<Vec<String>, Error> {
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let desired: BTreeSet<String> = desired_members(cluster)
+        .map(|(s, m)| member_name(&cluster.name, s, m))
+        .collect();
+    let mut removed = Vec::new();
+    for (name, sts) in &view.statefulsets {
+        if desired.contains(name) {
+            continue;
+        }
+        let labels = sts.labels();
+        let parse = |k: &str| labels.get(k).and_then(|v| v.parse::<u32>().ok());
+        let (Some(s), Some(m)) = (
+            parse(api::constants::LABEL_SHARD),
+            parse(api::constants::LABEL_MEMBER),
+        ) else {
+            continue;
+        };
+        let never_ran = view
+            .members
+            .get(&(s, m))
+            .is_none_or(|p| PodFacts::of(p).unscheduled());
+        if removable.contains(&member_ref(s, m)) || never_ran {
+            delete(ctx, &api, "StatefulSet", name, sts.metadata.uid.clone()).await?;
+            removed.push(format!("shard {s} member {m}"));
+        }
+    }
+    if !removed.is_empty() {
+        events
+            .normal(
+                reason::MEMBER_REMOVED,
+                "RemoveMembers",
+                format!("removed {}", removed.join(", ")),
+            )
+            .await;
+    }
+    Ok(removed)
+}
+
+/// Keeps `valkey.rs/role` equal to the live role.
+async fn update_role_labels(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    obs: &ObservedCluster,
+) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    for ((s, m), pod) in &view.members {
+        let Some(report) = report_of(obs, *s, *m) else {
+            continue;
+        };
+        let want = match report.role() {
+            Role::Primary => ROLE_PRIMARY,
+            Role::Replica => ROLE_REPLICA,
+        };
+        if PodFacts::of(pod).role_label.as_deref() == Some(want) {
+            continue;
+        }
+        ctx.metrics.api_write("Pod", "patch");
+        let patch = serde_json::json!({"metadata": {"labels": {LABEL_ROLE: want}}});
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let name = pod.name_any();
+        match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(source) => return Err(Error::PatchPod { name, source }),
+        }
+    }
+    Ok(())
+}
+
+/// Announces primaries that changed since the last reconcile (Valkey's own
+/// failovers included).
+async fn notice_failovers(
+    views: &[ShardView],
+    memory: &mut Memory,
+    events: &Events<'_>,
+    now: Instant,
+) {
+    for v in views {
+        let Some(p) = v.primary else { continue };
+        match memory.primaries.insert(v.shard, p) {
+            Some(old) if old != p => {
+                memory.last_disturbance = Some(now);
+                events
+                    .normal(
+                        reason::PRIMARY_CHANGED,
+                        "Failover",
+                        format!(
+                            "shard {}: member {p} is now the primary (was member {old})",
+                            v.shard
+                        ),
+                    )
+                    .await;
+            }
+            _ => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------- status
+
+fn is_bootstrapping(obs: &ObservedCluster, old: Option<&ValkeyClusterStatus>) -> bool {
+    let ever_ready = old.is_some_and(|s| {
+        s.ready_shards > 0
+            || s.condition(CONDITION_READY)
+                .is_some_and(|c| c.status == "True")
+    });
+    let any_slots = obs
+        .members
+        .iter()
+        .filter_map(ObservedMember::report)
+        .any(|r| !r.nodes.myself().slots.is_empty());
+    !ever_ready && (!any_slots || old.is_none())
+}
+
+fn cluster_state(h: &Health, all_pods_ready: bool, blocked: Vec<String>) -> ClusterState {
+    let ready = h.is_ready() && all_pods_ready;
+    let reason = if h.is_ready() && !all_pods_ready {
+        Some("PodsNotReady".to_string())
+    } else {
+        h.first_reason().map(str::to_string)
+    };
+    let message = if ready {
+        format!(
+            "{} shard(s) serve all 16384 slots with every replica in sync",
+            h.ready_shards
+        )
+    } else {
+        let mut issues: Vec<String> = h.issues.iter().take(3).map(|i| format!("{i:?}")).collect();
+        if h.issues.len() > 3 {
+            issues.push(format!("and {} more", h.issues.len() - 3));
+        }
+        if issues.is_empty() {
+            "member pods are not all Ready".into()
+        } else {
+            issues.join("; ")
+        }
+    };
+    ClusterState {
+        ready,
+        degraded: h.is_degraded(),
+        reason,
+        message,
+        blocked,
+    }
+}
+
+async fn announce_readiness(
+    old: Option<&ValkeyClusterStatus>,
+    new: &ValkeyClusterStatus,
+    events: &Events<'_>,
+) {
+    let was = old
+        .and_then(|s| s.condition(CONDITION_READY))
+        .map(|c| c.status == "True");
+    let Some(now) = new.condition(CONDITION_READY) else {
+        return;
+    };
+    let is = now.status == "True";
+    if was == Some(is) {
+        return;
+    }
+    if is {
+        events
+            .normal(reason::CLUSTER_READY, "Ready", &now.message)
+            .await;
+    } else if was == Some(true) {
+        events
+            .warning(
+                reason::CLUSTER_NOT_READY,
+                "Ready",
+                format!("{}: {}", now.reason, now.message),
+            )
+            .await;
+    }
+}
+
+fn observations(
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    obs: &ObservedCluster,
+    h: &Health,
+    placement: &Placement,
+    last_action: Option<String>,
+) -> Observations {
+    let primaries = live_primaries(cluster, obs);
+    let mut refs: BTreeSet<(u32, u32)> = desired_members(cluster).collect();
+    refs.extend(view.members.keys().copied());
+    let not_ready: BTreeSet<MemberRef> = h
+        .issues
+        .iter()
+        .filter_map(|i| match i {
+            planner::HealthIssue::MemberUnreachable { member }
+            | planner::HealthIssue::ReplicaMissing { member }
+            | planner::HealthIssue::ReplicaNotInSync { member, .. }
+            | planner::HealthIssue::MemberNotJoined { member } => Some(*member),
+            _ => None,
+        })
+        .collect();
+    let mut members = Vec::new();
+    let mut topology: BTreeMap<u32, Vec<TopologyMember>> = BTreeMap::new();
+    for (s, m) in refs {
+        let pod = view.members.get(&(s, m));
+        let facts = pod.map(PodFacts::of);
+        let node = facts.as_ref().and_then(|f| f.node.clone());
+        let labels = node.as_deref().and_then(|n| view.node_labels(n));
+        let zone = labels.and_then(|l| l.get(placement::ZONE_KEY)).cloned();
+        let region = labels.and_then(|l| l.get(placement::REGION_KEY)).cloned();
+        let report = report_of(obs, s, m);
+        let role = report.map(|r| match r.role() {
+            Role::Primary => ROLE_PRIMARY.to_string(),
+            Role::Replica => ROLE_REPLICA.to_string(),
+        });
+        let node_id = report.map(|r| r.node_id().to_string()).or_else(|| {
+            obs.members
+                .iter()
+                .find(|x| x.member == member_ref(s, m))
+                .and_then(|x| x.known_node_id.as_ref())
+                .map(ToString::to_string)
+        });
+        let ready = facts.as_ref().is_some_and(|f| f.ready)
+            && report.is_some()
+            && !not_ready.contains(&member_ref(s, m));
+        members.push(MemberStatus {
+            shard: s as i32,
+            member: m as i32,
+            pod: format!("{}-0", member_name(&cluster.name, s, m)),
+            node: node.clone(),
+            zone: zone.clone(),
+            region: region.clone(),
+            role: role.clone(),
+            node_id,
+            ready,
+            ip: facts.as_ref().and_then(|f| f.ip).map(|ip| ip.to_string()),
+        });
+        if s < cluster.shards && m <= cluster.replicas {
+            topology.entry(s).or_default().push(TopologyMember {
+                member: m as i32,
+                node,
+                zone,
+                region,
+                role,
+            });
+        }
+    }
+    let shards = (0..cluster.shards)
+        .map(|s| {
+            let primary = primaries.get(&s).copied();
+            let slots = primary
+                .and_then(|p| report_of(obs, s, p))
+                .map(|r| r.nodes.myself().slots.to_string());
+            ShardStatus {
+                index: s as i32,
+                slots,
+                primary: primary.map(|p| p as i32),
+            }
+        })
+        .collect();
+    let zones: BTreeSet<&String> = members.iter().filter_map(|m| m.zone.as_ref()).collect();
+    let spread = match placement.spread_state() {
+        SpreadState::Met => "spread ok".to_string(),
+        SpreadState::Unplaceable(r) => format!("{} member(s) unplaceable", r.len()),
+        SpreadState::Exceeded(v) => format!("{} preferred violation(s)", v.len()),
+        SpreadState::Unknown(_) => "placement unknown".to_string(),
+    };
+    let summary = format!(
+        "{}/{} shards ready, {} zone(s), {spread}",
+        h.ready_shards,
+        cluster.shards,
+        zones.len()
+    );
+    Observations {
+        ready_shards: i32::try_from(h.ready_shards).unwrap_or(i32::MAX),
+        shards,
+        members,
+        topology: topology
+            .into_iter()
+            .map(|(shard, members)| ShardTopology {
+                shard: shard as i32,
+                members,
+            })
+            .collect(),
+        topology_summary: Some(summary),
+        last_action,
+        message: Some(if h.is_ready() {
+            "ready".to_string()
+        } else {
+            h.first_reason().unwrap_or("converging").to_string()
+        }),
+    }
+}

@@ -259,11 +259,17 @@ pub fn http_status_ok(head: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// The earliest a container's first probe runs after its start.
+pub const FIRST_PROBE_AFTER: Duration = Duration::from_millis(200);
+
 /// Probes forever at the probe's period (after its initial delay), handing each
 /// outcome to `report`; stops when `report` returns false.
 pub async fn probe_loop(probe: Probe, target: ProbeTarget, report: impl Fn(bool) -> bool + Send) {
     let params = ProbeParams::of(&probe);
-    tokio::time::sleep(params.initial_delay).await;
+    // A real kubelet first sees a new container at its next relist, so its
+    // first probe never lands in the process's first milliseconds; neither
+    // does ours, so a server that listens quickly is Ready at the first probe.
+    tokio::time::sleep(params.initial_delay.max(FIRST_PROBE_AFTER)).await;
     loop {
         let started = tokio::time::Instant::now();
         let ok = probe_once(&probe, &target).await;

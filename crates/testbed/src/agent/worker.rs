@@ -510,6 +510,8 @@ impl Worker {
                 agent.bins.valkey_cli.clone(),
             ];
             for m in spec::scratch_mounts(&workdir, &mounts, &scratch, &keep) {
+                // A restarted container gets a fresh writable layer.
+                let _ = std::fs::remove_dir_all(&m.source);
                 let _ = std::fs::create_dir_all(&m.source);
                 mounts.push(m);
             }

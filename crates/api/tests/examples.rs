@@ -1,4 +1,5 @@
 //! The example manifests users start from are valid ValkeyClusters.
+#![allow(clippy::unwrap_used)]
 
 use api::v1alpha1::{ValkeyCluster, validate};
 
@@ -18,7 +19,10 @@ fn the_demo_cluster_is_3_shards_of_3_members_one_per_zone_and_node() {
         .collect();
     assert_eq!(
         keys,
-        [("topology.kubernetes.io/zone", 1), ("kubernetes.io/hostname", 1)]
+        [
+            ("topology.kubernetes.io/zone", 1),
+            ("kubernetes.io/hostname", 1)
+        ]
     );
 }
 

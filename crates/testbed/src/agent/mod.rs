@@ -258,7 +258,6 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
             agent.client.clone(),
             n.clone(),
             agent.health_rx(&n.name),
-            Arc::new(tokio::sync::Notify::new()),
         )));
     }
     {

@@ -13,7 +13,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The kubelet version nodes report (the pinned control-plane release).
@@ -274,7 +273,6 @@ pub async fn heartbeat_loop(
     client: kube::Client,
     spec: NodeSpec,
     mut health: tokio::sync::watch::Receiver<NodeHealth>,
-    registered: Arc<tokio::sync::Notify>,
 ) {
     let mut node: Option<Node> = None;
     let mut last_status: Option<tokio::time::Instant> = None;
@@ -301,11 +299,18 @@ pub async fn heartbeat_loop(
                 if due {
                     match post_status(&client, &spec, Some(current)).await {
                         Ok(n) => {
-                            if last_status.is_none() {
-                                registered.notify_one();
-                            }
                             node = Some(n);
                             last_status = Some(tokio::time::Instant::now());
+                        }
+                        Err(NodeError::Status {
+                            source: kube::Error::Api(s),
+                            ..
+                        }) if s.code == 404 => {
+                            // Someone deleted our Node: register again, as a kubelet does.
+                            tracing::info!(node = %spec.name, "node object gone, registering again");
+                            node = None;
+                            last_status = None;
+                            continue;
                         }
                         Err(e) => tracing::warn!(error = %e, "node status update failed"),
                     }

@@ -490,9 +490,9 @@ pub fn mount_order(mounts: &[Mount]) -> Vec<&Mount> {
     left.sort_by_key(|m| m.target.components().count());
     let must_wait = |m: &Mount, other: &Mount| {
         // `m` waits for `other` when `other` is its parent mount.
-        (m.target != other.target && m.target.starts_with(&other.target))
-            // `m` waits when mounting it now would hide `other`'s source.
-            || (m.target != other.target && other.source.starts_with(&m.target))
+        // ... or when mounting it now would hide `other`'s source.
+        m.target != other.target
+            && (m.target.starts_with(&other.target) || other.source.starts_with(&m.target))
     };
     let mut out = Vec::new();
     while !left.is_empty() {

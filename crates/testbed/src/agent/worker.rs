@@ -824,7 +824,19 @@ impl Worker {
         let policy = self.restart_policy();
         let now = Instant::now();
         for s in &mut self.slots {
-            if s.kind != SlotKind::Main || s.pid.is_some() {
+            if s.pid.is_some() {
+                continue;
+            }
+            if s.kind == SlotKind::Init {
+                // An init container the node died under runs again (or fails
+                // the pod under restartPolicy Never).
+                if s.run.exit_code().is_some_and(|c| c != 0) && !self.init_done {
+                    if policy == "Never" {
+                        self.init_failed = true;
+                    } else {
+                        s.next_start = Some(now);
+                    }
+                }
                 continue;
             }
             if let RunState::Terminated(t) = &s.run.state {

@@ -15,3 +15,4 @@ pub mod leader;
 pub mod metrics;
 pub mod plan_cmd;
 pub mod run;
+pub mod topology_cmd;

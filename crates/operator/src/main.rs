@@ -1,7 +1,7 @@
 //! The `valkey-operator` binary: parses the command line and dispatches.
 
 use clap::{Parser, Subcommand};
-use operator::{crd_cmd, plan_cmd, run};
+use operator::{crd_cmd, plan_cmd, run, topology_cmd};
 use std::process::ExitCode;
 
 /// Kubernetes operator for sharded Valkey clusters.
@@ -21,6 +21,9 @@ enum Command {
     /// Plan member placement for a ValkeyCluster over Nodes and Pods read from
     /// files. Exit 0 when every member is placed, 2 when not, 1 on bad input.
     Plan(plan_cmd::PlanArgs),
+    /// Print the live topology of a running ValkeyCluster (region, zone, node,
+    /// members with their live roles), as its status reports it.
+    Topology(topology_cmd::TopologyArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,5 +52,12 @@ fn main() -> ExitCode {
             }
         },
         Command::Plan(args) => plan_cmd::main(&args),
+        Command::Topology(args) => match topology_cmd::main(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        },
     }
 }

@@ -45,6 +45,7 @@ demo: build
 	bash scripts/demo.sh $(DEMO_DIR)
 
 demo-down:
+	-[ -f $(DEMO_DIR)/pids/operator.pid ] && kill $$(cat $(DEMO_DIR)/pids/operator.pid)
 	-$(TESTBED) down --dir $(DEMO_DIR)
 
 bench: build

@@ -10,10 +10,9 @@ op=$root/target/release/valkey-operator
 "$tb" up --dir "$dir" | tail -n 1 > "$dir.env" || { echo "testbed up failed; logs in $dir/logs" >&2; exit 1; }
 # shellcheck disable=SC1090
 source "$dir.env"
-kubectl=$(dirname "$(jq -r .kubeBinDir "$dir/testbed.json" 2>/dev/null || echo /x/kubectl)")/kubectl
-[[ -x $kubectl ]] || kubectl=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["kubeBinDir"])' "$dir/testbed.json")/kubectl
+kubectl=${VALKEY_RS_CACHE:-$HOME/.cache/valkey-rs}/bin/kube-v1.36.3/kubectl
 
-"$kubectl" apply --server-side -f "$root/deploy/crd/valkeycluster.yaml" >/dev/null
+"$kubectl" apply --server-side --force-conflicts -f "$root/deploy/crd/valkeycluster.yaml" >/dev/null
 "$kubectl" wait --for=condition=Established crd/valkeyclusters.valkey.rs --timeout=60s >/dev/null
 
 pidfile=$dir/pids/operator.pid
@@ -26,10 +25,10 @@ else
   echo "operator started (pid $!, log $dir/logs/operator.log)"
 fi
 
-"$kubectl" apply -f "$root/examples/cluster.yaml"
+"$kubectl" apply -n default -f "$root/examples/cluster.yaml"
 echo "waiting for valkeycluster/demo to become Ready..."
-"$kubectl" wait --for=condition=Ready valkeycluster/demo --timeout=300s
-"$op" topology --cluster demo
+"$kubectl" wait -n default --for=condition=Ready valkeycluster/demo --timeout=300s
+"$op" topology --cluster demo --namespace default
 echo
 "$kubectl" get valkeyclusters,pods -o wide
 echo

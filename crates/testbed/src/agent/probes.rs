@@ -146,7 +146,7 @@ pub async fn run_exec(target: &ProbeTarget, command: &[String], timeout: Duratio
     }
     let mut cmd = tokio::process::Command::new(&target.nsenter);
     cmd.arg(format!("--target={}", target.pid))
-        .args(["--net", "--mount", "--wd", "--"])
+        .args(["--net", "--mount", "--uts", "--wd", "--"])
         .args(&argv)
         .env_clear()
         .envs(target.env.iter().map(|(k, v)| (k, v)))

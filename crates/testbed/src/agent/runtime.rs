@@ -93,6 +93,8 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     pub mounts: Vec<Mount>,
     pub workdir: PathBuf,
+    /// The pod's hostname, set in the container's own UTS namespace.
+    pub hostname: String,
     pub log: PathBuf,
 }
 
@@ -104,12 +106,13 @@ pub fn launch_argv(tools: &Tools, l: &Launch) -> Vec<String> {
         "--".into(),
         tools.unshare.display().to_string(),
         "--mount".into(),
+        "--uts".into(),
         "--propagation".into(),
         "private".into(),
         "--".into(),
         tools.sh.display().to_string(),
         "-c".into(),
-        wrapper_script(&l.mounts, &l.workdir, &tools.script_tools()),
+        wrapper_script(&l.mounts, &l.workdir, &l.hostname, &tools.script_tools()),
         "sh".into(),
     ];
     argv.extend(l.argv.iter().cloned());
@@ -192,24 +195,26 @@ mod tests {
             env: vec![],
             mounts: vec![],
             workdir: "/data".into(),
+            hostname: "vk-0".into(),
             log: "/tmp/x.log".into(),
         };
         let a = launch_argv(&tools(), &l);
         assert_eq!(a[0], "/usr/bin/nsenter");
         assert_eq!(a[1], "--net=/run/netns/vk3-ab");
         assert_eq!(
-            &a[3..8],
+            &a[3..9],
             &[
                 "/usr/bin/unshare",
                 "--mount",
+                "--uts",
                 "--propagation",
                 "private",
                 "--"
             ]
         );
-        assert_eq!(a[8], "/bin/sh");
-        assert!(a[10].ends_with("exec \"$@\"\n"));
-        assert_eq!(&a[11..], &["sh", "/opt/valkey-server", "--port", "6379"]);
+        assert_eq!(a[9], "/bin/sh");
+        assert!(a[11].ends_with("exec \"$@\"\n"));
+        assert_eq!(&a[12..], &["sh", "/opt/valkey-server", "--port", "6379"]);
     }
 
     #[test]

@@ -511,11 +511,23 @@ pub fn mount_order(mounts: &[Mount]) -> Vec<&Mount> {
 /// create the mount points, bind the volumes (parents before children),
 /// re-mount read-only ones, enter the working directory and exec the argv
 /// (passed as `"$@"`, so it is never re-parsed by the shell).
-pub fn wrapper_script(mounts: &[Mount], workdir: &Path, tools: &ScriptTools) -> String {
+pub fn wrapper_script(
+    mounts: &[Mount],
+    workdir: &Path,
+    hostname: &str,
+    tools: &ScriptTools,
+) -> String {
     let sorted = mount_order(mounts);
     let mount = shell_quote(&tools.mount.display().to_string());
     let mkdir = shell_quote(&tools.mkdir.display().to_string());
     let mut s = String::from("set -e\n");
+    if !hostname.is_empty() {
+        // The container has a UTS namespace of its own: its hostname is the pod's.
+        s.push_str(&format!(
+            "printf %s {} > /proc/sys/kernel/hostname\n",
+            shell_quote(hostname)
+        ));
+    }
     for m in sorted {
         let t = shell_quote(&m.target.display().to_string());
         let src = shell_quote(&m.source.display().to_string());
@@ -914,7 +926,8 @@ mod tests {
                 file: false,
             },
         ];
-        let s = wrapper_script(&mounts, Path::new("/data"), &tools);
+        let s = wrapper_script(&mounts, Path::new("/data"), "vk-0", &tools);
+        assert!(s.starts_with("set -e\nprintf %s 'vk-0' > /proc/sys/kernel/hostname\n"));
         let etc = s.find("--bind '/v/it'\\''s' '/etc'").unwrap();
         let conf = s.find("--bind '/v/conf/valkey.conf'").unwrap();
         assert!(etc < conf, "{s}");

@@ -530,6 +530,11 @@ impl Worker {
             env: env.clone(),
             mounts,
             workdir,
+            hostname: env
+                .iter()
+                .find(|(k, _)| k == "HOSTNAME")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default(),
             log: agent.log_path(&self.ns, &self.name, &slot.spec.name),
         };
         let mut child = match runtime::launch(&agent.tools, &launch) {

@@ -120,6 +120,9 @@ struct Worker {
     finished: bool,
     terminal: bool,
     host_ip: String,
+    /// The kubelet has seen this pod from the API: a pod bound while its node
+    /// was cut off is unknown to it (and so not started) until the heal.
+    known: bool,
 }
 
 impl Worker {
@@ -207,6 +210,7 @@ impl Worker {
             finished,
             terminal: false,
             host_ip,
+            known: false,
         }
     }
 
@@ -234,6 +238,7 @@ impl Worker {
                         }
                     }
                 }
+                self.known = true;
                 if self.pod.metadata.deletion_timestamp.is_some() {
                     self.terminate().await;
                     return;
@@ -243,7 +248,7 @@ impl Worker {
                 if self.dead {
                     self.reboot();
                 }
-                if !self.finished {
+                if !self.finished && self.known {
                     self.progress().await;
                 }
             } else if !self.dead {

@@ -14,6 +14,31 @@ pub fn should_restart(restart_policy: &str, exit_code: i32) -> bool {
     }
 }
 
+/// What happens after a container exits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterExit {
+    /// An init container succeeded: the next one (or the main containers) may start.
+    InitCompleted,
+    /// An init container failed under restartPolicy Never: the pod fails.
+    PodFailed,
+    /// Start it again after the back-off.
+    Restart,
+    /// It stays terminated.
+    Stay,
+}
+
+/// The kubelet's decision for an exited container. Init containers restart on
+/// failure unless the policy is Never; main containers follow the policy.
+pub fn after_exit(init: bool, restart_policy: &str, exit_code: i32) -> AfterExit {
+    match (init, exit_code == 0) {
+        (true, true) => AfterExit::InitCompleted,
+        (true, false) if restart_policy == "Never" => AfterExit::PodFailed,
+        (true, false) => AfterExit::Restart,
+        (false, _) if should_restart(restart_policy, exit_code) => AfterExit::Restart,
+        (false, _) => AfterExit::Stay,
+    }
+}
+
 /// Crash-loop back-off before the `crashes`-th consecutive restart: 0.5 s,
 /// doubling, capped at 10 s (a real kubelet starts at 10 s and caps at 5 min;
 /// tests want it short).
@@ -105,6 +130,17 @@ mod tests {
         assert!(!should_restart("OnFailure", 0));
         assert!(should_restart("OnFailure", 137));
         assert!(!should_restart("Never", 1));
+    }
+
+    #[test]
+    fn init_containers_restart_on_failure_unless_never_and_then_fail_the_pod() {
+        assert_eq!(after_exit(true, "Always", 0), AfterExit::InitCompleted);
+        assert_eq!(after_exit(true, "Always", 1), AfterExit::Restart);
+        assert_eq!(after_exit(true, "OnFailure", 1), AfterExit::Restart);
+        assert_eq!(after_exit(true, "Never", 1), AfterExit::PodFailed);
+        assert_eq!(after_exit(false, "Always", 0), AfterExit::Restart);
+        assert_eq!(after_exit(false, "OnFailure", 0), AfterExit::Stay);
+        assert_eq!(after_exit(false, "Never", 137), AfterExit::Stay);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use super::Agent;
 use super::faults::NodeHealth;
 use super::network::{Cidr, Sandbox, host_veth_name, netns_name};
-use super::pods::{self, BACKOFF_RESET_AFTER};
+use super::pods::{self, AfterExit, BACKOFF_RESET_AFTER};
 use super::probes::{ProbeKind, ProbeParams, ProbeTarget, ProbeTracker};
 use super::runtime::{self, Launch};
 use super::spec::{self, PodFacts};
@@ -677,36 +677,33 @@ impl Worker {
         {
             slot.crashes = 0;
         }
-        let restart = match slot.kind {
-            SlotKind::Init => t.exit_code != 0 && restart_policy != "Never",
-            SlotKind::Main => pods::should_restart(&restart_policy, t.exit_code),
-        };
-        if slot.kind == SlotKind::Init && t.exit_code == 0 {
-            slot.run.ready = true;
-            return;
-        }
-        if slot.kind == SlotKind::Init && !restart {
-            self.init_failed = true;
-            return;
-        }
-        if restart {
-            let delay = pods::backoff(slot.crashes);
-            slot.crashes += 1;
-            slot.next_start = Some(Instant::now() + delay);
-            slot.run.last_terminated = Some(t);
-            slot.run.state = RunState::Waiting {
-                reason: "CrashLoopBackOff".into(),
-                message: Some(format!(
-                    "back-off {}ms restarting failed container={} pod={}_{}({})",
-                    delay.as_millis(),
-                    slot.spec.name,
-                    self.name,
-                    self.ns,
-                    self.uid
-                )),
-            };
-        } else {
-            slot.next_start = None;
+        match pods::after_exit(slot.kind == SlotKind::Init, &restart_policy, t.exit_code) {
+            AfterExit::InitCompleted => {
+                slot.run.ready = true;
+                slot.next_start = None;
+            }
+            AfterExit::PodFailed => {
+                slot.next_start = None;
+                self.init_failed = true;
+            }
+            AfterExit::Stay => slot.next_start = None,
+            AfterExit::Restart => {
+                let delay = pods::backoff(slot.crashes);
+                slot.crashes += 1;
+                slot.next_start = Some(Instant::now() + delay);
+                slot.run.last_terminated = Some(t);
+                slot.run.state = RunState::Waiting {
+                    reason: "CrashLoopBackOff".into(),
+                    message: Some(format!(
+                        "back-off {}ms restarting failed container={} pod={}_{}({})",
+                        delay.as_millis(),
+                        slot.spec.name,
+                        self.name,
+                        self.ns,
+                        self.uid
+                    )),
+                };
+            }
         }
     }
 

@@ -1,8 +1,335 @@
 //! `testbed`: a real Kubernetes control plane whose simulated nodes run real
 //! valkey-server pods.
+//!
+//! Verbs: `up`, `down`, `status`, and the faults `node fail|heal NAME`,
+//! `zone fail|heal|partition ZONE`. Every verb takes `--dir DIR` (default
+//! `.testbed`). The hidden verb `agent` is the node agent that `up` starts.
 
+mod agent;
+mod controlplane;
+mod faults;
+mod hostnet;
+mod registry;
 mod state;
+mod topology;
 
-fn main() {
-    let _ = state::STATE_FILE;
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use controlplane::process::Liveness;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "testbed",
+    version,
+    about = "A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with simulated nodes that run real valkey-server pods"
+)]
+struct Cli {
+    /// The testbed's directory: state, kubeconfig, certificates, logs, pid files.
+    #[arg(long, global = true, default_value = ".testbed", env = "TESTBED_DIR")]
+    dir: PathBuf,
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Subcommand, Debug)]
+enum Verb {
+    /// Start the control plane and the node agent; wait until every node is
+    /// Ready; print `export KUBECONFIG=...` as the last line.
+    Up(UpArgs),
+    /// Stop everything `up` started and remove its network namespaces.
+    Down,
+    /// Components, nodes and pods per node.
+    Status,
+    /// Node faults.
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+    },
+    /// Zone faults.
+    Zone {
+        #[command(subcommand)]
+        action: ZoneAction,
+    },
+    /// The node agent (started by `up`).
+    #[command(hide = true)]
+    Agent,
+}
+
+#[derive(Args, Debug)]
+struct UpArgs {
+    /// Regions.
+    #[arg(long, default_value_t = 1)]
+    regions: u32,
+    /// Zones in each region (zone-<region><letter>).
+    #[arg(long, default_value_t = 3)]
+    zones: u32,
+    /// Nodes in each zone.
+    #[arg(long, default_value_t = 3)]
+    nodes_per_zone: u32,
+    /// Allocatable cpu of every node.
+    #[arg(long, default_value = "4")]
+    cpu: String,
+    /// Allocatable memory of every node.
+    #[arg(long, default_value = "8Gi")]
+    memory: String,
+    /// Allocatable pods of every node.
+    #[arg(long, default_value_t = 32)]
+    pods: u32,
+    /// Seconds to wait for the whole start-up.
+    #[arg(long, default_value_t = 180)]
+    timeout: u64,
+    /// Leave what started running when `up` fails, for debugging.
+    #[arg(long)]
+    keep_on_failure: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum NodeAction {
+    /// The node dies: its pods' processes are killed, its lease stops, its network is cut.
+    Fail { name: String },
+    /// The node comes back.
+    Heal { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum ZoneAction {
+    /// Every node of the zone fails.
+    Fail { zone: String },
+    /// Every node of the zone comes back (also ends a partition).
+    Heal { zone: String },
+    /// The zone's pods keep running but can reach neither the other zones nor the
+    /// control plane; its nodes go NotReady.
+    Partition { zone: String },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("testbed: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let dir = cli.dir;
+    match cli.verb {
+        Verb::Up(a) => {
+            let opts = controlplane::UpOptions {
+                topology: topology::Topology {
+                    regions: a.regions,
+                    zones_per_region: a.zones,
+                    nodes_per_zone: a.nodes_per_zone,
+                    cpu: a.cpu,
+                    memory: a.memory,
+                    pods: a.pods,
+                },
+                timeout: Duration::from_secs(a.timeout),
+                keep_on_failure: a.keep_on_failure,
+            };
+            let kubeconfig = rt.block_on(controlplane::up(&dir, &opts))?;
+            println!("export KUBECONFIG={}", kubeconfig.display());
+        }
+        Verb::Down => {
+            let report = controlplane::down(&dir);
+            let lines = report.summary();
+            if lines.is_empty() {
+                println!("nothing was running in {}", dir.display());
+            }
+            for l in lines {
+                println!("{l}");
+            }
+        }
+        Verb::Status => return rt.block_on(status(&dir)),
+        Verb::Node { action } => {
+            let (op, target) = match action {
+                NodeAction::Fail { name } => ("node-fail", name),
+                NodeAction::Heal { name } => ("node-heal", name),
+            };
+            return rt.block_on(fault(&dir, op, Some(&target)));
+        }
+        Verb::Zone { action } => {
+            let (op, target) = match action {
+                ZoneAction::Fail { zone } => ("zone-fail", zone),
+                ZoneAction::Heal { zone } => ("zone-heal", zone),
+                ZoneAction::Partition { zone } => ("zone-partition", zone),
+            };
+            return rt.block_on(fault(&dir, op, Some(&target)));
+        }
+        Verb::Agent => {
+            let dir = controlplane::absolute_dir(&dir, false)?;
+            rt.block_on(agent::run(&dir))?;
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Sends one fault to the agent; exits non-zero when it refuses.
+async fn fault(
+    dir: &Path,
+    op: &str,
+    target: Option<&str>,
+) -> anyhow::Result<std::process::ExitCode> {
+    let dir = controlplane::absolute_dir(dir, false)?;
+    let state = state::TestbedState::load(&dir)
+        .with_context(|| format!("no testbed in {} (run `testbed up`)", dir.display()))?;
+    let reply = faults::send(&state.agent_socket, &faults::Request::new(op, target)).await?;
+    if reply.ok {
+        println!("{}", reply.message);
+        Ok(std::process::ExitCode::SUCCESS)
+    } else {
+        eprintln!("{}", reply.message);
+        Ok(std::process::ExitCode::FAILURE)
+    }
+}
+
+/// Prints components, nodes and pods per node. Exits non-zero when the testbed
+/// is not (fully) up.
+async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
+    use std::collections::BTreeMap;
+    let dir = controlplane::absolute_dir(dir, false)?;
+    let Ok(state) = state::TestbedState::load(&dir) else {
+        println!("no testbed in {}", dir.display());
+        return Ok(std::process::ExitCode::FAILURE);
+    };
+    let record = controlplane::Record::load(&dir);
+    println!(
+        "testbed {} in {}: apiserver {}, Kubernetes {}, pods in 10.{}.0.0/16",
+        state.id,
+        dir.display(),
+        state.apiserver_url,
+        record
+            .as_ref()
+            .map_or(controlplane::KUBE_VERSION, |r| r.kube_version.as_str()),
+        100 + u32::from(state.id)
+    );
+    println!("\nCOMPONENT                 PID      STATE");
+    let mut all_alive = true;
+    for c in controlplane::component_status(&dir) {
+        let st = match c.liveness {
+            Liveness::NotStarted => "not started",
+            Liveness::Dead(_) => "dead",
+            Liveness::Alive(_) => "running",
+        };
+        let pid = c.liveness.pid().map_or("-".to_string(), |p| p.to_string());
+        all_alive &= c.liveness.is_alive() || !controlplane::COMPONENTS.contains(&c.name.as_str());
+        println!("{:<25} {:<8} {st}", c.name, pid);
+    }
+
+    let client = match controlplane::api::client(&state.kubeconfig).await {
+        Ok(c) if controlplane::api::is_ready(&c).await => c,
+        _ => {
+            println!("\napiserver not ready: no node or pod listing");
+            return Ok(std::process::ExitCode::FAILURE);
+        }
+    };
+    let nodes = controlplane::api::nodes(&client).await?;
+    let pods = controlplane::api::pods(&client).await?;
+    let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in &pods {
+        let node = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_else(|| "(unscheduled)".into());
+        let st = p.status.as_ref();
+        let phase = st.and_then(|s| s.phase.clone()).unwrap_or_default();
+        let ip = st.and_then(|s| s.pod_ip.clone()).unwrap_or_default();
+        let ready = st
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let deleting = if p.metadata.deletion_timestamp.is_some() {
+            " Terminating"
+        } else {
+            ""
+        };
+        by_node.entry(node).or_default().push(format!(
+            "{}/{} {phase}{}{deleting} {ip}",
+            p.metadata.namespace.as_deref().unwrap_or(""),
+            p.metadata.name.as_deref().unwrap_or(""),
+            if ready { " Ready" } else { "" },
+        ));
+    }
+    println!("\nNODE                 READY    ZONE         REGION       PODS");
+    for spec in &state.nodes {
+        let node = nodes.get(&spec.name);
+        let ready = match node {
+            None => "absent",
+            Some(n) if controlplane::api::node_is_ready(n) => "True",
+            Some(_) => "False",
+        };
+        let taints = node
+            .and_then(|n| n.spec.as_ref())
+            .and_then(|s| s.taints.as_ref())
+            .map(|ts| {
+                ts.iter()
+                    .map(|t| format!("{}:{}", t.key, t.effect))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        let count = by_node.get(&spec.name).map_or(0, Vec::len);
+        println!(
+            "{:<20} {:<8} {:<12} {:<12} {count}{}",
+            spec.name,
+            ready,
+            spec.zone,
+            spec.region,
+            if taints.is_empty() {
+                String::new()
+            } else {
+                format!("  taints {taints}")
+            }
+        );
+    }
+    let mut zones: Vec<&str> = state.nodes.iter().map(|n| n.zone.as_str()).collect();
+    zones.dedup();
+    let summary: Vec<String> = zones
+        .iter()
+        .map(|z| {
+            let all: Vec<_> = state.nodes_in_zone(z).collect();
+            let ready = all
+                .iter()
+                .filter(|n| {
+                    nodes
+                        .get(&n.name)
+                        .is_some_and(controlplane::api::node_is_ready)
+                })
+                .count();
+            format!("{z} {ready}/{} Ready", all.len())
+        })
+        .collect();
+    println!("zones: {}", summary.join(", "));
+    if !pods.is_empty() {
+        println!("\nPODS");
+        for (node, list) in &by_node {
+            println!("{node}:");
+            for p in list {
+                println!("  {p}");
+            }
+        }
+    }
+    match faults::send(&state.agent_socket, &faults::Request::new("status", None)).await {
+        Ok(r) if !r.message.is_empty() => {
+            println!("\nAGENT");
+            for line in r.message.lines() {
+                println!("  {line}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => println!("\nagent: {e}"),
+    }
+    Ok(if all_alive {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
 }

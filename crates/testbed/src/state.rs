@@ -13,14 +13,16 @@ pub const STATE_FILE: &str = "testbed.json";
 pub struct TestbedState {
     /// Absolute path of the testbed directory (`--dir`).
     pub dir: PathBuf,
-    /// Small number (1..=200) that tells testbeds on this machine apart; it picks
-    /// the pod address range `10.<200+id>.0.0/16`... see [`NodeSpec::pod_cidr`], the
-    /// network namespace prefix and the host-side interface names.
+    /// Small number (1..=150) that tells testbeds on this machine apart; it picks
+    /// the pod address range `10.<100+id>.0.0/16` (node k gets
+    /// `10.<100+id>.<k+1>.0/24`, see [`NodeSpec::pod_cidr`]), the network
+    /// namespace prefix and the host-side interface names.
     pub id: u8,
     /// Prefix of every network namespace and host interface this testbed creates
     /// (e.g. `vk3-`); `down` removes everything that starts with it.
     pub netns_prefix: String,
-    /// The fabric address the host uses as source towards pods (on a dummy interface).
+    /// The fabric address the host uses as source towards pods,
+    /// `10.<100+id>.255.1`, on the host interface `<prefix>host`.
     pub host_ip: String,
     /// `https://127.0.0.1:<port>`.
     pub apiserver_url: String,

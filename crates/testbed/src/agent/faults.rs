@@ -155,22 +155,26 @@ pub fn apply(state: &mut FaultState, req: &Request, nodes: &[NodeSpec]) -> (Vec<
     (changed, message)
 }
 
-/// One line per node: `node-1a-1 zone-1a healthy|failed|partitioned`.
+/// One line for `testbed status`: `9 nodes, no faults` or
+/// `9 nodes; failed: node-1a-1; partitioned: zone-1c`.
 pub fn describe(state: &FaultState, nodes: &[NodeSpec]) -> String {
-    nodes
+    let failed: Vec<&str> = nodes
         .iter()
-        .map(|n| {
-            let h = state.health(&n.name, &n.zone);
-            let what = match (h.failed, h.partitioned) {
-                (false, false) => "healthy",
-                (true, false) => "failed",
-                (false, true) => "partitioned",
-                (true, true) => "failed,partitioned",
-            };
-            format!("{} {} {}", n.name, n.zone, what)
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .filter(|n| state.failed_nodes.contains(&n.name))
+        .map(|n| n.name.as_str())
+        .collect();
+    let partitioned: Vec<&str> = state.partitioned_zones.iter().map(String::as_str).collect();
+    let mut parts = vec![format!("{} nodes", nodes.len())];
+    if failed.is_empty() && partitioned.is_empty() {
+        return format!("{}, no faults", parts[0]);
+    }
+    if !failed.is_empty() {
+        parts.push(format!("failed: {}", failed.join(", ")));
+    }
+    if !partitioned.is_empty() {
+        parts.push(format!("partitioned: {}", partitioned.join(", ")));
+    }
+    parts.join("; ")
 }
 
 /// The whole nftables table for the current faults, as an `nft -f` script that
@@ -380,6 +384,19 @@ mod tests {
         apply(&mut s, &Request::NodeHeal("node-1a-1".into()), &n);
         let h = s.health("node-1a-1", "zone-1a");
         assert!(h.alive() && !h.api_connected());
+    }
+
+    #[test]
+    fn status_names_the_faults_in_one_line() {
+        let n = nodes();
+        let mut s = FaultState::default();
+        assert_eq!(describe(&s, &n), "3 nodes, no faults");
+        apply(&mut s, &Request::NodeFail("node-1b-1".into()), &n);
+        apply(&mut s, &Request::ZonePartition("zone-1a".into()), &n);
+        assert_eq!(
+            describe(&s, &n),
+            "3 nodes; failed: node-1b-1; partitioned: zone-1a"
+        );
     }
 
     #[test]

@@ -8,8 +8,27 @@
 //! - [`actions`]: the admin commands the planner asks for, and why it waits.
 //! - [`planner`]: `next_actions(desired, observed)` and `health(desired, observed)`:
 //!   pure, idempotent decisions.
+//! - [`client`]: the side-effect seam: the [`client::Admin`] trait, its redis-rs
+//!   implementation (one plain connection per node), `observe_cluster`, `execute`.
+//!
+//! A reconcile step with this crate:
+//!
+//! ```no_run
+//! # async fn step(targets: &[valkey::client::Target], desired: &valkey::DesiredCluster) {
+//! use valkey::client::{self, ConnectOptions, ExecuteOptions};
+//! let keys: Vec<String> = desired.config.keys().cloned().collect();
+//! let (observed, conns) = client::observe_cluster(targets, &ConnectOptions::default(), &keys).await;
+//! let opts = valkey::PlannerOptions::default();
+//! if let Ok(plan) = valkey::next_actions(desired, &observed, &opts) {
+//!     client::execute_all(&conns, &plan.actions, &ExecuteOptions::default()).await;
+//!     // plan.waiting -> conditions/events; plan.removable -> members safe to delete.
+//! }
+//! let _health = valkey::health(desired, &observed, &opts);
+//! # }
+//! ```
 
 pub mod actions;
+pub mod client;
 pub mod model;
 pub mod parse;
 pub mod planner;

@@ -208,6 +208,10 @@ pub struct NodeReport {
     pub keys: u64,
     /// CONFIG GET of the keys the desired topology sets.
     pub config: BTreeMap<String, String>,
+    /// `cluster_state:ok` in CLUSTER INFO: the node serves queries. Valkey keeps a
+    /// node in `fail` for a while after it starts or after slots change hands, and
+    /// clients get CLUSTERDOWN meanwhile.
+    pub cluster_state_ok: bool,
 }
 
 impl NodeReport {

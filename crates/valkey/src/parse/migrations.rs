@@ -52,8 +52,11 @@ pub struct SlotMigration {
     pub name: String,
     pub operation: MigrationOperation,
     pub slots: SlotSet,
-    pub source: NodeId,
-    pub target: NodeId,
+    /// The source primary; `None` when not reported (a replica of the target lists
+    /// the import without it).
+    pub source: Option<NodeId>,
+    /// The target primary, when reported.
+    pub target: Option<NodeId>,
     pub state: MigrationState,
     /// Why a job failed, empty otherwise.
     pub message: String,
@@ -96,11 +99,18 @@ fn parse_job(value: &Value, path: &str) -> Result<SlotMigration, ParseError> {
             .and_then(text)
             .ok_or_else(|| err(format!("{path}.{name}"), "missing"))
     };
-    let node = |name: &'static str| {
-        required_text(name).and_then(|t| {
-            t.parse::<NodeId>()
-                .map_err(|e| err(format!("{path}.{name}"), e.to_string()))
-        })
+    // Optional: an empty or absent id is None; text that is not an id is an error.
+    let node = |name: &'static str| -> Result<Option<NodeId>, ParseError> {
+        match get(name)
+            .and_then(text)
+            .filter(|t| !t.is_empty() && t != "unknown")
+        {
+            None => Ok(None),
+            Some(t) => t
+                .parse::<NodeId>()
+                .map(Some)
+                .map_err(|e| err(format!("{path}.{name}"), e.to_string())),
+        }
     };
     let operation = match required_text("operation")?.to_ascii_uppercase().as_str() {
         "EXPORT" => MigrationOperation::Export,
@@ -190,6 +200,28 @@ mod tests {
         let reply = Value::Array(vec![Value::Map(job("failed", "9-3"))]);
         match parse_slot_migrations(&reply) {
             Err(ParseError::SlotMigrations { path, .. }) => assert_eq!(path, "job[0].slot_ranges"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_replica_import_without_source_node_parses() {
+        let mut fields = job("success", "0-1365");
+        fields.retain(|(k, _)| k != &bulk("source_node"));
+        fields.push((bulk("target_node"), bulk("")));
+        fields.retain(|(k, v)| !(k == &bulk("target_node") && v != &bulk("")));
+        let parsed = parse_slot_migrations(&Value::Array(vec![Value::Map(fields)])).unwrap();
+        assert_eq!(parsed[0].source, None);
+        assert_eq!(parsed[0].target, None);
+    }
+
+    #[test]
+    fn a_bad_node_id_is_named() {
+        let mut fields = job("success", "0-1");
+        fields.retain(|(k, _)| k != &bulk("source_node"));
+        fields.push((bulk("source_node"), bulk("xyz")));
+        match parse_slot_migrations(&Value::Array(vec![Value::Map(fields)])) {
+            Err(ParseError::SlotMigrations { path, .. }) => assert_eq!(path, "job[0].source_node"),
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -130,14 +130,14 @@ impl<'a> Analysis<'a> {
             if by_ref.insert(m.member, m).is_some() {
                 return Err(PlanError::DuplicateObserved { member: m.member });
             }
-            if let Some(addr) = m.addr {
-                if let Some(other) = addrs.insert(addr, m.member) {
-                    return Err(PlanError::SharedAddress {
-                        addr,
-                        first: other,
-                        second: m.member,
-                    });
-                }
+            if let Some(addr) = m.addr
+                && let Some(other) = addrs.insert(addr, m.member)
+            {
+                return Err(PlanError::SharedAddress {
+                    addr,
+                    first: other,
+                    second: m.member,
+                });
             }
         }
 
@@ -155,10 +155,10 @@ impl<'a> Analysis<'a> {
                         second: *r,
                     });
                 }
-                if let Some(known) = &m.known_node_id {
-                    if known != &id {
-                        replaced.insert(known.clone());
-                    }
+                if let Some(known) = &m.known_node_id
+                    && known != &id
+                {
+                    replaced.insert(known.clone());
                 }
                 reports.insert(*r, report);
                 ids.insert(*r, id);
@@ -167,12 +167,11 @@ impl<'a> Analysis<'a> {
         // Unreachable members keep their last known id: never forget a node that may
         // come back with it.
         for (r, m) in &by_ref {
-            if m.report().is_none() {
-                if let Some(known) = &m.known_node_id {
-                    if !replaced.contains(known) {
-                        claimed.entry(known.clone()).or_insert(*r);
-                    }
-                }
+            if m.report().is_none()
+                && let Some(known) = &m.known_node_id
+                && !replaced.contains(known)
+            {
+                claimed.entry(known.clone()).or_insert(*r);
             }
         }
 

@@ -50,6 +50,8 @@ pub enum HealthIssue {
     MemberNotJoined { member: MemberRef },
     /// The live primary is not the desired one.
     PrimaryNotPreferred { shard: ShardIndex },
+    /// Members whose CLUSTER INFO says `cluster_state:fail`: they refuse queries.
+    ClusterStateFail { members: Vec<MemberRef> },
 }
 
 impl HealthIssue {
@@ -68,6 +70,7 @@ impl HealthIssue {
             HealthIssue::LeavingMembers { .. } => "LeavingMembers",
             HealthIssue::MemberNotJoined { .. } => "MemberNotJoined",
             HealthIssue::PrimaryNotPreferred { .. } => "PrimaryNotPreferred",
+            HealthIssue::ClusterStateFail { .. } => "ClusterStateFail",
         }
     }
 
@@ -78,8 +81,55 @@ impl HealthIssue {
             | HealthIssue::ShardWithoutPrimary { .. }
             | HealthIssue::MemberUnreachable { .. }
             | HealthIssue::ReplicaMissing { .. }
-            | HealthIssue::ReplicaNotInSync { .. } => Severity::Degraded,
+            | HealthIssue::ReplicaNotInSync { .. }
+            | HealthIssue::ClusterStateFail { .. } => Severity::Degraded,
             _ => Severity::Progressing,
+        }
+    }
+}
+
+impl std::fmt::Display for HealthIssue {
+    /// The issue in words, for condition messages and events.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HealthIssue::SlotsUncovered { count } => write!(f, "{count} slot(s) not served"),
+            HealthIssue::ShardWithoutPrimary { shard } => {
+                write!(
+                    f,
+                    "shard {shard} has no reachable primary serving its slots"
+                )
+            }
+            HealthIssue::MemberUnreachable { member } => write!(f, "{member} does not answer"),
+            HealthIssue::ReplicaMissing { member } => {
+                write!(f, "{member} does not follow its shard's primary")
+            }
+            HealthIssue::ReplicaNotInSync { member, sync } => {
+                write!(f, "{member} is not in sync with its primary ({sync:?})")
+            }
+            HealthIssue::ViewsDisagree { members } => {
+                write!(f, "cluster views differ on {} member(s)", members.len())
+            }
+            HealthIssue::SlotMigrationInProgress { members } => {
+                write!(f, "slot migration running on {} member(s)", members.len())
+            }
+            HealthIssue::StaleNodes { node_ids } => {
+                write!(f, "{} departed node id(s) still known", node_ids.len())
+            }
+            HealthIssue::SlotsUnbalanced => write!(f, "slots are not balanced over the shards"),
+            HealthIssue::LeavingMembers { members } => {
+                write!(f, "{} member(s) leaving", members.len())
+            }
+            HealthIssue::MemberNotJoined { member } => {
+                write!(f, "{member} has not joined the cluster")
+            }
+            HealthIssue::PrimaryNotPreferred { shard } => {
+                write!(f, "shard {shard}: the primary is not the preferred member")
+            }
+            HealthIssue::ClusterStateFail { members } => write!(
+                f,
+                "{} member(s) report cluster_state:fail and refuse queries",
+                members.len()
+            ),
         }
     }
 }
@@ -156,6 +206,15 @@ pub fn health(
         if a.is_desired(*r) && !a.joined.contains(r) {
             issues.push(HealthIssue::MemberNotJoined { member: *r });
         }
+    }
+    let failing: Vec<MemberRef> = a
+        .reports
+        .iter()
+        .filter(|(r, rep)| a.is_desired(**r) && !rep.cluster_state_ok)
+        .map(|(r, _)| *r)
+        .collect();
+    if !failing.is_empty() {
+        issues.push(HealthIssue::ClusterStateFail { members: failing });
     }
 
     let mut ready_shards = 0;
@@ -234,10 +293,10 @@ pub fn health(
         .map(|s| (s.index, s.slots.clone()))
         .collect();
     let keep: Vec<ShardIndex> = a.desired_shards.keys().copied().collect();
-    if let Ok(moves) = slots::rebalance(&current, &keep) {
-        if !moves.is_empty() {
-            issues.push(HealthIssue::SlotsUnbalanced);
-        }
+    if let Ok(moves) = slots::rebalance(&current, &keep)
+        && !moves.is_empty()
+    {
+        issues.push(HealthIssue::SlotsUnbalanced);
     }
 
     let leaving: Vec<MemberRef> = a

@@ -298,7 +298,10 @@ fn forget(a: &Analysis<'_>, plan: &mut Plan) {
     }
     for (id, (failed, slots)) in seen {
         let replaced = a.replaced.contains(&id);
-        if !slots.is_empty() && !(replaced && a.agreed()) {
+        // A node serving slots is only given up when it is known to be replaced (and
+        // everyone agrees on who serves what).
+        let may_drop_slots = replaced && a.agreed();
+        if !slots.is_empty() && !may_drop_slots {
             if !replaced {
                 plan.wait(Wait::OrphanOwnsSlots {
                     node_id: id.clone(),
@@ -353,10 +356,11 @@ fn shard_blockers(
             plan.wait(blocker.clone());
         }
         // A live primary that is down: Valkey's own failover promotes a replica.
-        if let Some(p) = s.primary {
-            if !s.slots.is_empty() && !a.reports.contains_key(&p) {
-                plan.wait(Wait::WaitingForFailover { shard: s.index });
-            }
+        if let Some(p) = s.primary
+            && !s.slots.is_empty()
+            && !a.reports.contains_key(&p)
+        {
+            plan.wait(Wait::WaitingForFailover { shard: s.index });
         }
     }
 }
@@ -678,7 +682,8 @@ fn removable(a: &Analysis<'_>) -> Vec<MemberRef> {
     let view = a.anchor_view();
     let mut out = Vec::new();
     for (r, m) in &a.observed {
-        if a.is_desired(*r) {
+        // Wanted, or still in a slot migration job (even one finishing up).
+        if a.is_desired(*r) || a.migrating.contains(r) {
             continue;
         }
         let id = a.id_of(*r);
@@ -687,10 +692,10 @@ fn removable(a: &Analysis<'_>) -> Vec<MemberRef> {
         if entry.is_some_and(|n| !n.slots.is_empty()) {
             continue;
         }
-        if let Some(rep) = m.report() {
-            if !rep.nodes.myself().slots.is_empty() {
-                continue;
-            }
+        if let Some(rep) = m.report()
+            && !rep.nodes.myself().slots.is_empty()
+        {
+            continue;
         }
         // A desired member follows it.
         if let Some(id) = id {
@@ -701,19 +706,18 @@ fn removable(a: &Analysis<'_>) -> Vec<MemberRef> {
         }
         // A replica of a primary that still serves slots and is leaving (the drain
         // is not done) or down (it may be the copy Valkey promotes): keep it.
-        if let Some(n) = entry {
-            if n.role() == Some(Role::Replica) {
-                if let Some(pid) = &n.primary_id {
-                    let primary_member = a.claimed.get(pid).copied();
-                    let primary_entry = view.and_then(|v| v.get(pid));
-                    let serves = primary_entry.is_some_and(|p| !p.slots.is_empty());
-                    let down = primary_member.is_none_or(|p| !a.reports.contains_key(&p))
-                        || primary_entry.is_some_and(|p| p.is_failing());
-                    let primary_leaving = primary_member.is_none_or(|p| !a.is_desired(p));
-                    if serves && (down || primary_leaving) {
-                        continue;
-                    }
-                }
+        if let Some(n) = entry
+            && n.role() == Some(Role::Replica)
+            && let Some(pid) = &n.primary_id
+        {
+            let primary_member = a.claimed.get(pid).copied();
+            let primary_entry = view.and_then(|v| v.get(pid));
+            let serves = primary_entry.is_some_and(|p| !p.slots.is_empty());
+            let down = primary_member.is_none_or(|p| !a.reports.contains_key(&p))
+                || primary_entry.is_some_and(|p| p.is_failing());
+            let primary_leaving = primary_member.is_none_or(|p| !a.is_desired(p));
+            if serves && (down || primary_leaving) {
+                continue;
             }
         }
         // Unreachable and unknown: it may be a primary whose slots we cannot see as

@@ -229,7 +229,7 @@ impl Sim {
             if me {
                 slots = stale.clone();
                 primary = None;
-            } else if slots.intersection(stale).len() > 0 {
+            } else if !slots.intersection(stale).is_empty() {
                 // The stale node still thinks it serves these.
                 slots = slots.difference(stale);
             }
@@ -338,6 +338,17 @@ impl Sim {
         u64::from(n.holds.intersection(&self.written).len()) + n.stray_keys
     }
 
+    /// Valkey's view of cluster_state: every slot served by a live primary, as far
+    /// as this node knows.
+    fn cluster_state_ok(&self, i: usize) -> bool {
+        let view = self.view(i);
+        view.nodes()
+            .iter()
+            .filter(|n| !n.is_failing())
+            .fold(SlotSet::new(), |acc, n| acc.union(&n.slots))
+            .is_full()
+    }
+
     fn observe(&mut self) -> ObservedCluster {
         let mut members = Vec::new();
         for (r, &i) in &self.current {
@@ -358,8 +369,8 @@ impl Sim {
                                 MigrationOperation::Import
                             },
                             slots: j.slots.clone(),
-                            source: j.source.clone(),
-                            target: j.target.clone(),
+                            source: Some(j.source.clone()),
+                            target: Some(j.target.clone()),
                             state: MigrationState::Running("snapshotting".into()),
                             message: String::new(),
                             create_time: None,
@@ -368,6 +379,7 @@ impl Sim {
                         .collect(),
                     keys: self.keys(i),
                     config: n.config.clone(),
+                    cluster_state_ok: self.cluster_state_ok(i),
                 };
                 MemberState::Reachable(Box::new(report))
             } else {
@@ -561,10 +573,10 @@ impl Sim {
                 continue;
             }
             for id in self.nodes[k].knows.keys() {
-                if let Some(j) = self.by_id(id) {
-                    if self.nodes[j].alive {
-                        todo.push(j);
-                    }
+                if let Some(j) = self.by_id(id)
+                    && self.nodes[j].alive
+                {
+                    todo.push(j);
                 }
             }
         }
@@ -1127,6 +1139,27 @@ fn a_killed_primary_that_returns_empty_joins_as_a_replica_of_the_promoted_one() 
     );
     let promoted = sim.node(MemberRef::new(0, 1)).id.clone();
     assert_eq!(sim.node(m0).primary.as_ref(), Some(&promoted));
+}
+
+#[test]
+fn a_replaced_primary_is_not_forgotten_while_its_replica_still_follows_it() {
+    let (mut sim, want) = healthy(2, 1);
+    let m0 = MemberRef::new(1, 0);
+    let old = sim.node(m0).id.clone();
+    // The pod comes back empty before Valkey has promoted the replica.
+    sim.recreate(m0);
+    let plan = plan_of(&mut sim, &want);
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Forget { node_id, .. } if *node_id == old))
+    );
+    assert!(plan.waiting.contains(&Wait::WaitingForReplicasToMove {
+        node_id: old.clone()
+    }));
+    converge(&mut sim, &want, 20);
+    assert_topology(&sim, &want);
 }
 
 #[test]
@@ -1782,11 +1815,10 @@ proptest! {
                 Event::MovePrimary(s) if s < shards && replicas > 0 => {
                     primaries.insert(s, replicas);
                 }
-                Event::MoveIp(s, m) if s < shards && m <= replicas => {
-                    if sim.current.contains_key(&MemberRef::new(s, m)) {
+                Event::MoveIp(s, m) if s < shards && m <= replicas
+                    && sim.current.contains_key(&MemberRef::new(s, m)) => {
                         sim.move_ip(MemberRef::new(s, m));
                     }
-                }
                 _ => {}
             }
             let want = desired_with(shards, replicas, &primaries);

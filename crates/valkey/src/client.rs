@@ -1,0 +1,673 @@
+//! The side-effect seam: an [`Admin`] connection to one Valkey node, its redis-rs
+//! implementation [`ValkeyAdmin`] (one plain, non-cluster connection per node, with
+//! AUTH and timeouts), [`observe_cluster`] to collect what every member says, and
+//! [`execute`] to send a planned [`Action`].
+//!
+//! Errors name the node's address and the command, so a failed reconcile says which
+//! member refused what.
+
+use crate::actions::{Action, FailoverMode, ResetMode};
+use crate::model::{
+    MemberAddr, MemberRef, MemberState, NodeReport, ObservedCluster, ObservedMember,
+};
+use crate::parse::{
+    self, ClusterNodes, ClusterShard, Info, NodeId, ParseError, ReplicationInfo, RoleReply,
+    SlotMigration,
+};
+use crate::slots::SlotSet;
+use redis::aio::MultiplexedConnection;
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
+};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// Errors talking to a Valkey node.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The connection (TCP, AUTH, HELLO) could not be set up.
+    #[error("connecting to Valkey at {addr}: {source}")]
+    Connect {
+        addr: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    /// The node answered a command with an error, or the connection failed.
+    #[error("{command} on {addr}: {source}")]
+    Command {
+        addr: String,
+        command: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    /// The node's reply did not parse.
+    #[error("{command} on {addr}: unexpected reply: {source}")]
+    Reply {
+        addr: String,
+        command: String,
+        #[source]
+        source: ParseError,
+    },
+    /// CLUSTER FAILOVER was accepted but the node was not a primary in time.
+    #[error("CLUSTER FAILOVER on {addr}: still not a primary after {timeout:?}")]
+    FailoverTimeout { addr: String, timeout: Duration },
+    /// An action names a member there is no connection for.
+    #[error("no connection to {member}")]
+    NoConnection { member: MemberRef },
+}
+
+impl ClientError {
+    /// A stable category string for metrics and events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ClientError::Connect { source, .. } if source.is_timeout() => "connect_timeout",
+            ClientError::Connect { .. } => "connect",
+            ClientError::Command { source, .. } if source.is_timeout() => "command_timeout",
+            ClientError::Command { source, .. } if source.is_io_error() => "connection_lost",
+            ClientError::Command { .. } => "command_refused",
+            ClientError::Reply { .. } => "unexpected_reply",
+            ClientError::FailoverTimeout { .. } => "failover_timeout",
+            ClientError::NoConnection { .. } => "no_connection",
+        }
+    }
+
+    /// The server's error text (`ERR Unknown node ...`) when the node refused.
+    pub fn server_message(&self) -> Option<String> {
+        match self {
+            ClientError::Command { source, .. } => {
+                let code = source.code()?;
+                Some(match source.detail() {
+                    Some(detail) => format!("{code} {detail}"),
+                    None => code.to_string(),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How to reach and authenticate to Valkey nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// ACL user; `None` authenticates as `default` with `password` only.
+    pub username: Option<String>,
+    /// `None` when auth is off.
+    pub password: Option<String>,
+    pub connect_timeout: Duration,
+    /// Bound on every command's reply.
+    pub command_timeout: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> ConnectOptions {
+        ConnectOptions {
+            username: None,
+            password: None,
+            connect_timeout: Duration::from_secs(2),
+            command_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The admin commands the planner's actions need, and the observe calls, on one node.
+pub trait Admin: Send + Sync {
+    /// `ip:port` of the node, for messages.
+    fn address(&self) -> &str;
+
+    fn cluster_nodes(&self) -> impl Future<Output = Result<ClusterNodes, ClientError>> + Send;
+    fn cluster_shards(&self)
+    -> impl Future<Output = Result<Vec<ClusterShard>, ClientError>> + Send;
+    /// INFO of one section (`replication`, `server`, ...), or all with `""`.
+    fn info(&self, section: &str) -> impl Future<Output = Result<Info, ClientError>> + Send;
+    fn role(&self) -> impl Future<Output = Result<RoleReply, ClientError>> + Send;
+    /// CLUSTER INFO fields (`cluster_state`, `cluster_slots_assigned`, ...).
+    fn cluster_info(&self) -> impl Future<Output = Result<Info, ClientError>> + Send;
+    fn cluster_myid(&self) -> impl Future<Output = Result<NodeId, ClientError>> + Send;
+    fn cluster_getslotmigrations(
+        &self,
+    ) -> impl Future<Output = Result<Vec<SlotMigration>, ClientError>> + Send;
+    fn dbsize(&self) -> impl Future<Output = Result<u64, ClientError>> + Send;
+    /// CONFIG GET of several keys; absent keys are absent from the map.
+    fn config_get(
+        &self,
+        keys: &[String],
+    ) -> impl Future<Output = Result<BTreeMap<String, String>, ClientError>> + Send;
+    fn config_set(
+        &self,
+        key: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<(), ClientError>> + Send;
+    /// WAIT: how many replicas acknowledged the writes so far within `timeout`.
+    fn wait(
+        &self,
+        replicas: u32,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<u32, ClientError>> + Send;
+
+    fn cluster_meet(
+        &self,
+        ip: IpAddr,
+        port: u16,
+        bus_port: u16,
+    ) -> impl Future<Output = Result<(), ClientError>> + Send;
+    fn cluster_addslotsrange(
+        &self,
+        ranges: &SlotSet,
+    ) -> impl Future<Output = Result<(), ClientError>> + Send;
+    fn cluster_replicate(
+        &self,
+        primary: &NodeId,
+    ) -> impl Future<Output = Result<(), ClientError>> + Send;
+    fn cluster_forget(&self, node: &NodeId)
+    -> impl Future<Output = Result<(), ClientError>> + Send;
+    fn cluster_failover(
+        &self,
+        mode: FailoverMode,
+    ) -> impl Future<Output = Result<(), ClientError>> + Send;
+    /// CLUSTER MIGRATESLOTS SLOTSRANGE s e [s e ...] NODE target (Valkey 9).
+    fn cluster_migrateslots(
+        &self,
+        ranges: &SlotSet,
+        target: &NodeId,
+    ) -> impl Future<Output = Result<(), ClientError>> + Send;
+    fn cluster_cancelslotmigrations(&self) -> impl Future<Output = Result<(), ClientError>> + Send;
+    fn cluster_reset(
+        &self,
+        mode: ResetMode,
+    ) -> impl Future<Output = Result<(), ClientError>> + Send;
+}
+
+/// An [`Admin`] over one redis-rs multiplexed connection to one node.
+#[derive(Clone)]
+pub struct ValkeyAdmin {
+    addr: String,
+    conn: MultiplexedConnection,
+}
+
+impl std::fmt::Debug for ValkeyAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValkeyAdmin")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl ValkeyAdmin {
+    /// Connects (and authenticates) to the node at `ip:port`.
+    pub async fn connect(
+        ip: IpAddr,
+        port: u16,
+        opts: &ConnectOptions,
+    ) -> Result<ValkeyAdmin, ClientError> {
+        let addr = match ip {
+            IpAddr::V4(v4) => format!("{v4}:{port}"),
+            IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+        };
+        let connect_err = |source| ClientError::Connect {
+            addr: addr.clone(),
+            source,
+        };
+        let mut redis = RedisConnectionInfo::default();
+        if let Some(user) = &opts.username {
+            redis = redis.set_username(user);
+        }
+        if let Some(password) = &opts.password {
+            redis = redis.set_password(password);
+        }
+        let info = ConnectionAddr::Tcp(ip.to_string(), port)
+            .into_connection_info()
+            .map_err(connect_err)?
+            .set_redis_settings(redis);
+        let client = Client::open(info).map_err(connect_err)?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(opts.connect_timeout))
+            .set_response_timeout(Some(opts.command_timeout));
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(connect_err)?;
+        Ok(ValkeyAdmin { addr, conn })
+    }
+
+    /// Connects to a member's address.
+    pub async fn connect_member(
+        addr: MemberAddr,
+        opts: &ConnectOptions,
+    ) -> Result<ValkeyAdmin, ClientError> {
+        ValkeyAdmin::connect(addr.ip, addr.port, opts).await
+    }
+
+    async fn query(&self, cmd: &redis::Cmd, name: &str) -> Result<Value, ClientError> {
+        let mut conn = self.conn.clone();
+        cmd.query_async::<Value>(&mut conn)
+            .await
+            .map_err(|source| ClientError::Command {
+                addr: self.addr.clone(),
+                command: name.to_string(),
+                source,
+            })
+    }
+
+    async fn ok(&self, cmd: &redis::Cmd, name: &str) -> Result<(), ClientError> {
+        self.query(cmd, name).await.map(|_| ())
+    }
+
+    async fn text(&self, cmd: &redis::Cmd, name: &'static str) -> Result<String, ClientError> {
+        let value = self.query(cmd, name).await?;
+        parse_text(&value).ok_or_else(|| {
+            self.reply_err(
+                name,
+                ParseError::Reply {
+                    command: name,
+                    reason: "expected text".to_string(),
+                },
+            )
+        })
+    }
+
+    fn reply_err(&self, command: &str, source: ParseError) -> ClientError {
+        ClientError::Reply {
+            addr: self.addr.clone(),
+            command: command.to_string(),
+            source,
+        }
+    }
+}
+
+fn parse_text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        Value::Okay => Some("OK".to_string()),
+        _ => None,
+    }
+}
+
+fn cluster(sub: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg(sub);
+    cmd
+}
+
+fn slot_range_args(cmd: &mut redis::Cmd, ranges: &SlotSet) {
+    for r in ranges.ranges() {
+        cmd.arg(r.start().get()).arg(r.end().get());
+    }
+}
+
+impl Admin for ValkeyAdmin {
+    fn address(&self) -> &str {
+        &self.addr
+    }
+
+    async fn cluster_nodes(&self) -> Result<ClusterNodes, ClientError> {
+        let text = self.text(&cluster("NODES"), "CLUSTER NODES").await?;
+        ClusterNodes::parse(&text).map_err(|e| self.reply_err("CLUSTER NODES", e))
+    }
+
+    async fn cluster_shards(&self) -> Result<Vec<ClusterShard>, ClientError> {
+        let value = self.query(&cluster("SHARDS"), "CLUSTER SHARDS").await?;
+        parse::parse_cluster_shards(&value).map_err(|e| self.reply_err("CLUSTER SHARDS", e))
+    }
+
+    async fn info(&self, section: &str) -> Result<Info, ClientError> {
+        let mut cmd = redis::cmd("INFO");
+        if !section.is_empty() {
+            cmd.arg(section);
+        }
+        let text = self.text(&cmd, "INFO").await?;
+        Ok(Info::parse(&text))
+    }
+
+    async fn role(&self) -> Result<RoleReply, ClientError> {
+        let value = self.query(&redis::cmd("ROLE"), "ROLE").await?;
+        RoleReply::parse(&value).map_err(|e| self.reply_err("ROLE", e))
+    }
+
+    async fn cluster_info(&self) -> Result<Info, ClientError> {
+        let text = self.text(&cluster("INFO"), "CLUSTER INFO").await?;
+        Ok(Info::parse(&text))
+    }
+
+    async fn cluster_myid(&self) -> Result<NodeId, ClientError> {
+        let text = self.text(&cluster("MYID"), "CLUSTER MYID").await?;
+        text.trim()
+            .parse()
+            .map_err(|e| self.reply_err("CLUSTER MYID", e))
+    }
+
+    async fn cluster_getslotmigrations(&self) -> Result<Vec<SlotMigration>, ClientError> {
+        let value = self
+            .query(&cluster("GETSLOTMIGRATIONS"), "CLUSTER GETSLOTMIGRATIONS")
+            .await?;
+        parse::parse_slot_migrations(&value)
+            .map_err(|e| self.reply_err("CLUSTER GETSLOTMIGRATIONS", e))
+    }
+
+    async fn dbsize(&self) -> Result<u64, ClientError> {
+        let value = self.query(&redis::cmd("DBSIZE"), "DBSIZE").await?;
+        match value {
+            Value::Int(n) if n >= 0 => Ok(n.unsigned_abs()),
+            other => Err(self.reply_err(
+                "DBSIZE",
+                ParseError::Reply {
+                    command: "DBSIZE",
+                    reason: format!("expected a count, got {other:?}"),
+                },
+            )),
+        }
+    }
+
+    async fn config_get(&self, keys: &[String]) -> Result<BTreeMap<String, String>, ClientError> {
+        if keys.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET");
+        for k in keys {
+            cmd.arg(k);
+        }
+        let value = self.query(&cmd, "CONFIG GET").await?;
+        let entries: Vec<(Value, Value)> = match value {
+            Value::Map(entries) => entries,
+            Value::Array(items) if items.len() % 2 == 0 => {
+                let mut it = items.into_iter();
+                let mut out = Vec::new();
+                while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                    out.push((k, v));
+                }
+                out
+            }
+            other => {
+                return Err(self.reply_err(
+                    "CONFIG GET",
+                    ParseError::Reply {
+                        command: "CONFIG GET",
+                        reason: format!("expected key/value pairs, got {other:?}"),
+                    },
+                ));
+            }
+        };
+        Ok(entries
+            .iter()
+            .filter_map(|(k, v)| Some((parse_text(k)?, parse_text(v)?)))
+            .collect())
+    }
+
+    async fn config_set(&self, key: &str, value: &str) -> Result<(), ClientError> {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg(key).arg(value);
+        self.ok(&cmd, &format!("CONFIG SET {key}")).await
+    }
+
+    async fn wait(&self, replicas: u32, timeout: Duration) -> Result<u32, ClientError> {
+        let mut cmd = redis::cmd("WAIT");
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        cmd.arg(replicas).arg(millis);
+        match self.query(&cmd, "WAIT").await? {
+            Value::Int(n) => Ok(u32::try_from(n).unwrap_or(0)),
+            other => Err(self.reply_err(
+                "WAIT",
+                ParseError::Reply {
+                    command: "WAIT",
+                    reason: format!("expected a count, got {other:?}"),
+                },
+            )),
+        }
+    }
+
+    async fn cluster_meet(&self, ip: IpAddr, port: u16, bus_port: u16) -> Result<(), ClientError> {
+        let mut cmd = cluster("MEET");
+        cmd.arg(ip.to_string()).arg(port).arg(bus_port);
+        self.ok(&cmd, &format!("CLUSTER MEET {ip} {port} {bus_port}"))
+            .await
+    }
+
+    async fn cluster_addslotsrange(&self, ranges: &SlotSet) -> Result<(), ClientError> {
+        let mut cmd = cluster("ADDSLOTSRANGE");
+        slot_range_args(&mut cmd, ranges);
+        self.ok(&cmd, &format!("CLUSTER ADDSLOTSRANGE {ranges}"))
+            .await
+    }
+
+    async fn cluster_replicate(&self, primary: &NodeId) -> Result<(), ClientError> {
+        let mut cmd = cluster("REPLICATE");
+        cmd.arg(primary.as_str());
+        self.ok(&cmd, &format!("CLUSTER REPLICATE {primary}")).await
+    }
+
+    async fn cluster_forget(&self, node: &NodeId) -> Result<(), ClientError> {
+        let mut cmd = cluster("FORGET");
+        cmd.arg(node.as_str());
+        self.ok(&cmd, &format!("CLUSTER FORGET {node}")).await
+    }
+
+    async fn cluster_failover(&self, mode: FailoverMode) -> Result<(), ClientError> {
+        let mut cmd = cluster("FAILOVER");
+        match mode {
+            FailoverMode::Default => {}
+            FailoverMode::Force => {
+                cmd.arg("FORCE");
+            }
+            FailoverMode::Takeover => {
+                cmd.arg("TAKEOVER");
+            }
+        }
+        self.ok(&cmd, "CLUSTER FAILOVER").await
+    }
+
+    async fn cluster_migrateslots(
+        &self,
+        ranges: &SlotSet,
+        target: &NodeId,
+    ) -> Result<(), ClientError> {
+        let mut cmd = cluster("MIGRATESLOTS");
+        cmd.arg("SLOTSRANGE");
+        slot_range_args(&mut cmd, ranges);
+        cmd.arg("NODE").arg(target.as_str());
+        self.ok(
+            &cmd,
+            &format!("CLUSTER MIGRATESLOTS {ranges} NODE {target}"),
+        )
+        .await
+    }
+
+    async fn cluster_cancelslotmigrations(&self) -> Result<(), ClientError> {
+        self.ok(
+            &cluster("CANCELSLOTMIGRATIONS"),
+            "CLUSTER CANCELSLOTMIGRATIONS",
+        )
+        .await
+    }
+
+    async fn cluster_reset(&self, mode: ResetMode) -> Result<(), ClientError> {
+        let mut cmd = cluster("RESET");
+        cmd.arg(match mode {
+            ResetMode::Soft => "SOFT",
+            ResetMode::Hard => "HARD",
+        });
+        self.ok(&cmd, "CLUSTER RESET").await
+    }
+}
+
+/// Collects one node's [`NodeReport`]: CLUSTER NODES, INFO replication,
+/// CLUSTER GETSLOTMIGRATIONS, DBSIZE, CLUSTER INFO and CONFIG GET of `config_keys`,
+/// concurrently.
+pub async fn observe_node<A: Admin>(
+    admin: &A,
+    config_keys: &[String],
+) -> Result<NodeReport, ClientError> {
+    let (nodes, info, slot_migrations, keys, config, cluster_info) = futures::try_join!(
+        admin.cluster_nodes(),
+        admin.info("replication"),
+        admin.cluster_getslotmigrations(),
+        admin.dbsize(),
+        admin.config_get(config_keys),
+        admin.cluster_info(),
+    )?;
+    let replication = ReplicationInfo::from_info(&info).map_err(|source| ClientError::Reply {
+        addr: admin.address().to_string(),
+        command: "INFO replication".to_string(),
+        source,
+    })?;
+    Ok(NodeReport {
+        nodes,
+        replication,
+        slot_migrations,
+        keys,
+        config,
+        cluster_state_ok: cluster_info.get("cluster_state") == Some("ok"),
+    })
+}
+
+/// A member to observe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub member: MemberRef,
+    /// `None` when the member has no address yet (reported unreachable).
+    pub addr: Option<MemberAddr>,
+    /// The id recorded for it before (see [`ObservedMember::known_node_id`]).
+    pub known_node_id: Option<NodeId>,
+}
+
+/// Connections to the reachable members, by member.
+pub type Connections = BTreeMap<MemberRef, ValkeyAdmin>;
+
+/// Connects to every target and observes it, all concurrently. Members that cannot
+/// be reached or observed are `Unreachable` with the error as reason. Returns the
+/// observation and the connections of the reachable members (to execute a plan on).
+pub async fn observe_cluster(
+    targets: &[Target],
+    opts: &ConnectOptions,
+    config_keys: &[String],
+) -> (ObservedCluster, Connections) {
+    let results = futures::future::join_all(targets.iter().map(|t| async move {
+        let Some(addr) = t.addr else {
+            return (t, Err("no address yet".to_string()));
+        };
+        let admin = match ValkeyAdmin::connect_member(addr, opts).await {
+            Ok(admin) => admin,
+            Err(e) => return (t, Err(e.to_string())),
+        };
+        match observe_node(&admin, config_keys).await {
+            Ok(report) => (t, Ok((admin, report))),
+            Err(e) => (t, Err(e.to_string())),
+        }
+    }))
+    .await;
+    let mut members = Vec::with_capacity(results.len());
+    let mut conns = Connections::new();
+    for (t, result) in results {
+        let state = match result {
+            Ok((admin, report)) => {
+                conns.insert(t.member, admin);
+                MemberState::Reachable(Box::new(report))
+            }
+            Err(reason) => MemberState::Unreachable { reason },
+        };
+        members.push(ObservedMember {
+            member: t.member,
+            addr: t.addr,
+            known_node_id: t.known_node_id.clone(),
+            state,
+        });
+    }
+    (ObservedCluster { members }, conns)
+}
+
+/// How [`execute`] waits on commands that only schedule work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecuteOptions {
+    /// How long a CLUSTER FAILOVER may take until ROLE says primary.
+    pub failover_timeout: Duration,
+    pub poll_interval: Duration,
+}
+
+impl Default for ExecuteOptions {
+    fn default() -> ExecuteOptions {
+        ExecuteOptions {
+            failover_timeout: Duration::from_secs(15),
+            poll_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Sends one action to the node it names (`admin` must be that node's connection).
+///
+/// CLUSTER FORGET of a node the receiver no longer knows counts as done. CLUSTER
+/// FAILOVER only schedules the failover, so this polls ROLE until the node is a
+/// primary (bounded by `opts.failover_timeout`). CLUSTER MIGRATESLOTS returns once the
+/// job is started; its progress shows in the next observation
+/// (CLUSTER GETSLOTMIGRATIONS), and the planner waits for it.
+pub async fn execute<A: Admin>(
+    admin: &A,
+    action: &Action,
+    opts: &ExecuteOptions,
+) -> Result<(), ClientError> {
+    match action {
+        Action::Meet {
+            ip, port, bus_port, ..
+        } => admin.cluster_meet(*ip, *port, *bus_port).await,
+        Action::AddSlotsRange { ranges, .. } => admin.cluster_addslotsrange(ranges).await,
+        Action::Replicate { primary_id, .. } => admin.cluster_replicate(primary_id).await,
+        Action::Forget { node_id, .. } => match admin.cluster_forget(node_id).await {
+            Err(e)
+                if e.server_message()
+                    .is_some_and(|m| m.contains("Unknown node")) =>
+            {
+                Ok(())
+            }
+            other => other,
+        },
+        Action::Failover { mode, .. } => {
+            admin.cluster_failover(*mode).await?;
+            let deadline = tokio::time::Instant::now() + opts.failover_timeout;
+            loop {
+                if admin.role().await?.is_primary() {
+                    return Ok(());
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ClientError::FailoverTimeout {
+                        addr: admin.address().to_string(),
+                        timeout: opts.failover_timeout,
+                    });
+                }
+                tokio::time::sleep(opts.poll_interval).await;
+            }
+        }
+        Action::MigrateSlots {
+            ranges, target_id, ..
+        } => admin.cluster_migrateslots(ranges, target_id).await,
+        Action::ResetNode { mode, .. } => admin.cluster_reset(*mode).await,
+        Action::ConfigSet { key, value, .. } => admin.config_set(key, value).await,
+    }
+}
+
+/// Sends every action in order, each to its member's connection, and returns each
+/// outcome. A failure does not stop the rest: the actions of one plan do not depend
+/// on each other, and the next reconcile re-plans from what the members then say.
+pub async fn execute_all(
+    conns: &Connections,
+    actions: &[Action],
+    opts: &ExecuteOptions,
+) -> Vec<(Action, Result<(), ClientError>)> {
+    let mut out = Vec::with_capacity(actions.len());
+    for action in actions {
+        let result = match conns.get(&action.on()) {
+            Some(admin) => execute(admin, action, opts).await,
+            None => Err(ClientError::NoConnection {
+                member: action.on(),
+            }),
+        };
+        if let Err(e) = &result {
+            tracing::warn!(action = %action, error = %e, "valkey admin command failed");
+        } else {
+            tracing::info!(action = %action, "valkey admin command sent");
+        }
+        out.push((action.clone(), result));
+    }
+    out
+}

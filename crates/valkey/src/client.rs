@@ -536,7 +536,8 @@ pub struct Target {
 /// Connections to the reachable members, by member.
 pub type Connections = BTreeMap<MemberRef, ValkeyAdmin>;
 
-/// Connects to every target and observes it, all concurrently. Members that cannot
+/// Connects to every target and observes it, all concurrently. `config_keys` are
+/// the settings to read back; pass [`crate::DesiredCluster::config_keys`]. Members that cannot
 /// be reached or observed are `Unreachable` with the error as reason. Returns the
 /// observation and the connections of the reachable members (to execute a plan on).
 pub async fn observe_cluster(

@@ -16,7 +16,7 @@
 //! ```no_run
 //! # async fn step(targets: &[valkey::client::Target], desired: &valkey::DesiredCluster) {
 //! use valkey::client::{self, ConnectOptions, ExecuteOptions};
-//! let keys: Vec<String> = desired.config.keys().cloned().collect();
+//! let keys = desired.config_keys();
 //! let (observed, conns) = client::observe_cluster(targets, &ConnectOptions::default(), &keys).await;
 //! let opts = valkey::PlannerOptions::default();
 //! if let Ok(plan) = valkey::next_actions(desired, &observed, &opts) {

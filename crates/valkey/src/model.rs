@@ -97,6 +97,21 @@ pub struct DesiredCluster {
     pub config: BTreeMap<String, String>,
 }
 
+impl DesiredCluster {
+    /// Every setting key the topology sets, cluster-wide or per member: the keys to
+    /// CONFIG GET when observing (see [`crate::client::observe_cluster`]), so the
+    /// planner can tell which differ.
+    pub fn config_keys(&self) -> Vec<String> {
+        let mut keys: std::collections::BTreeSet<&String> = self.config.keys().collect();
+        for shard in &self.shards {
+            for member in &shard.members {
+                keys.extend(member.config.keys());
+            }
+        }
+        keys.into_iter().cloned().collect()
+    }
+}
+
 /// One shard of the desired topology. Its slots are not given: the planner keeps all
 /// 16384 slots spread over the desired shards within one slot of even, moving as few
 /// as it can.
@@ -253,6 +268,23 @@ mod tests {
                 MemberIndex(0),
                 MemberIndex(1)
             ]
+        );
+    }
+
+    #[test]
+    fn config_keys_include_member_settings() {
+        let mut desired = DesiredCluster {
+            shards: vec![DesiredShard::with_members(0, 2)],
+            config: [("maxmemory-policy".to_string(), "noeviction".to_string())]
+                .into_iter()
+                .collect(),
+        };
+        desired.shards[0].members[1]
+            .config
+            .insert("availability-zone".into(), "b".into());
+        assert_eq!(
+            desired.config_keys(),
+            vec!["availability-zone", "maxmemory-policy"]
         );
     }
 

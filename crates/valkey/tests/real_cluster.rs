@@ -243,7 +243,7 @@ impl Harness {
                 known_node_id: self.recorded.get(m).cloned(),
             })
             .collect();
-        let keys: Vec<String> = self.desired.config.keys().cloned().collect();
+        let keys = self.desired.config_keys();
         let (observed, conns) = client::observe_cluster(&targets, &connect_options(), &keys).await;
         for m in &observed.members {
             if let Some(report) = m.report() {
@@ -518,6 +518,51 @@ async fn planned_failover_and_killed_primaries_rejoin_as_replicas() {
         };
         h.converge("bootstrap 3x1", STEP).await;
         h.write_keys(KEYS).await;
+
+        // Live settings: each member gets its zone with CONFIG SET, and CLUSTER SHARDS
+        // (Valkey 9.1) reports it per node.
+        for shard in &mut h.desired.shards {
+            for member in &mut shard.members {
+                let zone = format!("zone-{}", ["a", "b"][member.index.0 as usize % 2]);
+                member.config.insert("availability-zone".to_string(), zone);
+            }
+        }
+        h.converge("zones set live", STEP).await;
+        // Other nodes' zones arrive by gossip: poll.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let shards = h
+                .admin(MemberRef::new(0, 0))
+                .await
+                .cluster_shards()
+                .await
+                .unwrap();
+            assert_eq!(shards.len(), 3);
+            let mut covered = valkey::SlotSet::new();
+            let mut all_zoned = true;
+            for shard in &shards {
+                assert_eq!(shard.nodes.len(), 2, "{shard:?}");
+                let zones: Vec<Option<&str>> = shard
+                    .nodes
+                    .iter()
+                    .map(|n| n.availability_zone.as_deref())
+                    .collect();
+                all_zoned &= zones.contains(&Some("zone-a")) && zones.contains(&Some("zone-b"));
+                covered = covered.union(&shard.slots);
+            }
+            assert!(covered.is_full());
+            if all_zoned {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "zones not in CLUSTER SHARDS: {shards:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // WAIT: the write just made on a primary reaches its replica.
+        let primary = h.admin(MemberRef::new(1, 0)).await;
+        assert!(primary.wait(1, Duration::from_secs(2)).await.unwrap() >= 1);
 
         // A planned failover: shard 0's primary moves to member 1.
         h.desired.shards[0].primary = Some(MemberIndex(1));

@@ -78,8 +78,6 @@ pub enum RunError {
     #[error("connecting to Kubernetes (KUBECONFIG or in-cluster config): {0}")]
     Client(kube::Error),
     #[error(transparent)]
-    Http(#[from] http::HttpError),
-    #[error(transparent)]
     Leader(#[from] leader::LeaderError),
     #[error("lost the leader Lease; exiting so a standby takes over")]
     LostLease,
@@ -177,15 +175,25 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
         }
     };
 
-    let (addr, server) = http::bind(
+    // A busy port must not keep the controller from running (several
+    // operators on one test machine); the probes of a Deployment notice.
+    let http_task = match http::bind(
         args.http_addr,
         metrics.clone(),
         health.clone(),
         stopped(stop_rx.clone()),
     )
-    .await?;
-    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-    let http_task = tokio::spawn(server);
+    .await
+    {
+        Ok((addr, server)) => {
+            tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+            Some(tokio::spawn(server))
+        }
+        Err(error) => {
+            tracing::error!(%error, "no HTTP server: /metrics, /healthz and /readyz are unavailable");
+            None
+        }
+    };
 
     let settings = Settings {
         slow_requeue: Duration::from_secs(args.resync_seconds.max(1)),
@@ -208,7 +216,9 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
         tokio::select! {
             held = leader::acquire(client.clone(), &cfg) => leadership = Some(held?),
             _ = stopped(stop_rx.clone()) => {
-                let _ = http_task.await;
+                if let Some(t) = http_task {
+                    let _ = t.await;
+                }
                 return Ok(());
             }
         }
@@ -250,6 +260,8 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
     }
     drop(lost_tx);
     // The server stops with the signal; after a lost lease it is cut short.
-    http_task.abort();
+    if let Some(t) = http_task {
+        t.abort();
+    }
     result
 }

@@ -161,9 +161,7 @@ mod tests {
         ));
         assert!(contains(
             &live,
-            &json!({"spec": {"emptyDir": {}}})
-                .cloned()
-                .unwrap_or(Value::Null)
+            &json!({"metadata": {"labels": {}}, "spec": []})
         ));
     }
 

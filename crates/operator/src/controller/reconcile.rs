@@ -46,8 +46,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 use valkey::actions::Action as VAction;
+use valkey::client::Target;
 use valkey::model::{
-    DesiredCluster, DesiredMember, DesiredShard, MemberAddr, MemberIndex, MemberRef, MemberState,
+    DesiredCluster, DesiredMember, DesiredShard, MemberAddr, MemberIndex, MemberRef,
     ObservedCluster, ObservedMember, ShardIndex,
 };
 use valkey::parse::{NodeId, Role};
@@ -174,6 +175,8 @@ async fn run(
     let stale = roll.1;
     let mut balance = BalanceState::Aligned;
     let now_i = Instant::now();
+    // The quiet period also starts when the operator first sees the cluster.
+    memory.last_disturbance.get_or_insert(now_i);
     match &roll.0 {
         RollStep::Failover { shard, to } => {
             set_primary(&mut desired_topology, *shard, *to);
@@ -205,8 +208,8 @@ async fn run(
             .is_none_or(|t| now_i.duration_since(*t) > FAILOVER_PATIENCE),
         _ => true,
     });
-    let mut session = obs.session;
-    let executed = execute_actions(ctx, &mut session, &plan.actions, events, memory, now_i).await;
+    let session = obs.session;
+    let executed = execute_actions(ctx, &session, &plan.actions, events, memory, now_i).await;
     let removed = remove_members(ctx, &cluster, &view, &plan.removable, events).await?;
     update_role_labels(ctx, &cluster, &view, &obs.observed).await?;
     notice_failovers(&views, memory, events, now_i).await;
@@ -731,57 +734,37 @@ async fn observe_valkey(
 ) -> ValkeyObservation {
     let mut refs: BTreeSet<(u32, u32)> = desired_members(cluster).collect();
     refs.extend(view.members.keys().copied());
-    let keys = config_keys(cluster);
-    let t = ctx.settings.timeouts;
-    let tasks = refs.iter().map(|&(s, m)| {
-        let addr = view.members.get(&(s, m)).and_then(pod_addr);
-        let keys = &keys;
-        async move {
-            let state = match (addr, enabled) {
-                (Some(addr), true) => valkey_io::observe_member(addr, password, keys, t).await,
-                (Some(_), false) => (
-                    MemberState::Unreachable {
-                        reason: "no password to connect with".into(),
-                    },
-                    None,
-                ),
-                (None, _) => (
-                    MemberState::Unreachable {
-                        reason: "the pod has no IP yet".into(),
-                    },
-                    None,
-                ),
-            };
-            ((s, m), addr, state)
-        }
-    });
-    let results = futures::future::join_all(tasks).await;
-    let mut session = Session::default();
-    let mut members = Vec::new();
-    for ((s, m), addr, (state, con)) in results {
-        let r = member_ref(s, m);
-        if let Some(con) = con {
-            session.insert(r, con);
-        }
-        let known_node_id = old_status
-            .and_then(|st| {
-                st.members
-                    .iter()
-                    .find(|x| x.shard == s as i32 && x.member == m as i32)
-            })
-            .and_then(|x| x.node_id.as_deref())
-            .and_then(|id| id.parse::<NodeId>().ok());
-        members.push(ObservedMember {
-            member: r,
-            addr,
-            known_node_id,
-            state,
-        });
-    }
-    ValkeyObservation {
-        observed: ObservedCluster { members },
-        session,
-    }
+    let targets: Vec<Target> = refs
+        .iter()
+        .map(|&(s, m)| {
+            let known_node_id = old_status
+                .and_then(|st| {
+                    st.members
+                        .iter()
+                        .find(|x| x.shard == s as i32 && x.member == m as i32)
+                })
+                .and_then(|x| x.node_id.as_deref())
+                .and_then(|id| id.parse::<NodeId>().ok());
+            Target {
+                member: member_ref(s, m),
+                // Without the password nobody can be asked.
+                addr: view
+                    .members
+                    .get(&(s, m))
+                    .and_then(pod_addr)
+                    .filter(|_| enabled),
+                known_node_id,
+            }
+        })
+        .collect();
+    let (observed, session) = valkey_io::observe(
+        &targets,
+        password,
+        &config_keys(cluster),
+        ctx.settings.timeouts,
+    )
+    .await;
+    ValkeyObservation { observed, session }
 }
 
 fn report_of(obs: &ObservedCluster, s: u32, m: u32) -> Option<&valkey::model::NodeReport> {
@@ -1026,7 +1009,7 @@ fn balancing(
 
 async fn execute_actions(
     ctx: &Context,
-    session: &mut Session,
+    session: &Session,
     actions: &[VAction],
     events: &Events<'_>,
     memory: &mut Memory,
@@ -1037,7 +1020,7 @@ async fn execute_actions(
     for action in actions {
         let text = action.to_string();
         ctx.metrics.valkey_command(action.kind());
-        match valkey_io::execute(session, action).await {
+        match valkey_io::execute(session, action, ctx.settings.timeouts).await {
             Ok(()) => {
                 tracing::info!(action = %text, "valkey command sent");
                 match action {
@@ -1219,7 +1202,7 @@ fn cluster_state(h: &Health, all_pods_ready: bool, blocked: Vec<String>) -> Clus
             h.ready_shards
         )
     } else {
-        let mut issues: Vec<String> = h.issues.iter().take(3).map(|i| format!("{i:?}")).collect();
+        let mut issues: Vec<String> = h.issues.iter().take(3).map(ToString::to_string).collect();
         if h.issues.len() > 3 {
             issues.push(format!("and {} more", h.issues.len() - 3));
         }

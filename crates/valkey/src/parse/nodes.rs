@@ -490,6 +490,146 @@ c1c15d512c42d114ec7d1752ff4fb59311542412 127.0.0.1:7101@7201 myself,master - 0 0
         ));
     }
 
+    use proptest::prelude::*;
+
+    /// Writes a node the way CLUSTER NODES does.
+    fn render(n: &ClusterNode) -> String {
+        let ip = match n.address.ip {
+            Some(ip) => ip.to_string(),
+            None => String::new(),
+        };
+        let mut addr = format!("{ip}:{}@{}", n.address.port, n.address.bus_port);
+        if let Some(h) = &n.address.hostname {
+            addr.push(',');
+            addr.push_str(h);
+        }
+        let f = &n.flags;
+        let mut flags: Vec<&str> = Vec::new();
+        for (on, name) in [
+            (f.myself, "myself"),
+            (f.primary, "master"),
+            (f.replica, "slave"),
+            (f.pfail, "fail?"),
+            (f.fail, "fail"),
+            (f.handshake, "handshake"),
+            (f.noaddr, "noaddr"),
+            (f.nofailover, "nofailover"),
+        ] {
+            if on {
+                flags.push(name);
+            }
+        }
+        let flags = if flags.is_empty() {
+            "noflags".to_string()
+        } else {
+            flags.join(",")
+        };
+        let primary = n
+            .primary_id
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "-".into());
+        let link = match n.link {
+            LinkState::Connected => "connected",
+            LinkState::Disconnected => "disconnected",
+        };
+        let mut line = format!(
+            "{} {addr} {flags} {primary} {} {} {} {link}",
+            n.id, n.ping_sent_ms, n.pong_received_ms, n.config_epoch
+        );
+        if !n.slots.is_empty() {
+            line.push(' ');
+            line.push_str(&n.slots.to_string());
+        }
+        line
+    }
+
+    fn node_id() -> impl Strategy<Value = NodeId> {
+        "[0-9a-f]{40}".prop_map(|s| s.parse().unwrap())
+    }
+
+    fn cluster_node() -> impl Strategy<Value = ClusterNode> {
+        (
+            node_id(),
+            prop::option::of(any::<std::net::IpAddr>()),
+            any::<u16>(),
+            any::<u16>(),
+            prop::option::of("[a-z][a-z0-9.-]{0,20}"),
+            prop::collection::vec(any::<bool>(), 8),
+            prop::option::of(node_id()),
+            (any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>()),
+            prop::collection::vec((0u64..16384, 0u64..300), 0..6),
+        )
+            .prop_map(
+                |(id, ip, port, bus, host, f, primary, (ping, pong, epoch, up), ranges)| {
+                    ClusterNode {
+                        id,
+                        address: NodeAddress {
+                            ip,
+                            port,
+                            bus_port: bus,
+                            hostname: host,
+                            aux: BTreeMap::new(),
+                        },
+                        flags: NodeFlags {
+                            myself: f[0],
+                            primary: f[1],
+                            replica: f[2],
+                            pfail: f[3],
+                            fail: f[4],
+                            handshake: f[5],
+                            noaddr: f[6],
+                            nofailover: f[7],
+                            other: Vec::new(),
+                        },
+                        primary_id: primary,
+                        ping_sent_ms: ping,
+                        pong_received_ms: pong,
+                        config_epoch: epoch,
+                        link: if up {
+                            LinkState::Connected
+                        } else {
+                            LinkState::Disconnected
+                        },
+                        slots: SlotSet::from_ranges(
+                            ranges.into_iter().map(|(s, l)| {
+                                SlotRange::from_numbers(s, (s + l).min(16383)).unwrap()
+                            }),
+                        ),
+                        markers: Vec::new(),
+                    }
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn every_line_cluster_nodes_can_print_parses_back_to_the_same_node(node in cluster_node()) {
+            let line = render(&node);
+            prop_assert_eq!(ClusterNode::parse(&line).unwrap(), node);
+        }
+
+        #[test]
+        fn arbitrary_text_never_panics_the_parsers(text in "\\PC{0,200}") {
+            let _ = ClusterNodes::parse(&text);
+            let _ = ClusterNode::parse(&text);
+            let _ = crate::parse::ReplicationInfo::parse(&text);
+            let _ = crate::parse::Info::parse(&text);
+        }
+
+        #[test]
+        fn near_miss_lines_are_errors_not_panics(
+            node in cluster_node(),
+            cut in 0usize..200,
+            junk in "[ :@,\\[\\]<>0-9a-z-]{0,8}",
+        ) {
+            let line = render(&node);
+            let cut = cut.min(line.len());
+            let mangled = format!("{}{junk}{}", &line[..cut], &line[cut..]);
+            let _ = ClusterNode::parse(&mangled);
+        }
+    }
+
     #[test]
     fn a_lone_node_without_slots_is_fresh() {
         let view = ClusterNodes::parse(

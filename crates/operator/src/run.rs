@@ -88,8 +88,10 @@ fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         EnvFilter::new("info,kube_runtime=warn,kube_client=warn,kube_lease_manager=warn")
     });
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     // A second init (tests) fails harmlessly.
     let _ = match format {

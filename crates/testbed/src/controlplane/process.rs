@@ -372,7 +372,7 @@ mod tests {
             .spawn(
                 "sleeper",
                 Path::new("/bin/sh"),
-                &["-c".into(), "sleep 30".into(), marker],
+                &["-c".into(), "sleep 30; :".into(), marker],
             )
             .unwrap();
         assert_eq!(sup.liveness("sleeper"), Liveness::Alive(pid));

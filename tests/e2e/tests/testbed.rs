@@ -1,0 +1,965 @@
+//! The testbed itself, end to end (issue 5's "Done when"), on a testbed of its
+//! own (`.testbed-suite`, or `TESTBED_SUITE_DIR`) so faults never disturb the
+//! shared one the operator suites use.
+//!
+//! One test drives the whole scenario in order, because the steps share one
+//! testbed and must not run in parallel; a guard brings the testbed down at the
+//! end, whatever happened.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::cluster::{Env, wait_until};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const KUBE_VERSION: &str = "v1.36.3";
+
+/// The suite's own testbed; brought down on drop.
+struct Testbed {
+    env: Env,
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        let _ = self.run(&["down"]);
+    }
+}
+
+#[derive(Debug, Clone)]
+struct PodInfo {
+    name: String,
+    uid: String,
+    node: String,
+    ip: String,
+    ready: bool,
+    deleting: bool,
+}
+
+#[derive(Debug, Clone)]
+struct NodeInfo {
+    zone: String,
+    ready: bool,
+    taints: Vec<String>,
+}
+
+fn root() -> PathBuf {
+    std::env::var_os("VALKEY_RS_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .canonicalize()
+        .unwrap()
+}
+
+fn stdout_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn step(start: Instant, what: &str) {
+    eprintln!(
+        "[testbed suite {:>6.1}s] {what}",
+        start.elapsed().as_secs_f64()
+    );
+}
+
+impl Testbed {
+    fn new() -> Testbed {
+        let root = root();
+        let dir = std::env::var_os("TESTBED_SUITE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join(".testbed-suite"));
+        let bin = std::env::var_os("TESTBED_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target/release/testbed"));
+        if !bin.is_file() {
+            let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["build", "--release", "-p", "testbed"])
+                .current_dir(&root)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            assert!(ok, "building the testbed binary failed");
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir = dir.canonicalize().unwrap();
+        Testbed {
+            env: Env::for_testbed(&root, &dir),
+            dir,
+            bin,
+        }
+    }
+
+    /// Runs `testbed VERB... --dir DIR`.
+    fn run(&self, args: &[&str]) -> Result<Output> {
+        Command::new(&self.bin)
+            .args(args)
+            .arg("--dir")
+            .arg(&self.dir)
+            .env_remove("TESTBED_DIR")
+            .output()
+            .with_context(|| format!("running testbed {args:?}"))
+    }
+
+    /// Runs a verb that must succeed; returns its stdout.
+    fn ok(&self, args: &[&str]) -> Result<String> {
+        let out = self.run(args)?;
+        ensure!(
+            out.status.success(),
+            "testbed {} failed ({}):\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            stdout_of(&out)
+        );
+        Ok(stdout_of(&out))
+    }
+
+    fn state(&self) -> Value {
+        let text = std::fs::read_to_string(self.dir.join("testbed.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn prefix(&self) -> String {
+        self.state()["netnsPrefix"].as_str().unwrap().to_string()
+    }
+
+    fn pid_of(&self, component: &str) -> Option<i32> {
+        std::fs::read_to_string(self.dir.join("pids").join(format!("{component}.pid")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Result<String> {
+        self.env.kubectl(args)
+    }
+
+    fn apply(&self, ns: &str, yaml: &str) -> Result<()> {
+        self.env.apply(ns, yaml)
+    }
+
+    fn nodes(&self) -> Result<BTreeMap<String, NodeInfo>> {
+        let list = self.env.kubectl_json(&["get", "nodes"])?;
+        let mut out = BTreeMap::new();
+        for n in list["items"].as_array().into_iter().flatten() {
+            let name = n["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            out.insert(
+                name,
+                NodeInfo {
+                    zone: n["metadata"]["labels"]["topology.kubernetes.io/zone"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    ready: condition_true(n, "Ready"),
+                    taints: n["spec"]["taints"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|t| {
+                            format!(
+                                "{}:{}",
+                                t["key"].as_str().unwrap_or_default(),
+                                t["effect"].as_str().unwrap_or_default()
+                            )
+                        })
+                        .collect(),
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    fn pods(&self, ns: &str, selector: &str) -> Result<Vec<PodInfo>> {
+        let list = self
+            .env
+            .kubectl_json(&["get", "pods", "-n", ns, "-l", selector])?;
+        let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let mut out: Vec<PodInfo> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| PodInfo {
+                name: s(&p["metadata"]["name"]),
+                uid: s(&p["metadata"]["uid"]),
+                node: s(&p["spec"]["nodeName"]),
+                ip: s(&p["status"]["podIP"]),
+                ready: condition_true(p, "Ready"),
+                deleting: !p["metadata"]["deletionTimestamp"].is_null(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Waits until exactly `n` pods match, all Ready and none terminating.
+    fn wait_ready_pods(
+        &self,
+        ns: &str,
+        selector: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<PodInfo>> {
+        let mut last = Vec::new();
+        let res = wait_until(timeout, Duration::from_millis(250), || {
+            last = self.pods(ns, selector)?;
+            Ok(last.len() == n
+                && last
+                    .iter()
+                    .all(|p| p.ready && !p.deleting && !p.ip.is_empty()))
+        });
+        match res {
+            Ok(()) => Ok(last),
+            Err(_) => bail!(
+                "{n} Ready pods {selector} in {ns} not seen within {timeout:?}; last: {last:#?}\n{}",
+                self.agent_log_tail()
+            ),
+        }
+    }
+
+    fn wait_node(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        f: impl Fn(&NodeInfo) -> bool,
+    ) -> Result<()> {
+        let mut last = None;
+        wait_until(timeout, Duration::from_millis(250), || {
+            let nodes = self.nodes()?;
+            let node = nodes.get(name).cloned();
+            let done = node.as_ref().is_some_and(&f);
+            last = node;
+            Ok(done)
+        })
+        .with_context(|| format!("node {name}: {what} not seen within {timeout:?}; last: {last:?}"))
+    }
+
+    fn agent_log_tail(&self) -> String {
+        let log = self.dir.join("logs/agent.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        format!(
+            "last lines of {}:\n{}",
+            log.display(),
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        )
+    }
+}
+
+fn condition_true(obj: &Value, cond: &str) -> bool {
+    obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == cond && c["status"] == "True")
+}
+
+/// `redis-cli -h IP [cmd...]`, from the host or from inside network namespace
+/// `netns`; `None` when it cannot connect within 3 s.
+fn valkey(netns: Option<&str>, ip: &str, cmd: &[&str]) -> Option<String> {
+    let mut c = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "timeout", "3", "redis-cli"]);
+            c
+        }
+        None => {
+            let mut c = Command::new("timeout");
+            c.args(["3", "redis-cli"]);
+            c
+        }
+    };
+    let out = c.args(["-h", ip, "-p", "6379"]).args(cmd).output().ok()?;
+    let text = stdout_of(&out).trim().to_string();
+    (out.status.success() && !text.starts_with("Could not connect")).then_some(text)
+}
+
+fn pings(netns: Option<&str>, ip: &str) -> bool {
+    valkey(netns, ip, &["ping"]).as_deref() == Some("PONG")
+}
+
+/// The network namespace (of this testbed) that holds `ip`.
+fn netns_of(prefix: &str, ip: &str) -> Result<String> {
+    let list = Command::new("ip").args(["netns", "list"]).output()?;
+    for ns in stdout_of(&list)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(prefix))
+    {
+        let addrs = Command::new("ip")
+            .args(["-n", ns, "-o", "-4", "addr"])
+            .output()?;
+        if stdout_of(&addrs).contains(&format!(" {ip}/")) {
+            return Ok(ns.to_string());
+        }
+    }
+    bail!("no network namespace {prefix}* holds {ip}")
+}
+
+/// Processes whose command line points into `dir`.
+fn processes_in(dir: &Path) -> Vec<(i32, String)> {
+    let dir = dir.to_string_lossy().into_owned();
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != me)
+        .filter_map(|pid| {
+            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<String> = raw
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            args.iter()
+                .any(|a| a == &dir || a.contains(&format!("{dir}/")))
+                .then(|| (pid, args.join(" ")))
+        })
+        .filter(|(pid, _)| running(*pid))
+        .collect()
+}
+
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s[s.rfind(')')? + 1..].to_string();
+            rest.split_whitespace()
+                .next()
+                .map(|st| st != "Z" && st != "X")
+        })
+        .unwrap_or(false)
+}
+
+fn netns_with_prefix(prefix: &str) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    stdout_of(&out)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+fn links_with_prefix(prefix: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .unwrap();
+    stdout_of(&out)
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .filter(|n| n.starts_with(prefix))
+        .collect()
+}
+
+fn pids_in_netns(ns: &str) -> Vec<i32> {
+    let out = Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .unwrap();
+    stdout_of(&out)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn testbed_runs_real_valkey_pods_on_a_real_control_plane_and_its_faults_cut_what_they_say() {
+    let start = Instant::now();
+    let tb = Testbed::new();
+    // A previous run that was killed may have left it up.
+    tb.ok(&["down"]).unwrap();
+
+    up_gives_nine_ready_labelled_nodes_on_the_pinned_release(&tb, start).unwrap();
+    let ns = tb.env.namespace("testbed").unwrap();
+    let kv = statefulset_spreads_one_valkey_per_zone_and_every_pod_answers(&tb, &ns.name, start)
+        .unwrap();
+    persistent_volume_keeps_its_data_when_the_pod_is_recreated_on_its_node(&tb, &ns.name, start)
+        .unwrap();
+    node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(&tb, &ns.name, &kv, start)
+        .unwrap();
+    zone_partition_cuts_traffic_both_ways_and_heal_restores_it(&tb, &ns.name, start).unwrap();
+    drop(ns);
+    down_leaves_no_process_and_no_network_namespace(&tb, start).unwrap();
+}
+
+fn up_gives_nine_ready_labelled_nodes_on_the_pinned_release(
+    tb: &Testbed,
+    start: Instant,
+) -> Result<()> {
+    let t = Instant::now();
+    let out = tb.ok(&["up"])?;
+    let took = t.elapsed();
+    let kubeconfig = tb.dir.join("kubeconfig");
+    ensure!(
+        out.lines().last() == Some(&format!("export KUBECONFIG={}", kubeconfig.display())),
+        "the last line of `up` must be the export line, got:\n{out}"
+    );
+    step(
+        start,
+        &format!(
+            "up (3 zones x 3 nodes, all Ready) in {:.1}s",
+            took.as_secs_f64()
+        ),
+    );
+
+    // `up` again while up: harmless, same answer, nothing restarted.
+    let apiserver = tb.pid_of("kube-apiserver");
+    let agent = tb.pid_of("agent");
+    let again = tb.ok(&["up"])?;
+    ensure!(
+        again.lines().last() == out.lines().last(),
+        "second up printed:\n{again}"
+    );
+    ensure!(
+        tb.pid_of("kube-apiserver") == apiserver && tb.pid_of("agent") == agent,
+        "second up restarted components"
+    );
+
+    let version: Value = serde_json::from_str(&tb.kubectl(&["version", "-o", "json"])?)?;
+    ensure!(
+        version["serverVersion"]["gitVersion"] == KUBE_VERSION,
+        "server version: {}",
+        version["serverVersion"]
+    );
+    ensure!(
+        version["clientVersion"]["gitVersion"] == KUBE_VERSION,
+        "client version: {}",
+        version["clientVersion"]
+    );
+
+    let nodes = tb.env.kubectl_json(&["get", "nodes"])?;
+    let items = nodes["items"].as_array().cloned().unwrap_or_default();
+    ensure!(items.len() == 9, "expected 9 nodes, got {}", items.len());
+    let mut names = Vec::new();
+    for n in &items {
+        let name = n["metadata"]["name"].as_str().unwrap_or_default();
+        let labels = &n["metadata"]["labels"];
+        // node-1b-2 lives in zone-1b of region-1.
+        let zone = format!("zone-{}", &name[5..7]);
+        ensure!(
+            labels["kubernetes.io/hostname"] == name,
+            "{name}: hostname label {}",
+            labels
+        );
+        ensure!(
+            labels["topology.kubernetes.io/zone"] == zone.as_str(),
+            "{name}: zone label {}",
+            labels
+        );
+        ensure!(
+            labels["topology.kubernetes.io/region"] == "region-1",
+            "{name}: region label {}",
+            labels
+        );
+        ensure!(condition_true(n, "Ready"), "{name} is not Ready");
+        let alloc = &n["status"]["allocatable"];
+        ensure!(
+            alloc["cpu"] == "4" && alloc["memory"] == "8Gi" && alloc["pods"] == "32",
+            "{name}: allocatable {alloc}"
+        );
+        names.push(name.to_string());
+    }
+    names.sort();
+    let expected: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .flat_map(|z| (1..=3).map(move |i| format!("node-1{z}-{i}")))
+        .collect();
+    ensure!(names == expected, "node names {names:?}");
+
+    let sc = tb
+        .env
+        .kubectl_json(&["get", "storageclass", "testbed-local"])?;
+    ensure!(
+        sc["provisioner"] == "testbed.valkey.rs/local",
+        "storage class {sc}"
+    );
+    ensure!(
+        sc["volumeBindingMode"] == "WaitForFirstConsumer",
+        "storage class {sc}"
+    );
+    ensure!(sc["reclaimPolicy"] == "Delete", "storage class {sc}");
+
+    let status = tb.ok(&["status"])?;
+    ensure!(
+        status.contains("node-1c-3") && status.contains("running"),
+        "status:\n{status}"
+    );
+    step(
+        start,
+        "nodes labelled and Ready, kubectl and apiserver are v1.36.3, StorageClass present",
+    );
+    Ok(())
+}
+
+const KV: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: kv}
+spec:
+  clusterIP: None
+  selector: {app: kv}
+  ports: [{name: valkey, port: 6379}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: kv}
+spec:
+  serviceName: kv
+  replicas: 3
+  podManagementPolicy: Parallel
+  selector: {matchLabels: {app: kv}}
+  template:
+    metadata: {labels: {app: kv}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: topology.kubernetes.io/zone
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector: {matchLabels: {app: kv}}
+      containers:
+      - name: valkey
+        image: valkey/valkey:9.1
+        command: [valkey-server, --port, "6379", --protected-mode, "no"]
+        readinessProbe:
+          exec: {command: [valkey-cli, ping]}
+          periodSeconds: 1
+"#;
+
+fn statefulset_spreads_one_valkey_per_zone_and_every_pod_answers(
+    tb: &Testbed,
+    ns: &str,
+    start: Instant,
+) -> Result<Vec<PodInfo>> {
+    tb.apply(ns, KV)?;
+    let pods = tb.wait_ready_pods(ns, "app=kv", 3, Duration::from_secs(90))?;
+    let nodes = tb.nodes()?;
+    let mut zones: Vec<&str> = pods.iter().map(|p| nodes[&p.node].zone.as_str()).collect();
+    zones.sort();
+    ensure!(
+        zones == ["zone-1a", "zone-1b", "zone-1c"],
+        "one pod per zone expected, got {zones:?} ({pods:?})"
+    );
+    for p in &pods {
+        ensure!(
+            pings(None, &p.ip),
+            "{} ({}) does not answer PING",
+            p.name,
+            p.ip
+        );
+    }
+    let mut pod_ips: Vec<String> = pods.iter().map(|p| p.ip.clone()).collect();
+    pod_ips.sort();
+    let mut slice_ips = Vec::new();
+    wait_until(Duration::from_secs(30), Duration::from_millis(250), || {
+        let slices = tb.env.kubectl_json(&[
+            "get",
+            "endpointslices",
+            "-n",
+            ns,
+            "-l",
+            "kubernetes.io/service-name=kv",
+        ])?;
+        slice_ips = slices["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e["conditions"]["ready"] == true)
+            .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+            .filter_map(|a| a.as_str().map(str::to_string))
+            .collect();
+        slice_ips.sort();
+        Ok(slice_ips == pod_ips)
+    })
+    .with_context(|| format!("EndpointSlice of kv lists {slice_ips:?}, pods have {pod_ips:?}"))?;
+    step(
+        start,
+        &format!("StatefulSet kv: one pod per zone, PONG from {pod_ips:?}, EndpointSlice agrees"),
+    );
+    Ok(pods)
+}
+
+const DATA: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: data}
+spec:
+  serviceName: data
+  replicas: 1
+  selector: {matchLabels: {app: data}}
+  template:
+    metadata: {labels: {app: data}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: valkey
+        image: valkey/valkey:9.1
+        command: [valkey-server, --port, "6379", --protected-mode, "no", --dir, /data, --appendonly, "yes", --appendfsync, always]
+        volumeMounts: [{name: data, mountPath: /data}]
+        readinessProbe:
+          tcpSocket: {port: 6379}
+          periodSeconds: 1
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: testbed-local
+      resources: {requests: {storage: 1Gi}}
+"#;
+
+fn persistent_volume_keeps_its_data_when_the_pod_is_recreated_on_its_node(
+    tb: &Testbed,
+    ns: &str,
+    start: Instant,
+) -> Result<()> {
+    tb.apply(ns, DATA)?;
+    let first = tb
+        .wait_ready_pods(ns, "app=data", 1, Duration::from_secs(90))?
+        .remove(0);
+    let pvc = tb
+        .env
+        .kubectl_json(&["get", "pvc", "data-data-0", "-n", ns])?;
+    ensure!(
+        pvc["status"]["phase"] == "Bound",
+        "PVC not Bound: {}",
+        pvc["status"]
+    );
+    let pv_name = pvc["spec"]["volumeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let pv = tb.env.kubectl_json(&["get", "pv", &pv_name])?;
+    ensure!(
+        pv["spec"]["nodeAffinity"]
+            .to_string()
+            .contains(&format!("\"{}\"", first.node)),
+        "PV {pv_name} is not pinned to node {}: {}",
+        first.node,
+        pv["spec"]["nodeAffinity"]
+    );
+    ensure!(
+        valkey(None, &first.ip, &["set", "testbed-key", "kept"]).as_deref() == Some("OK"),
+        "SET failed"
+    );
+    ensure!(
+        valkey(None, &first.ip, &["save"]).as_deref() == Some("OK"),
+        "SAVE failed"
+    );
+
+    tb.kubectl(&["delete", "pod", "data-0", "-n", ns, "--wait=false"])?;
+    let mut second = None;
+    wait_until(Duration::from_secs(90), Duration::from_millis(250), || {
+        let pods = tb.pods(ns, "app=data")?;
+        second = pods
+            .into_iter()
+            .find(|p| p.uid != first.uid && p.ready && !p.deleting);
+        Ok(second.is_some())
+    })
+    .with_context(|| format!("data-0 was not re-created Ready\n{}", tb.agent_log_tail()))?;
+    let second = second.unwrap();
+    ensure!(
+        second.node == first.node,
+        "re-created on {} instead of {}",
+        second.node,
+        first.node
+    );
+    ensure!(
+        second.ip != first.ip,
+        "a re-created pod gets a new IP, got {} again",
+        second.ip
+    );
+    let got = valkey(None, &second.ip, &["get", "testbed-key"]);
+    ensure!(
+        got.as_deref() == Some("kept"),
+        "the key did not survive: {got:?}"
+    );
+    step(
+        start,
+        &format!(
+            "PVC data-data-0 on {}: key kept across re-creation ({} -> {})",
+            first.node, first.ip, second.ip
+        ),
+    );
+    Ok(())
+}
+
+fn node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(
+    tb: &Testbed,
+    ns: &str,
+    kv: &[PodInfo],
+    start: Instant,
+) -> Result<()> {
+    let victim = kv
+        .iter()
+        .find(|p| p.name == "kv-0")
+        .context("kv-0")?
+        .clone();
+    let node = victim.node.clone();
+    tb.ok(&["node", "fail", &node])?;
+    let t = Instant::now();
+    // Its processes are killed: the pod stops answering at once.
+    wait_until(Duration::from_secs(10), Duration::from_millis(200), || {
+        Ok(!pings(None, &victim.ip))
+    })
+    .with_context(|| {
+        format!(
+            "{} ({}) still answers after node fail",
+            victim.name, victim.ip
+        )
+    })?;
+    // The others are untouched.
+    for p in kv.iter().filter(|p| p.node != node) {
+        ensure!(
+            pings(None, &p.ip),
+            "{} on a healthy node stopped answering",
+            p.name
+        );
+    }
+    tb.wait_node(&node, Duration::from_secs(45), "NotReady", |n| !n.ready)?;
+    let not_ready = t.elapsed();
+    tb.wait_node(&node, Duration::from_secs(30), "unreachable taint", |n| {
+        n.taints
+            .iter()
+            .any(|t| t.starts_with("node.kubernetes.io/unreachable:"))
+    })?;
+    // The node lifecycle controller marks its pods not Ready (or they are
+    // already being evicted).
+    wait_until(Duration::from_secs(30), Duration::from_millis(250), || {
+        let p = tb
+            .pods(ns, "app=kv")?
+            .into_iter()
+            .find(|p| p.uid == victim.uid);
+        Ok(p.is_none_or(|p| !p.ready || p.deleting))
+    })
+    .context("the failed node's pod stayed Ready")?;
+    step(
+        start,
+        &format!(
+            "node fail {node}: NotReady after {:.1}s, tainted unreachable, its pod silent",
+            not_ready.as_secs_f64()
+        ),
+    );
+
+    tb.ok(&["node", "heal", &node])?;
+    tb.wait_node(
+        &node,
+        Duration::from_secs(45),
+        "Ready without the unreachable taint",
+        |n| {
+            n.ready
+                && !n
+                    .taints
+                    .iter()
+                    .any(|t| t.starts_with("node.kubernetes.io/unreachable:"))
+        },
+    )?;
+    let pods = tb.wait_ready_pods(ns, "app=kv", 3, Duration::from_secs(120))?;
+    for p in &pods {
+        ensure!(
+            pings(None, &p.ip),
+            "{} ({}) does not answer after heal",
+            p.name,
+            p.ip
+        );
+    }
+    step(
+        start,
+        &format!("node heal {node}: Ready again, kv back to 3 Ready pods"),
+    );
+    Ok(())
+}
+
+fn zone_partition_cuts_traffic_both_ways_and_heal_restores_it(
+    tb: &Testbed,
+    ns: &str,
+    start: Instant,
+) -> Result<()> {
+    let prefix = tb.prefix();
+    let pods = tb.wait_ready_pods(ns, "app=kv", 3, Duration::from_secs(60))?;
+    let nodes = tb.nodes()?;
+    let zone_of = |p: &PodInfo| nodes[&p.node].zone.clone();
+    let inside = pods
+        .iter()
+        .find(|p| zone_of(p) == "zone-1a")
+        .context("a kv pod in zone-1a")?
+        .clone();
+    let outside: Vec<PodInfo> = pods
+        .iter()
+        .filter(|p| zone_of(p) != "zone-1a")
+        .cloned()
+        .collect();
+    ensure!(outside.len() == 2, "kv pods outside zone-1a: {outside:?}");
+    let ns_in = netns_of(&prefix, &inside.ip)?;
+    let ns_out = netns_of(&prefix, &outside[0].ip)?;
+
+    // Before: every direction works.
+    ensure!(
+        pings(Some(&ns_in), &outside[0].ip),
+        "before: zone-1a cannot reach {}",
+        outside[0].name
+    );
+    ensure!(
+        pings(Some(&ns_out), &inside.ip),
+        "before: {} cannot reach zone-1a",
+        outside[0].name
+    );
+
+    tb.ok(&["zone", "partition", "zone-1a"])?;
+    ensure!(
+        !pings(None, &inside.ip),
+        "host still reaches {} in the partitioned zone",
+        inside.name
+    );
+    ensure!(
+        !pings(Some(&ns_out), &inside.ip),
+        "{} still reaches {} across the partition",
+        outside[0].name,
+        inside.name
+    );
+    ensure!(
+        !pings(Some(&ns_in), &outside[0].ip),
+        "{} still reaches {} across the partition",
+        inside.name,
+        outside[0].name
+    );
+    ensure!(
+        !pings(Some(&ns_in), &outside[1].ip),
+        "{} still reaches {} across the partition",
+        inside.name,
+        outside[1].name
+    );
+    // The process inside keeps running, and the other zones still talk.
+    ensure!(
+        pings(Some(&ns_in), &inside.ip),
+        "{}'s own server stopped during a partition",
+        inside.name
+    );
+    ensure!(
+        pings(Some(&ns_out), &outside[1].ip),
+        "zones outside the partition cannot talk"
+    );
+    ensure!(
+        pings(None, &outside[1].ip),
+        "host cannot reach {} outside the partition",
+        outside[1].name
+    );
+    for name in ["node-1a-1", "node-1a-2", "node-1a-3"] {
+        tb.wait_node(
+            name,
+            Duration::from_secs(45),
+            "NotReady during the partition",
+            |n| !n.ready,
+        )?;
+    }
+    step(
+        start,
+        "zone partition zone-1a: traffic cut both ways, its nodes NotReady, its server still running",
+    );
+
+    tb.ok(&["zone", "heal", "zone-1a"])?;
+    for name in ["node-1a-1", "node-1a-2", "node-1a-3"] {
+        tb.wait_node(name, Duration::from_secs(45), "Ready after heal", |n| {
+            n.ready
+        })?;
+    }
+    // The pod may have been evicted meanwhile (its toleration is 10 s) and
+    // re-created with a new address: check whatever runs now.
+    let pods = tb.wait_ready_pods(ns, "app=kv", 3, Duration::from_secs(120))?;
+    let nodes = tb.nodes()?;
+    let inside = pods
+        .iter()
+        .find(|p| nodes[&p.node].zone == "zone-1a")
+        .context("a kv pod in zone-1a after heal")?
+        .clone();
+    let ns_in = netns_of(&prefix, &inside.ip)?;
+    let mut failures = Vec::new();
+    wait_until(Duration::from_secs(20), Duration::from_millis(500), || {
+        failures.clear();
+        if !pings(None, &inside.ip) {
+            failures.push(format!("host -> {}", inside.name));
+        }
+        for p in pods.iter().filter(|p| p.uid != inside.uid) {
+            let ns_p = netns_of(&prefix, &p.ip)?;
+            if !pings(Some(&ns_in), &p.ip) {
+                failures.push(format!("{} -> {}", inside.name, p.name));
+            }
+            if !pings(Some(&ns_p), &inside.ip) {
+                failures.push(format!("{} -> {}", p.name, inside.name));
+            }
+        }
+        Ok(failures.is_empty())
+    })
+    .with_context(|| format!("after zone heal these still fail: {failures:?}"))?;
+    step(start, "zone heal zone-1a: every direction answers again");
+    Ok(())
+}
+
+fn down_leaves_no_process_and_no_network_namespace(tb: &Testbed, start: Instant) -> Result<()> {
+    let prefix = tb.prefix();
+    let id = tb.state()["id"].as_u64().unwrap_or_default();
+    let namespaces = netns_with_prefix(&prefix);
+    ensure!(
+        !namespaces.is_empty(),
+        "expected pod network namespaces before down"
+    );
+    let mut pids: Vec<i32> = namespaces.iter().flat_map(|n| pids_in_netns(n)).collect();
+    pids.extend(
+        [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "agent",
+        ]
+        .iter()
+        .filter_map(|c| tb.pid_of(c)),
+    );
+    ensure!(
+        pids.len() > 5,
+        "expected pod processes before down, found pids {pids:?}"
+    );
+
+    let t = Instant::now();
+    tb.ok(&["down"])?;
+    let took = t.elapsed();
+    let alive: Vec<i32> = pids.iter().copied().filter(|p| running(*p)).collect();
+    ensure!(alive.is_empty(), "still running after down: {alive:?}");
+    let leftovers = processes_in(&tb.dir);
+    ensure!(
+        leftovers.is_empty(),
+        "processes still pointing into {}: {leftovers:?}",
+        tb.dir.display()
+    );
+    let netns = netns_with_prefix(&prefix);
+    ensure!(netns.is_empty(), "network namespaces left: {netns:?}");
+    let links = links_with_prefix(&prefix);
+    ensure!(links.is_empty(), "host interfaces left: {links:?}");
+    let tables = Command::new("nft").args(["list", "tables"]).output()?;
+    ensure!(
+        !stdout_of(&tables)
+            .lines()
+            .any(|l| l.trim() == format!("table inet vk{id}")),
+        "nftables table inet vk{id} left"
+    );
+    // Down again: harmless.
+    tb.ok(&["down"])?;
+    step(
+        start,
+        &format!(
+            "down in {:.1}s: no process, namespace, interface or table left",
+            took.as_secs_f64()
+        ),
+    );
+    Ok(())
+}

@@ -253,7 +253,7 @@ fn container(c: &ValidatedCluster) -> Container {
         name: CONTAINER.into(),
         image: Some(c.image.clone()),
         image_pull_policy: c.image_pull_policy.map(|p| p.as_str().to_string()),
-        command: Some(vec!["valkey-server".into()]),
+        command: Some(command(c)),
         args: Some(args),
         env: Some(env),
         ports: Some(vec![
@@ -305,6 +305,30 @@ fn container(c: &ValidatedCluster) -> Container {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// Without persistence a restarted container has lost its data but would
+/// keep its identity (nodes.conf sits on the emptyDir, which outlives the
+/// container): a primary would come back with its slots and an empty dataset,
+/// and its replicas would resync from it and drop every key of the shard. So
+/// the container forgets nodes.conf before it starts: it rejoins as a new,
+/// empty node, the shard fails over to a replica, and the operator attaches
+/// the new node as a replica. With persistence nodes.conf and the data stay
+/// together on the volume.
+pub const FORGET_IDENTITY_SCRIPT: &str = "rm -f /data/nodes.conf && exec valkey-server \"$@\"";
+
+fn command(c: &ValidatedCluster) -> Vec<String> {
+    if c.persistence.is_some() {
+        vec!["valkey-server".into()]
+    } else {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            FORGET_IDENTITY_SCRIPT.into(),
+            // $0 of the script.
+            "valkey-server".into(),
+        ]
     }
 }
 
@@ -532,6 +556,20 @@ mod tests {
             existing_claim_templates: Some(&old),
         });
         assert_eq!(s.spec.unwrap().volume_claim_templates, Some(old));
+    }
+
+    #[test]
+    fn without_persistence_a_restarted_container_starts_as_a_new_node() {
+        let c = cluster("cache", 1, 1);
+        let s = build(&c, &placed("n1"));
+        let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
+        let command = container.command.clone().unwrap();
+        assert_eq!(command[0], "sh");
+        assert!(command[2].starts_with("rm -f /data/nodes.conf && exec valkey-server"));
+        let p = crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
+        let s = build(&p, &placed("n1"));
+        let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
+        assert_eq!(container.command, Some(vec!["valkey-server".to_string()]));
     }
 
     #[test]

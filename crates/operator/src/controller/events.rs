@@ -5,7 +5,7 @@
 
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 /// Event reasons (CamelCase, stable).
 pub mod reason {
@@ -43,16 +43,32 @@ pub fn action_reason(kind: &str) -> &'static str {
 }
 
 /// Publishes events about one ValkeyCluster.
+///
+/// kube's `Recorder` folds events with the same reason and action into one
+/// series that keeps the *first* note, so "shard 1 failed over" would show
+/// for a later failover of shard 2. Distinct actions therefore get their own
+/// Event (a fresh recorder each); only a repeating error uses the shared
+/// recorder, so it becomes one series instead of a flood.
 pub struct Events<'a> {
-    recorder: &'a Recorder,
+    client: kube::Client,
+    reporter: Reporter,
+    shared: &'a Recorder,
     reference: ObjectReference,
     metrics: &'a Metrics,
 }
 
 impl<'a> Events<'a> {
-    pub fn new(recorder: &'a Recorder, reference: ObjectReference, metrics: &'a Metrics) -> Self {
+    pub fn new(
+        client: kube::Client,
+        reporter: Reporter,
+        shared: &'a Recorder,
+        reference: ObjectReference,
+        metrics: &'a Metrics,
+    ) -> Self {
         Events {
-            recorder,
+            client,
+            reporter,
+            shared,
             reference,
             metrics,
         }
@@ -60,17 +76,30 @@ impl<'a> Events<'a> {
 
     /// A Normal event.
     pub async fn normal(&self, reason: &str, action: &str, note: impl Into<String>) {
-        self.publish(EventType::Normal, reason, action, note.into())
+        self.publish(EventType::Normal, reason, action, note.into(), false)
             .await;
     }
 
     /// A Warning event.
     pub async fn warning(&self, reason: &str, action: &str, note: impl Into<String>) {
-        self.publish(EventType::Warning, reason, action, note.into())
+        self.publish(EventType::Warning, reason, action, note.into(), false)
             .await;
     }
 
-    async fn publish(&self, type_: EventType, reason: &str, action: &str, note: String) {
+    /// A Warning that may repeat every reconcile: folded into one series.
+    pub async fn repeated_warning(&self, reason: &str, action: &str, note: impl Into<String>) {
+        self.publish(EventType::Warning, reason, action, note.into(), true)
+            .await;
+    }
+
+    async fn publish(
+        &self,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+        fold: bool,
+    ) {
         let mut note = note;
         if note.len() > 1000 {
             let mut end = 997;
@@ -88,7 +117,14 @@ impl<'a> Events<'a> {
             action: action.to_string(),
             secondary: None,
         };
-        if let Err(error) = self.recorder.publish(&ev, &self.reference).await {
+        let result = if fold {
+            self.shared.publish(&ev, &self.reference).await
+        } else {
+            Recorder::new(self.client.clone(), self.reporter.clone())
+                .publish(&ev, &self.reference)
+                .await
+        };
+        if let Err(error) = result {
             tracing::warn!(%error, reason, "publishing an event failed");
         }
     }

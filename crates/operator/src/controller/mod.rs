@@ -101,6 +101,7 @@ pub struct Context {
     pub pods: Store<Pod>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    pub reporter: Reporter,
     pub settings: Settings,
     memory: Mutex<HashMap<String, Memory>>,
 }
@@ -119,6 +120,20 @@ impl Context {
         if let Ok(mut m) = self.memory.lock() {
             m.insert(key.to_string(), memory);
         }
+    }
+
+    /// Events about the object `reference` points to.
+    pub fn events(
+        &self,
+        reference: k8s_openapi::api::core::v1::ObjectReference,
+    ) -> events::Events<'_> {
+        events::Events::new(
+            self.client.clone(),
+            self.reporter.clone(),
+            &self.recorder,
+            reference,
+            &self.metrics,
+        )
     }
 
     fn forget(&self, key: &str) {
@@ -194,7 +209,7 @@ pub async fn run(
         controller: api::constants::FIELD_MANAGER.to_string(),
         instance: settings.instance.clone(),
     };
-    let recorder = Recorder::new(client.clone(), reporter);
+    let recorder = Recorder::new(client.clone(), reporter.clone());
     let clusters: Api<ValkeyCluster> = match &settings.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -206,6 +221,7 @@ pub async fn run(
         pods,
         metrics,
         recorder,
+        reporter,
         settings: settings.clone(),
         memory: Mutex::new(HashMap::new()),
     });
@@ -293,9 +309,9 @@ async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Ac
         ),
         Err(error) => {
             tracing::warn!(%error, category = error.category(), "reconcile failed");
-            let events = events::Events::new(&ctx.recorder, vc.object_ref(&()), &ctx.metrics);
+            let events = ctx.events(vc.object_ref(&()));
             events
-                .warning(
+                .repeated_warning(
                     events::reason::RECONCILE_ERROR,
                     "Reconcile",
                     format!("{} ({})", error, error.category()),

@@ -59,7 +59,7 @@ const FAILOVER_PATIENCE: Duration = Duration::from_secs(10);
 
 /// The reconcile.
 pub async fn reconcile(vc: &ValkeyCluster, ctx: &Context, key: &str) -> Result<Action, Error> {
-    let events = Events::new(&ctx.recorder, vc.object_ref(&()), &ctx.metrics);
+    let events = ctx.events(vc.object_ref(&()));
     let mut memory = ctx.memory(key);
     let result = run(vc, ctx, &events, &mut memory).await;
     ctx.remember(key, memory);
@@ -997,9 +997,11 @@ fn balancing(
     if let Some(t) = memory.last_disturbance {
         let elapsed = now.duration_since(t);
         if elapsed < quiet {
+            // No countdown in the message: the status must not change (and
+            // be written) on every reconcile while nothing happens.
             return BalanceState::Pending(format!(
-                "{what} after the quiet period ({} s left)",
-                (quiet - elapsed).as_secs()
+                "{what} after a quiet period of {} s",
+                quiet.as_secs()
             ));
         }
     }

@@ -155,9 +155,12 @@ pub fn best_move(shards: &[ShardView], keys: &[String]) -> Option<Move> {
                 to: m.member,
                 ready: m.in_sync,
             };
+            // Ties: an in-sync target first, then a move back to member 0
+            // (the shard's planned primary: "fail back"), then the lowest shard.
+            let key = (c.clone(), !m.in_sync, m.member != 0);
             let better = match &best {
                 None => true,
-                Some((bc, bready, _)) => (c.clone(), !m.in_sync) < (bc.clone(), !*bready),
+                Some((bc, bready, bm)) => key < (bc.clone(), !*bready, bm.to != 0),
             };
             if better {
                 best = Some((c, m.in_sync, candidate));
@@ -219,12 +222,30 @@ mod tests {
         let shards = spread_cluster([1, 0, 0]);
         let m = best_move(&shards, &keys()).unwrap();
         // Moving shard 0 back to a1 or shard 1 to its zone-a member both fix it;
-        // both cost the same, the lowest shard wins.
+        // both cost the same: failing back to member 0 wins.
         assert_eq!(
             m,
             Move {
                 shard: 0,
                 from: 1,
+                to: 0,
+                ready: true
+            }
+        );
+    }
+
+    #[test]
+    fn an_equal_move_back_to_member_zero_wins() {
+        // Shard 1's primary failed over from b2 to its zone-a member a2:
+        // zones a:2 (a1, a2) c:1. Moving shard 0 to b1 or shard 1 back to b2
+        // both fix it; shard 1 fails back to member 0.
+        let shards = spread_cluster([0, 2, 0]);
+        let m = best_move(&shards, &keys()).unwrap();
+        assert_eq!(
+            m,
+            Move {
+                shard: 1,
+                from: 2,
                 to: 0,
                 ready: true
             }

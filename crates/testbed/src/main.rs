@@ -14,6 +14,16 @@ mod state;
 mod topology;
 
 use anyhow::Context;
+
+/// `println!` that ignores a closed stdout (`testbed status | head`) instead of
+/// panicking on the broken pipe.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 use clap::{Args, Parser, Subcommand};
 use controlplane::process::Liveness;
 use std::path::{Path, PathBuf};
@@ -136,16 +146,16 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
                 keep_on_failure: a.keep_on_failure,
             };
             let kubeconfig = rt.block_on(controlplane::up(&dir, &opts))?;
-            println!("export KUBECONFIG={}", kubeconfig.display());
+            say!("export KUBECONFIG={}", kubeconfig.display());
         }
         Verb::Down => {
             let report = controlplane::down(&dir);
             let lines = report.summary();
             if lines.is_empty() {
-                println!("nothing was running in {}", dir.display());
+                say!("nothing was running in {}", dir.display());
             }
             for l in lines {
-                println!("{l}");
+                say!("{l}");
             }
         }
         Verb::Status => return rt.block_on(status(&dir)),
@@ -183,7 +193,7 @@ async fn fault(
         .with_context(|| format!("no testbed in {} (run `testbed up`)", dir.display()))?;
     let reply = faults::send(&state.agent_socket, &faults::Request::new(op, target)).await?;
     if reply.ok {
-        println!("{}", reply.message);
+        say!("{}", reply.message);
         Ok(std::process::ExitCode::SUCCESS)
     } else {
         eprintln!("{}", reply.message);
@@ -197,11 +207,11 @@ async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
     use std::collections::BTreeMap;
     let dir = controlplane::absolute_dir(dir, false)?;
     let Ok(state) = state::TestbedState::load(&dir) else {
-        println!("no testbed in {}", dir.display());
+        say!("no testbed in {}", dir.display());
         return Ok(std::process::ExitCode::FAILURE);
     };
     let record = controlplane::Record::load(&dir);
-    println!(
+    say!(
         "testbed {} in {}: apiserver {}, Kubernetes {}, pods in 10.{}.0.0/16",
         state.id,
         dir.display(),
@@ -211,7 +221,7 @@ async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
             .map_or(controlplane::KUBE_VERSION, |r| r.kube_version.as_str()),
         100 + u32::from(state.id)
     );
-    println!("\nCOMPONENT                 PID      STATE");
+    say!("\nCOMPONENT                 PID      STATE");
     let mut all_alive = true;
     for c in controlplane::component_status(&dir) {
         let st = match c.liveness {
@@ -221,13 +231,13 @@ async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
         };
         let pid = c.liveness.pid().map_or("-".to_string(), |p| p.to_string());
         all_alive &= c.liveness.is_alive() || !controlplane::COMPONENTS.contains(&c.name.as_str());
-        println!("{:<25} {:<8} {st}", c.name, pid);
+        say!("{:<25} {:<8} {st}", c.name, pid);
     }
 
     let client = match controlplane::api::client(&state.kubeconfig).await {
         Ok(c) if controlplane::api::is_ready(&c).await => c,
         _ => {
-            println!("\napiserver not ready: no node or pod listing");
+            say!("\napiserver not ready: no node or pod listing");
             return Ok(std::process::ExitCode::FAILURE);
         }
     };
@@ -258,7 +268,7 @@ async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
             if ready { " Ready" } else { "" },
         ));
     }
-    println!("\nNODE                 READY    ZONE         REGION       PODS");
+    say!("\nNODE                 READY    ZONE         REGION       PODS");
     for spec in &state.nodes {
         let node = nodes.get(&spec.name);
         let ready = match node {
@@ -277,7 +287,7 @@ async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
             })
             .unwrap_or_default();
         let count = by_node.get(&spec.name).map_or(0, Vec::len);
-        println!(
+        say!(
             "{:<20} {:<8} {:<12} {:<12} {count}{}",
             spec.name,
             ready,
@@ -307,25 +317,25 @@ async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
             format!("{z} {ready}/{} Ready", all.len())
         })
         .collect();
-    println!("zones: {}", summary.join(", "));
+    say!("zones: {}", summary.join(", "));
     if !pods.is_empty() {
-        println!("\nPODS");
+        say!("\nPODS");
         for (node, list) in &by_node {
-            println!("{node}:");
+            say!("{node}:");
             for p in list {
-                println!("  {p}");
+                say!("  {p}");
             }
         }
     }
     match faults::send(&state.agent_socket, &faults::Request::new("status", None)).await {
         Ok(r) if !r.message.is_empty() => {
-            println!("\nAGENT");
+            say!("\nAGENT");
             for line in r.message.lines() {
-                println!("  {line}");
+                say!("  {line}");
             }
         }
         Ok(_) => {}
-        Err(e) => println!("\nagent: {e}"),
+        Err(e) => say!("\nagent: {e}"),
     }
     Ok(if all_alive {
         std::process::ExitCode::SUCCESS

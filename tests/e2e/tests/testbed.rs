@@ -743,10 +743,24 @@ fn node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(
         Ok(p.is_none_or(|p| !p.ready || p.deleting))
     })
     .context("the failed node's pod stayed Ready")?;
+    // After its 10 s toleration (DefaultTolerationSeconds) the taint manager
+    // evicts it; it stays Terminating while its node is dead.
+    wait_until(Duration::from_secs(40), Duration::from_millis(250), || {
+        let p = tb
+            .pods(ns, "app=kv")?
+            .into_iter()
+            .find(|p| p.uid == victim.uid);
+        Ok(p.is_some_and(|p| p.deleting))
+    })
+    .context("the failed node's pod was not evicted after its toleration")?;
+    ensure!(
+        tb.pods(ns, "app=kv")?.iter().any(|p| p.uid == victim.uid),
+        "the evicted pod vanished while its node was dead (it must stay Terminating)"
+    );
     step(
         start,
         &format!(
-            "node fail {node}: NotReady after {:.1}s, tainted unreachable, its pod silent",
+            "node fail {node}: NotReady after {:.1}s, tainted unreachable, its pod silent, then evicted",
             not_ready.as_secs_f64()
         ),
     );
@@ -765,6 +779,12 @@ fn node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(
         },
     )?;
     let pods = tb.wait_ready_pods(ns, "app=kv", 3, Duration::from_secs(120))?;
+    ensure!(
+        pods.iter()
+            .any(|p| p.name == victim.name && p.uid != victim.uid),
+        "{} was not re-created after heal: {pods:?}",
+        victim.name
+    );
     for p in &pods {
         ensure!(
             pings(None, &p.ip),
@@ -775,7 +795,9 @@ fn node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(
     }
     step(
         start,
-        &format!("node heal {node}: Ready again, kv back to 3 Ready pods"),
+        &format!(
+            "node heal {node}: Ready again, the evicted pod finished and re-created, kv 3/3 Ready"
+        ),
     );
     Ok(())
 }

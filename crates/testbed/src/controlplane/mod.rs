@@ -619,7 +619,20 @@ pub fn down(dir: &Path) -> DownReport {
     }
     // Anything else still pointing into the directory (a pod the agent could not
     // stop, a component whose pid file was lost).
-    for pid in process::processes_mentioning(&dir) {
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "testbed".into());
+    let programs = [
+        ETCD,
+        APISERVER,
+        CONTROLLER_MANAGER,
+        SCHEDULER,
+        "testbed",
+        me.as_str(),
+        "valkey-server",
+    ];
+    for pid in process::processes_mentioning(&dir, &programs) {
         process::kill_now(pid);
         process::wait_gone(pid, Duration::from_secs(5));
         report.swept.push(pid);

@@ -307,9 +307,11 @@ pub fn wait_gone(pid: i32, timeout: Duration) -> bool {
     }
 }
 
-/// Every process on the machine whose command line points into `dir`,
-/// except this one and its ancestors.
-pub fn processes_mentioning(dir: &Path) -> Vec<i32> {
+/// Every process on the machine running one of `programs` (executable file
+/// names) whose command line points into `dir`, except this one and its
+/// ancestors. Limited to known programs so that, say, a `tail -f` of a log in
+/// `dir` is never killed.
+pub fn processes_mentioning(dir: &Path, programs: &[&str]) -> Vec<i32> {
     let dir = dir.to_string_lossy().into_owned();
     let spared = ancestry();
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -319,9 +321,18 @@ pub fn processes_mentioning(dir: &Path) -> Vec<i32> {
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
         .filter(|pid| !spared.contains(pid))
+        .filter(|pid| exe_name(*pid).is_some_and(|n| programs.contains(&n.as_str())))
         .filter(|pid| cmdline(*pid).iter().any(|a| mentions_dir(a, &dir)))
         .filter(|pid| is_running(*pid))
         .collect()
+}
+
+/// The file name of a process's executable (without the ` (deleted)` the kernel
+/// appends when the binary was replaced, e.g. by a rebuild).
+fn exe_name(pid: i32) -> Option<String> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let name = exe.file_name()?.to_string_lossy().into_owned();
+    Some(name.trim_end_matches(" (deleted)").to_string())
 }
 
 /// This process and its ancestors (never to be killed by a sweep).
@@ -377,7 +388,9 @@ mod tests {
             .unwrap();
         assert_eq!(sup.liveness("sleeper"), Liveness::Alive(pid));
         assert_eq!(sup.recorded(), vec!["sleeper".to_string()]);
-        assert!(processes_mentioning(&dir).contains(&pid));
+        let shells = ["sh", "dash", "bash"];
+        assert!(processes_mentioning(&dir, &shells).contains(&pid));
+        assert!(!processes_mentioning(&dir, &["valkey-server"]).contains(&pid));
         assert!(sup.stop("sleeper", Duration::from_secs(5)));
         assert!(!is_running(pid) || wait_gone(pid, Duration::from_secs(2)));
         assert_eq!(sup.liveness("sleeper"), Liveness::NotStarted);

@@ -183,6 +183,11 @@ fn overridable_defaults(cluster: &ValidatedCluster) -> Vec<(&'static str, String
         // during scaling, so full coverage is never needed for correctness.
         ("cluster-require-full-coverage", "no".into()),
         ("shutdown-timeout", SHUTDOWN_TIMEOUT_SECONDS.to_string()),
+        // Valkey waits 5 s by default before a diskless full sync so that
+        // replicas arriving later share one transfer. The operator attaches a
+        // shard's replicas in one go (milliseconds apart), so 1 s catches them
+        // all and a new or re-created replica is in sync 4 s sooner.
+        ("repl-diskless-sync-delay", "1".into()),
     ]
 }
 

@@ -69,7 +69,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             timeouts: valkey_io::Timeouts::default(),
-            fast_requeue: Duration::from_secs(2),
+            fast_requeue: Duration::from_secs(1),
             slow_requeue: Duration::from_secs(30),
             concurrency: 4,
             namespace: None,
@@ -322,9 +322,9 @@ async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Ac
     result
 }
 
-fn error_policy(_vc: Arc<ValkeyCluster>, _error: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(_vc: Arc<ValkeyCluster>, _error: &Error, _ctx: Arc<Context>) -> Action {
     // Errors are API or network hiccups: retry soon, but not in a tight loop.
-    Action::requeue(ctx.settings.fast_requeue * 3)
+    Action::requeue(Duration::from_secs(5))
 }
 
 use kube::Resource as _;

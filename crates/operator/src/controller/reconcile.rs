@@ -1111,6 +1111,18 @@ async fn remove_members(
     Ok(removed)
 }
 
+/// The role label a member should carry: `primary` for a primary that
+/// serves slots, `replica` for a replica. A fresh node (an empty primary not
+/// yet attached to its shard) keeps the label it has, so selecting
+/// `valkey.rs/role=primary` never finds a node that serves nothing.
+fn role_label(report: &valkey::model::NodeReport) -> Option<&'static str> {
+    match report.role() {
+        Role::Primary if !report.nodes.myself().slots.is_empty() => Some(ROLE_PRIMARY),
+        Role::Primary => None,
+        Role::Replica => Some(ROLE_REPLICA),
+    }
+}
+
 /// Keeps `valkey.rs/role` equal to the live role.
 async fn update_role_labels(
     ctx: &Context,
@@ -1123,9 +1135,8 @@ async fn update_role_labels(
         let Some(report) = report_of(obs, *s, *m) else {
             continue;
         };
-        let want = match report.role() {
-            Role::Primary => ROLE_PRIMARY,
-            Role::Replica => ROLE_REPLICA,
+        let Some(want) = role_label(report) else {
+            continue;
         };
         if PodFacts::of(pod).role_label.as_deref() == Some(want) {
             continue;

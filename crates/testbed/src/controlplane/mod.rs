@@ -324,20 +324,66 @@ impl Starter {
     }
 }
 
-/// Whether the testbed at `dir` is fully running: every component alive and the
-/// apiserver ready.
-pub async fn is_up(dir: &Path) -> bool {
+/// The state and ports of the testbed at `dir` when its core (etcd and a ready
+/// apiserver) is running; the cluster's objects then live on.
+async fn running_core(dir: &Path) -> Option<(TestbedState, Record)> {
     let sup = Supervisor::new(dir);
-    if TestbedState::load(dir).is_err() || !COMPONENTS.iter().all(|c| sup.liveness(c).is_alive()) {
-        return false;
+    let state = TestbedState::load(dir).ok()?;
+    let record = Record::load(dir)?;
+    if ![ETCD, APISERVER].iter().all(|c| sup.liveness(c).is_alive()) {
+        return None;
     }
-    match api::client(&Layout::new(dir).kubeconfig).await {
-        Ok(c) => api::is_ready(&c).await,
-        Err(_) => false,
+    let client = api::client(&Layout::new(dir).kubeconfig).await.ok()?;
+    api::is_ready(&client).await.then_some((state, record))
+}
+
+/// Starts again whichever of the controller-manager, the scheduler and the
+/// agent is not running (they keep no state of their own), and makes sure the
+/// host network is in place. Returns the names restarted.
+fn restart_missing(
+    s: &Starter,
+    state: &TestbedState,
+    record: &Record,
+) -> Result<Vec<&'static str>, ControlPlaneError> {
+    let bins = Binaries::in_cache();
+    hostnet::setup(&state.netns_prefix, &state.host_ip)?;
+    let mut restarted = Vec::new();
+    for name in [CONTROLLER_MANAGER, SCHEDULER, AGENT] {
+        if s.sup.liveness(name).is_alive() {
+            continue;
+        }
+        let (program, args) = match name {
+            CONTROLLER_MANAGER => (
+                bins.kube(name),
+                components::controller_manager_args(&s.layout, &record.ports),
+            ),
+            SCHEDULER => (
+                bins.kube(name),
+                components::scheduler_args(&s.layout, &record.ports),
+            ),
+            _ => (current_exe()?, components::agent_args(&s.layout)),
+        };
+        s.sup.spawn(name, &program, &args)?;
+        restarted.push(name);
     }
+    Ok(restarted)
+}
+
+fn current_exe() -> Result<PathBuf, ControlPlaneError> {
+    std::env::current_exe().map_err(|source| {
+        ControlPlaneError::Process(ProcessError::Spawn {
+            name: AGENT.into(),
+            program: PathBuf::from("testbed"),
+            source,
+        })
+    })
 }
 
 /// Brings the testbed at `dir` up (or finds it up) and returns its kubeconfig.
+///
+/// When etcd and the apiserver of an earlier `up` still run, the cluster is
+/// kept: only a missing controller-manager, scheduler or agent is started
+/// again. Otherwise whatever is left is cleaned up and a fresh cluster starts.
 pub async fn up(dir: &Path, opts: &UpOptions) -> Result<PathBuf, ControlPlaneError> {
     let dir = absolute_dir(dir, true)?;
     let layout = Layout::new(&dir);
@@ -350,8 +396,7 @@ pub async fn up(dir: &Path, opts: &UpOptions) -> Result<PathBuf, ControlPlaneErr
         timeout: opts.timeout,
     };
 
-    if is_up(&dir).await {
-        let state = TestbedState::load(&dir)?;
+    if let Some((state, record)) = running_core(&dir).await {
         let wanted = opts.topology.nodes(state.id)?;
         if wanted != state.nodes {
             eprintln!(
@@ -360,8 +405,19 @@ pub async fn up(dir: &Path, opts: &UpOptions) -> Result<PathBuf, ControlPlaneErr
                 state.nodes.len()
             );
         }
+        let restarted = restart_missing(&starter, &state, &record)?;
+        if !restarted.is_empty() {
+            progress(start, &format!("restarted {}", restarted.join(", ")));
+        }
         wait_for_cluster(&starter, &state).await?;
-        progress(start, "already up");
+        progress(
+            start,
+            if restarted.is_empty() {
+                "already up"
+            } else {
+                "repaired"
+            },
+        );
         return Ok(layout.kubeconfig);
     }
 
@@ -471,13 +527,8 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
         &bins.kube(SCHEDULER),
         &components::scheduler_args(&s.layout, &ports),
     )?;
-    let me = std::env::current_exe().map_err(|source| ProcessError::Spawn {
-        name: AGENT.into(),
-        program: PathBuf::from("testbed"),
-        source,
-    })?;
     s.sup
-        .spawn(AGENT, &me, &components::agent_args(&s.layout))?;
+        .spawn(AGENT, &current_exe()?, &components::agent_args(&s.layout))?;
     api::apply_storage_class(&client).await?;
     progress(s.start, "controller-manager, scheduler and agent started");
 

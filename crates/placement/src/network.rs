@@ -6,7 +6,7 @@
 //!        -> chain domains, coarsest first (Required: cap maxReplicas;
 //!           Preferred: cap maxReplicas at no cost, plus an overflow arc
 //!           costing one excess per member)
-//!        -> pool of each cell below the finest domain (new members)
+//!        -> pool of each atom below the finest domain (new members)
 //!           or straight to a node where a running member stays (one stay reward)
 //! pool   -> node (its new-member nodes)
 //! node   -> sink (cap room, split into arcs of rising balance cost)
@@ -14,9 +14,9 @@
 //!
 //! Two aggregations keep the network small without losing exactness:
 //!
-//! * Pools. Below the finest effective domain no constraint tells nodes apart,
-//!   so all shards share one pool vertex per cell instead of one arc per
-//!   (shard, node). Any split of a pool's flow onto its nodes is valid.
+//! * Pools. Nodes of one atom (see `structure`) are alike for every
+//!   constraint, so all shards share one pool vertex per atom instead of one
+//!   arc per (shard, node). Any split of a pool's flow onto its nodes is valid.
 //! * Shard units. Shards with no member that could stay are interchangeable:
 //!   they form one unit whose capacities are multiplied by their number. The
 //!   unit's flow is dealt to its shards round-robin in depth-first order of the
@@ -25,8 +25,8 @@
 //!   when a Preferred domain overflows every shard is already at its cap, so the
 //!   shards' excesses add up to the unit's: the split is exact.
 //!
-//! Shards fixed by the search ([`Fixed`]) get exact per-cell counts instead of
-//! the chain.
+//! Shards fixed by the search ([`Fixed`]) get at most the given members per
+//! cell instead of the chain, with the bottom constraints below each cell.
 
 use crate::flow::{Cost, Graph, UNBOUNDED};
 use crate::instance::Instance;
@@ -34,7 +34,7 @@ use crate::structure::Structure;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-/// Shards whose members per cell are decided by the search: (cell, members).
+/// Shards whose members per cell are decided by the search: (cell, at most members).
 pub(crate) type Fixed = BTreeMap<u32, Vec<(usize, u32)>>;
 
 /// Members of one shard on one node.
@@ -72,29 +72,100 @@ enum Unit {
     Fixed(u32),
 }
 
-/// Keep arcs of `shard` grouped by cell: (node, members that may stay there).
-fn keeps_by_cell(
+/// Keep arcs of `shard` grouped by atom: (node, members that may stay there).
+fn keeps_by_atom(
     inst: &Instance,
     st: &Structure,
     shard: u32,
 ) -> BTreeMap<usize, Vec<(usize, i64)>> {
     let mut out: BTreeMap<usize, Vec<(usize, i64)>> = BTreeMap::new();
     for (&node, members) in &inst.keeps[shard as usize] {
-        if let Some(cell) = st.cell_of[node] {
+        if let Some(atom) = st.atom_of[node] {
             let k = (members.len() as i64).min(i64::from(inst.nodes[node].room));
-            out.entry(cell).or_default().push((node, k));
+            out.entry(atom).or_default().push((node, k));
         }
     }
     out
 }
 
-/// Solves the flow relaxation for `shards`: chain constraints for free shards,
-/// exact per-cell counts (at most) for fixed ones; constraints outside the
-/// chain are ignored here (the search enforces them).
-pub(crate) fn relax(inst: &Instance, st: &Structure, shards: &[u32], fixed: &Fixed) -> Outcome {
+/// Builds one shard's tree of domain vertices under `root` over `atoms` (in
+/// depth-first order of `levels`), with caps scaled by `mult`, and connects
+/// each atom to its pool and to the nodes where the shard's members may stay.
+#[allow(clippy::too_many_arguments)]
+fn shard_tree(
+    g: &mut Graph,
+    inst: &Instance,
+    st: &Structure,
+    root: usize,
+    levels: &[usize],
+    atoms: &[usize],
+    mult: i64,
+    keeps: &BTreeMap<usize, Vec<(usize, i64)>>,
+    pool_v: &[usize],
+    node_v: &[usize],
+    mut on_leaf: impl FnMut(usize, usize),
+    mut on_keep: impl FnMut(usize, usize),
+) {
+    let mut stack: Vec<(u32, usize)> = Vec::new();
+    for &atom in atoms {
+        let here = keeps.get(&atom);
+        let pool = pool_v[atom];
+        if pool == usize::MAX && here.is_none() {
+            continue;
+        }
+        let labels = &st.atoms[atom].labels;
+        let common = stack
+            .iter()
+            .zip(levels)
+            .take_while(|(have, k)| have.0 == labels[**k])
+            .count();
+        stack.truncate(common);
+        for &k in levels.iter().skip(common) {
+            let parent = stack.last().map_or(root, |x| x.1);
+            let v = g.add_vertex();
+            let c = &inst.constraints[k];
+            g.add_arc(parent, v, i64::from(c.max) * mult, Cost::ZERO);
+            if !c.required() {
+                g.add_arc(parent, v, UNBOUNDED, Cost::EXCESS);
+            }
+            stack.push((labels[k], v));
+        }
+        let leaf = stack.last().map_or(root, |x| x.1);
+        if pool != usize::MAX {
+            on_leaf(atom, g.add_arc(leaf, pool, UNBOUNDED, Cost::ZERO));
+        }
+        for &(node, k) in here.into_iter().flatten() {
+            on_keep(node, g.add_arc(leaf, node_v[node], k, Cost::STAY));
+        }
+    }
+}
+
+/// Solves flow relaxation `chain` of `st` for `shards`: the chain's constraints
+/// for free shards; for fixed ones, at most the given members per cell and the
+/// bottom constraints below it. Constraints outside the chain are ignored here
+/// (the search enforces them). With `limit`, the flow places at most that many
+/// members (the cheapest way to place exactly that many, when it can).
+pub(crate) fn relax(
+    inst: &Instance,
+    st: &Structure,
+    chain: usize,
+    shards: &[u32],
+    fixed: &Fixed,
+    limit: Option<u64>,
+) -> Outcome {
     let mut g = Graph::default();
     let s = g.add_vertex();
     let t = g.add_vertex();
+    // Successive shortest paths reach every flow value at its least cost, so
+    // capping the source gives the cheapest flow of that value.
+    let origin = match limit {
+        Some(l) => {
+            let o = g.add_vertex();
+            g.add_arc(o, s, l as i64, Cost::ZERO);
+            o
+        }
+        None => s,
+    };
     let m = i64::from(inst.members);
 
     let mut node_v = vec![usize::MAX; inst.nodes.len()];
@@ -110,17 +181,17 @@ pub(crate) fn relax(inst: &Instance, st: &Structure, shards: &[u32], fixed: &Fix
             g.add_arc(v, t, i64::from(cap), Cost::balance(i64::from(j)));
         }
     }
-    let mut pool_v = vec![usize::MAX; st.cells.len()];
+    let mut pool_v = vec![usize::MAX; st.atoms.len()];
     let mut pool_arcs: Vec<(usize, usize, usize)> = Vec::new();
-    for (c, cell) in st.cells.iter().enumerate() {
-        if cell.new_nodes.is_empty() {
+    for (a, atom) in st.atoms.iter().enumerate() {
+        if atom.new_nodes.is_empty() {
             continue;
         }
         let p = g.add_vertex();
-        pool_v[c] = p;
-        for &i in &cell.new_nodes {
-            let a = g.add_arc(p, node_v[i], i64::from(inst.nodes[i].room), Cost::ZERO);
-            pool_arcs.push((c, i, a));
+        pool_v[a] = p;
+        for &i in &atom.new_nodes {
+            let arc = g.add_arc(p, node_v[i], i64::from(inst.nodes[i].room), Cost::ZERO);
+            pool_arcs.push((a, i, arc));
         }
     }
 
@@ -139,88 +210,76 @@ pub(crate) fn relax(inst: &Instance, st: &Structure, shards: &[u32], fixed: &Fix
         units.push(Unit::Free(interchangeable));
     }
 
-    // (unit, cell, arc) into a pool, in depth-first order per unit.
+    // (unit, atom, arc) into a pool, in depth-first order per unit.
     let mut leaf_arcs: Vec<(usize, usize, usize)> = Vec::new();
     // (shard, node, arc) where running members stay.
     let mut keep_arcs: Vec<(u32, usize, usize)> = Vec::new();
+    let chain = &st.chains[chain];
     for (ui, unit) in units.iter().enumerate() {
         match unit {
             Unit::Free(list) => {
                 let mult = list.len() as i64;
                 let u = g.add_vertex();
                 g.add_arc(s, u, mult * m, Cost::ZERO);
-                let keep_cells = match list.as_slice() {
-                    [one] => keeps_by_cell(inst, st, *one),
+                let keeps = match list.as_slice() {
+                    [one] => keeps_by_atom(inst, st, *one),
                     _ => BTreeMap::new(),
                 };
-                let mut stack: Vec<(u32, usize)> = Vec::new();
-                for (c, (cell, &pool)) in st.cells.iter().zip(&pool_v).enumerate() {
-                    let keeps = keep_cells.get(&c);
-                    if pool == usize::MAX && keeps.is_none() {
-                        continue;
-                    }
-                    let path = &cell.path;
-                    let common = stack
-                        .iter()
-                        .zip(path)
-                        .take_while(|(have, want)| have.0 == **want)
-                        .count();
-                    stack.truncate(common);
-                    for (level, &label) in path.iter().enumerate().skip(common) {
-                        let parent = stack.last().map_or(u, |x| x.1);
-                        let v = g.add_vertex();
-                        let k = &inst.constraints[st.chain[level]];
-                        g.add_arc(parent, v, i64::from(k.max) * mult, Cost::ZERO);
-                        if !k.required() {
-                            g.add_arc(parent, v, UNBOUNDED, Cost::EXCESS);
-                        }
-                        stack.push((label, v));
-                    }
-                    let leaf = stack.last().map_or(u, |x| x.1);
-                    if pool != usize::MAX {
-                        let a = g.add_arc(leaf, pool, UNBOUNDED, Cost::ZERO);
-                        leaf_arcs.push((ui, c, a));
-                    }
-                    for &(node, k) in keeps.into_iter().flatten() {
-                        let a = g.add_arc(leaf, node_v[node], k, Cost::STAY);
-                        keep_arcs.push((list[0], node, a));
-                    }
-                }
+                shard_tree(
+                    &mut g,
+                    inst,
+                    st,
+                    u,
+                    &chain.constraints,
+                    &chain.atom_order,
+                    mult,
+                    &keeps,
+                    &pool_v,
+                    &node_v,
+                    |atom, arc| leaf_arcs.push((ui, atom, arc)),
+                    |node, arc| keep_arcs.push((list[0], node, arc)),
+                );
             }
             Unit::Fixed(sh) => {
                 let u = g.add_vertex();
                 g.add_arc(s, u, m, Cost::ZERO);
-                let keep_cells = keeps_by_cell(inst, st, *sh);
+                let keeps = keeps_by_atom(inst, st, *sh);
                 for &(c, y) in fixed.get(sh).into_iter().flatten() {
                     if y == 0 {
                         continue;
                     }
                     let v = g.add_vertex();
                     g.add_arc(u, v, i64::from(y), Cost::ZERO);
-                    if pool_v[c] != usize::MAX {
-                        let a = g.add_arc(v, pool_v[c], UNBOUNDED, Cost::ZERO);
-                        leaf_arcs.push((ui, c, a));
-                    }
-                    for &(node, k) in keep_cells.get(&c).into_iter().flatten() {
-                        let a = g.add_arc(v, node_v[node], k, Cost::STAY);
-                        keep_arcs.push((*sh, node, a));
-                    }
+                    shard_tree(
+                        &mut g,
+                        inst,
+                        st,
+                        v,
+                        &chain.bottom,
+                        &st.cells[c].atoms,
+                        1,
+                        &keeps,
+                        &pool_v,
+                        &node_v,
+                        |atom, arc| leaf_arcs.push((ui, atom, arc)),
+                        |node, arc| keep_arcs.push((*sh, node, arc)),
+                    );
                 }
             }
         }
     }
 
-    let (placed, cost) = g.min_cost_max_flow(s, t);
+    let (placed, cost) = g.min_cost_max_flow(origin, t);
 
-    // New members per (cell, shard), dealing interchangeable units round-robin.
+    // New members per (atom, shard), dealing interchangeable units round-robin.
     let mut new_in: BTreeMap<usize, BTreeMap<u32, u32>> = BTreeMap::new();
     let mut dealt = vec![0usize; units.len()];
-    for &(ui, c, a) in &leaf_arcs {
+    for &(ui, atom, a) in &leaf_arcs {
         let f = g.flow(a);
         if f <= 0 {
             continue;
         }
-        let cell = new_in.entry(c).or_default();
+        let cell = new_in.entry(atom).or_default();
         match &units[ui] {
             Unit::Free(list) if list.len() > 1 => {
                 for _ in 0..f {
@@ -277,7 +336,7 @@ pub(crate) fn relax(inst: &Instance, st: &Structure, shards: &[u32], fixed: &Fix
 
 /// Splits one pool's flow onto its nodes: each member goes to the node with the
 /// most quota left that does not hold its shard yet (only nicety; nothing below
-/// a cell constrains), so a shard's members land on distinct nodes when they can.
+/// an atom constrains), so a shard's members land on distinct nodes when they can.
 fn spread_over_nodes(
     demands: &BTreeMap<u32, u32>,
     nodes: Vec<(usize, u32)>,

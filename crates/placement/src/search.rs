@@ -1,5 +1,5 @@
 //! The exact optimum: the flow alone when the effective constraints nest, a
-//! branch and bound over per-shard cell counts when some cross the chain.
+//! branch and bound over per-shard cell counts when some cross.
 //!
 //! The flow relaxation drops the crossing constraints, so its optimum bounds
 //! every placement below a search node. A search node ends when its bound is no
@@ -30,11 +30,11 @@ struct ShardCheck {
     broken: bool,
     /// Preferred excess over every constraint.
     excess: u64,
-    /// A constraint outside the chain is broken or exceeded.
+    /// A crossing constraint outside `chain` is broken or exceeded.
     off_chain: bool,
 }
 
-fn check_shard(inst: &Instance, st: &Structure, slots: &[Slot]) -> ShardCheck {
+fn check_shard(inst: &Instance, st: &Structure, chain: &[usize], slots: &[Slot]) -> ShardCheck {
     let mut out = ShardCheck {
         broken: false,
         excess: 0,
@@ -55,7 +55,7 @@ fn check_shard(inst: &Instance, st: &Structure, slots: &[Slot]) -> ShardCheck {
             } else {
                 out.excess += over;
             }
-            if st.dropped.contains(&c) {
+            if st.crossing.contains(&c) && !chain.contains(&c) {
                 out.off_chain = true;
             }
         }
@@ -79,7 +79,7 @@ pub(crate) fn evaluate(
         let Some(slots) = sol.shards.get(&sh) else {
             continue;
         };
-        let check = check_shard(inst, st, slots);
+        let check = check_shard(inst, st, &[], slots);
         if check.broken {
             return None;
         }
@@ -92,12 +92,13 @@ pub(crate) fn evaluate(
     Some(score)
 }
 
-/// The Preferred excess of per-cell counts.
+/// The Preferred excess of per-cell counts in the constraints a cell decides
+/// (all but the bottom ones).
 fn cell_excess(inst: &Instance, st: &Structure, counts: &[(usize, u32)]) -> u64 {
     let mut total = 0;
     for &c in &st.effective {
         let k = &inst.constraints[c];
-        if k.required() {
+        if k.required() || st.bottom.contains(&c) {
             continue;
         }
         let mut per: BTreeMap<u32, u32> = BTreeMap::new();
@@ -116,62 +117,120 @@ struct Search<'a, 'p> {
     inst: &'a Instance<'p>,
     st: &'a Structure,
     shards: &'a [u32],
-    members: u64,
-    running: u64,
     root: Score,
     best: Option<(Score, Solution)>,
 }
 
 impl Search<'_, '_> {
-    fn bound(&self, o: &Outcome, fixed: &Fixed) -> Score {
+    fn pruned(&self, bound: Score) -> bool {
+        self.best.as_ref().is_some_and(|(b, _)| *b <= bound)
+    }
+
+    /// Every relaxation of the search node `fixed` over `shards`, with their
+    /// bound: the relaxations count disjoint parts of the excess, so for the
+    /// most members any placement can place, their excesses add up (and each
+    /// one's displacement bound holds). `None` as soon as the bound prunes
+    /// the node.
+    fn relax_all(&self, shards: &[u32], fixed: &Fixed) -> Option<(Score, Vec<Outcome>)> {
+        let members = shards.len() as u64 * u64::from(self.inst.members);
+        let running = self.inst.running_count(shards);
         let fixed_excess: u64 = fixed
-            .values()
-            .map(|y| cell_excess(self.inst, self.st, y))
+            .iter()
+            .filter(|(sh, _)| shards.contains(sh))
+            .map(|(_, y)| cell_excess(self.inst, self.st, y))
             .sum();
-        Score {
-            unplaced: self.members - o.placed,
-            excess: o.cost.excess.max(0) as u64 + fixed_excess,
-            displaced: self.running.saturating_sub((-o.cost.stay).max(0) as u64),
+        let score = |o: &Outcome| Score {
+            unplaced: members - o.placed.min(members),
+            excess: o.cost.excess.max(0) as u64,
+            displaced: running.saturating_sub((-o.cost.stay).max(0) as u64),
+        };
+        let mut outcomes: Vec<Outcome> = Vec::new();
+        for c in 0..self.st.chains.len() {
+            let o = relax(self.inst, self.st, c, shards, fixed, None);
+            let b = score(&o);
+            if self.pruned(Score {
+                excess: b.excess + fixed_excess,
+                ..b
+            }) {
+                return None;
+            }
+            outcomes.push(o);
         }
+        // No placement places more than the fewest any relaxation places; a
+        // relaxation that places more is asked for the cheapest flow of that
+        // value instead, so that all bound the same placements.
+        let placed = outcomes.iter().map(|o| o.placed).min().unwrap_or(0);
+        for (c, o) in outcomes.iter_mut().enumerate() {
+            if o.placed > placed {
+                *o = relax(self.inst, self.st, c, shards, fixed, Some(placed));
+            }
+        }
+        let each: Vec<Score> = outcomes.iter().map(score).collect();
+        let bound = Score {
+            unplaced: members - placed.min(members),
+            excess: fixed_excess + each.iter().map(|b| b.excess).sum::<u64>(),
+            displaced: each.iter().map(|b| b.displaced).max().unwrap_or(0),
+        };
+        if self.pruned(bound) {
+            return None;
+        }
+        Some((bound, outcomes))
     }
 
     fn done(&self) -> bool {
         self.best.as_ref().is_some_and(|(b, _)| *b <= self.root)
     }
 
-    fn explore(&mut self, fixed: &mut Fixed, outcome: Outcome) {
-        let bound = self.bound(&outcome, fixed);
-        if self.best.as_ref().is_some_and(|(b, _)| *b <= bound) {
+    fn explore(&mut self, fixed: &mut Fixed, bound: Score, outcomes: Vec<Outcome>) {
+        for o in &outcomes {
+            if let Some(score) = evaluate(self.inst, self.st, &o.solution, self.shards)
+                && self.best.as_ref().is_none_or(|(b, _)| score < *b)
+            {
+                self.best = Some((score, o.solution.clone()));
+            }
+        }
+        if self.pruned(bound) {
             return;
         }
-        if let Some(score) = evaluate(self.inst, self.st, &outcome.solution, self.shards) {
-            if self.best.as_ref().is_none_or(|(b, _)| score < *b) {
-                self.best = Some((score, outcome.solution.clone()));
-            }
-            if score <= bound {
-                return;
-            }
-        }
-        let Some(shard) = self.shards.iter().copied().find(|sh| {
-            !fixed.contains_key(sh)
-                && outcome
-                    .solution
-                    .shards
-                    .get(sh)
-                    .is_some_and(|slots| check_shard(self.inst, self.st, slots).off_chain)
-        }) else {
+        let branch = outcomes.iter().enumerate().find_map(|(c, o)| {
+            let chain = &self.st.chains[c].constraints;
+            self.shards.iter().copied().find_map(|sh| {
+                let slots = o.solution.shards.get(&sh)?;
+                let off = !fixed.contains_key(&sh)
+                    && check_shard(self.inst, self.st, chain, slots).off_chain;
+                off.then(|| (sh, slots.clone()))
+            })
+        });
+        let Some((shard, current)) = branch else {
             return;
         };
-        let current = outcome
-            .solution
+        // A cheap bound per child: the shard's own members and excess plus the
+        // bound of the other shards planned as if this one took no room.
+        let others: Vec<u32> = self
             .shards
-            .get(&shard)
-            .cloned()
-            .unwrap_or_default();
+            .iter()
+            .copied()
+            .filter(|&s| s != shard)
+            .collect();
+        let Some((rest, _)) = self.relax_all(&others, fixed) else {
+            // Even without this shard nothing beats the best: neither can it.
+            return;
+        };
+        let m = u64::from(self.inst.members);
         for y in self.configs(shard, &current) {
+            let own: u64 = y.iter().map(|p| u64::from(p.1)).sum();
+            let quick = Score {
+                unplaced: rest.unplaced + (m - own.min(m)),
+                excess: rest.excess + cell_excess(self.inst, self.st, &y),
+                displaced: rest.displaced,
+            };
+            if self.pruned(quick) {
+                continue;
+            }
             fixed.insert(shard, y);
-            let child = relax(self.inst, self.st, self.shards, fixed);
-            self.explore(fixed, child);
+            if let Some((b, children)) = self.relax_all(self.shards, fixed) {
+                self.explore(fixed, b, children);
+            }
             fixed.remove(&shard);
             if self.done() {
                 return;
@@ -188,12 +247,12 @@ impl Search<'_, '_> {
         let keeps = &inst.keeps[shard as usize];
         let mut capacity: Vec<(usize, u32)> = Vec::new();
         for (c, cell) in st.cells.iter().enumerate() {
-            let mut cap: u64 = cell.new_room;
+            let mut cap: u64 = 0;
             for &node in &cell.nodes {
                 let n = &inst.nodes[node];
-                if !n.new
-                    && let Some(members) = keeps.get(&node)
-                {
+                if n.new {
+                    cap += u64::from(n.room);
+                } else if let Some(members) = keeps.get(&node) {
                     cap += (members.len() as u64).min(u64::from(n.room));
                 }
             }
@@ -206,7 +265,7 @@ impl Search<'_, '_> {
             .effective
             .iter()
             .copied()
-            .filter(|&c| inst.constraints[c].required())
+            .filter(|&c| inst.constraints[c].required() && !st.bottom.contains(&c))
             .collect();
         let mut counts: Vec<Vec<u32>> = required
             .iter()
@@ -307,20 +366,19 @@ fn enumerate(
 /// [`Score`]; ties broken by the flow's load balance).
 pub(crate) fn solve(inst: &Instance, st: &Structure, shards: &[u32]) -> Solution {
     let mut fixed = Fixed::new();
-    let root = relax(inst, st, shards, &fixed);
-    if st.dropped.is_empty() {
-        return root.solution;
+    if st.nested() {
+        return relax(inst, st, 0, shards, &fixed, None).solution;
     }
     let mut search = Search {
         inst,
         st,
         shards,
-        members: shards.len() as u64 * u64::from(inst.members),
-        running: inst.running_count(shards),
         root: Score::default(),
         best: None,
     };
-    search.root = search.bound(&root, &fixed);
-    search.explore(&mut fixed, root);
+    if let Some((bound, roots)) = search.relax_all(shards, &fixed) {
+        search.root = bound;
+        search.explore(&mut fixed, bound, roots);
+    }
     search.best.map(|(_, s)| s).unwrap_or_default()
 }

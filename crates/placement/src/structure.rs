@@ -1,42 +1,80 @@
 //! The shape of the constraints over the nodes that can hold a member: which
-//! constraints can ever bind, which of them nest (and so fit one flow network),
-//! and the cells, the groups of nodes no constraint tells apart.
+//! constraints can ever bind, which of them nest, and the groups of nodes that
+//! no constraint (or no search decision) tells apart.
 //!
 //! A constraint cannot bind when its maxReplicas is at least the shard size, or
 //! when each of its domains lies inside a domain of a Required constraint with a
 //! maxReplicas no larger (node Required 1 under zone Required 1). Dropping those
 //! is what lets region > zone > node collapse to a small network.
+//!
+//! The effective constraints then split three ways:
+//!
+//! * crossing: nests with not every other one (zone and a rack that spans
+//!   zones); only the search can enforce these together;
+//! * bottom: nests with all and refines every crossing one (the node);
+//! * top: nests with all and is coarser than some crossing one (a region that
+//!   holds whole zones and racks).
+//!
+//! Every relaxation's chain is top + bottom + a nesting subset of the crossing
+//! ones (see [`Chain`] for how they share the Preferred ones). The search decides a shard's members per *cell* (nodes alike in top
+//! and crossing constraints); the bottom constraints stay in the flow below the
+//! cell. Pools sit at *atoms* (nodes alike in every effective constraint).
 
 use crate::instance::Instance;
 use std::collections::BTreeMap;
 
-/// A group of usable nodes that share the domain of every effective constraint.
+/// A group of usable nodes that share the domain of every top and crossing
+/// constraint: the unit of the search's decisions.
 #[derive(Debug, Clone)]
 pub(crate) struct Cell {
-    /// Domain labels of the chain constraints, coarsest first.
-    pub path: Vec<u32>,
-    /// Domain label per constraint index (meaningful for effective constraints).
+    /// Domain label per constraint index (meaningful for top and crossing ones).
     pub labels: Vec<u32>,
     pub nodes: Vec<usize>,
-    /// The nodes that can take new members.
+    /// The cell's atoms, sorted by their bottom constraints' labels.
+    pub atoms: Vec<usize>,
+}
+
+/// A group of usable nodes that share the domain of every effective constraint.
+#[derive(Debug, Clone)]
+pub(crate) struct Atom {
+    /// Domain label per constraint index (meaningful for effective ones).
+    pub labels: Vec<u32>,
+    /// The nodes that can take new members (with room).
     pub new_nodes: Vec<usize>,
-    /// Room on `new_nodes`.
-    pub new_room: u64,
+}
+
+/// One flow relaxation: a nesting set of effective constraints and the atoms
+/// in depth-first order of its domains.
+///
+/// Each Preferred constraint is counted by exactly one relaxation (the top and
+/// bottom ones by the first), so the relaxations' excesses add up to a bound
+/// on the total excess; a relaxation leaves out the Preferred constraints it
+/// does not count.
+#[derive(Debug, Clone)]
+pub(crate) struct Chain {
+    /// Coarsest first.
+    pub constraints: Vec<usize>,
+    /// The bottom constraints it counts, coarsest first (for fixed shards).
+    pub bottom: Vec<usize>,
+    pub atom_order: Vec<usize>,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct Structure {
     /// Per node: it has room and can take a new member or keep a running one.
     pub usable: Vec<bool>,
-    /// Constraint indices that can bind.
+    /// Constraint indices that can bind, ascending.
     pub effective: Vec<usize>,
-    /// Effective constraints that nest, coarsest first.
-    pub chain: Vec<usize>,
-    /// Effective constraints that cross the chain (solved by search).
-    pub dropped: Vec<usize>,
-    /// Sorted by (path, other labels): a depth-first order of the chain's domains.
+    /// Effective constraints that do not nest with all others, ascending.
+    pub crossing: Vec<usize>,
+    /// Effective constraints below every crossing one, coarsest first.
+    pub bottom: Vec<usize>,
+    /// Relaxations; exactly one when nothing crosses (then the flow is exact).
+    pub chains: Vec<Chain>,
     pub cells: Vec<Cell>,
+    pub atoms: Vec<Atom>,
     pub cell_of: Vec<Option<usize>>,
+    pub atom_of: Vec<Option<usize>>,
     /// Per constraint: how many domains the usable nodes form.
     pub domain_count: Vec<usize>,
 }
@@ -52,9 +90,10 @@ impl Structure {
         }
         let nodes: Vec<usize> = (0..n).filter(|&i| usable[i]).collect();
         let c_count = inst.constraints.len();
+        let label = |i: usize, c: usize| inst.nodes[i].labels[c];
         let domain_count: Vec<usize> = (0..c_count)
             .map(|c| {
-                let mut labels: Vec<u32> = nodes.iter().map(|&i| inst.nodes[i].labels[c]).collect();
+                let mut labels: Vec<u32> = nodes.iter().map(|&i| label(i, c)).collect();
                 labels.sort_unstable();
                 labels.dedup();
                 labels.len()
@@ -64,14 +103,14 @@ impl Structure {
         let refines = |a: usize, b: usize| {
             let mut map = vec![u32::MAX; inst.constraints[a].values.len() + 1];
             nodes.iter().all(|&i| {
-                let (la, lb) = (inst.nodes[i].labels[a], inst.nodes[i].labels[b]);
-                let slot = &mut map[la as usize];
+                let slot = &mut map[label(i, a) as usize];
                 if *slot == u32::MAX {
-                    *slot = lb;
+                    *slot = label(i, b);
                 }
-                *slot == lb
+                *slot == label(i, b)
             })
         };
+        let nests = |a: usize, b: usize| refines(a, b) || refines(b, a);
         let m = inst.members;
         let c = &inst.constraints;
         let mut candidates: Vec<usize> = (0..c_count).filter(|&i| c[i].max < m).collect();
@@ -85,61 +124,155 @@ impl Structure {
                 effective.push(i);
             }
         }
-        let mut order = effective.clone();
+        effective.sort_unstable();
+        let coarse_first = |v: &mut Vec<usize>| {
+            v.sort_by_key(|&i| (domain_count[i], !c[i].required(), i));
+        };
+
+        let crossing: Vec<usize> = effective
+            .iter()
+            .copied()
+            .filter(|&a| effective.iter().any(|&b| !nests(a, b)))
+            .collect();
+        let universal: Vec<usize> = effective
+            .iter()
+            .copied()
+            .filter(|a| !crossing.contains(a))
+            .collect();
+        let mut bottom: Vec<usize> = universal
+            .iter()
+            .copied()
+            .filter(|&a| crossing.iter().all(|&x| refines(a, x)))
+            .collect();
+        coarse_first(&mut bottom);
+        let top: Vec<usize> = universal
+            .iter()
+            .copied()
+            .filter(|a| !bottom.contains(a))
+            .collect();
+
+        // Relaxations: each crossing constraint in turn starts a nesting subset
+        // (Required ones first, so the first relaxation keeps the hard rules).
+        let mut order = crossing.clone();
         order.sort_by_key(|&i| (!c[i].required(), domain_count[i], i));
-        let mut chain: Vec<usize> = Vec::new();
-        let mut dropped: Vec<usize> = Vec::new();
-        for i in order {
-            if chain.iter().all(|&a| refines(a, i) || refines(i, a)) {
-                chain.push(i);
-            } else {
-                dropped.push(i);
+        let mut subsets: Vec<Vec<usize>> = Vec::new();
+        for &start in &order {
+            let mut chosen = vec![start];
+            for &x in &order {
+                if x != start && chosen.iter().all(|&y| nests(x, y)) {
+                    chosen.push(x);
+                }
+            }
+            chosen.sort_unstable();
+            if !subsets.contains(&chosen) {
+                subsets.push(chosen);
             }
         }
-        chain.sort_by_key(|&i| (domain_count[i], !c[i].required(), i));
-        dropped.sort_unstable();
-        effective.sort_unstable();
+        if subsets.is_empty() {
+            subsets.push(Vec::new());
+        }
 
-        let mut groups: BTreeMap<(Vec<u32>, Vec<u32>), Vec<usize>> = BTreeMap::new();
+        // Cells: alike in top and crossing constraints; atoms: alike in all.
+        let cell_keys: Vec<usize> = top.iter().chain(&crossing).copied().collect();
+        let mut groups: BTreeMap<Vec<u32>, BTreeMap<Vec<u32>, Vec<usize>>> = BTreeMap::new();
         for &i in &nodes {
-            let labels = &inst.nodes[i].labels;
-            let path: Vec<u32> = chain.iter().map(|&k| labels[k]).collect();
-            let rest: Vec<u32> = dropped.iter().map(|&k| labels[k]).collect();
-            groups.entry((path, rest)).or_default().push(i);
+            let key: Vec<u32> = cell_keys.iter().map(|&k| label(i, k)).collect();
+            let below: Vec<u32> = bottom.iter().map(|&k| label(i, k)).collect();
+            groups
+                .entry(key)
+                .or_default()
+                .entry(below)
+                .or_default()
+                .push(i);
         }
         let mut cell_of = vec![None; n];
-        let cells: Vec<Cell> = groups
+        let mut atom_of = vec![None; n];
+        let mut cells = Vec::new();
+        let mut atoms = Vec::new();
+        for (cell_id, (_, parts)) in groups.into_iter().enumerate() {
+            let mut cell = Cell {
+                labels: Vec::new(),
+                nodes: Vec::new(),
+                atoms: Vec::new(),
+            };
+            for (_, members) in parts {
+                let atom_id = atoms.len();
+                for &i in &members {
+                    cell_of[i] = Some(cell_id);
+                    atom_of[i] = Some(atom_id);
+                }
+                atoms.push(Atom {
+                    labels: inst.nodes[members[0]].labels.clone(),
+                    new_nodes: members
+                        .iter()
+                        .copied()
+                        .filter(|&i| inst.nodes[i].new && inst.nodes[i].room > 0)
+                        .collect(),
+                });
+                cell.labels = inst.nodes[members[0]].labels.clone();
+                cell.atoms.push(atom_id);
+                cell.nodes.extend(members);
+            }
+            cells.push(cell);
+        }
+
+        let mut counted: Vec<bool> = vec![false; c_count];
+        let chains = subsets
             .into_iter()
             .enumerate()
-            .map(|(id, ((path, _), members))| {
-                for &i in &members {
-                    cell_of[i] = Some(id);
+            .map(|(i, subset)| {
+                // Required constraints always; a Preferred one in the first
+                // relaxation that has it (top and bottom ones: the first).
+                let mut keep = |k: usize| {
+                    if c[k].required() {
+                        return true;
+                    }
+                    let take = !counted[k] && (i == 0 || subset.contains(&k));
+                    counted[k] |= take;
+                    take
+                };
+                let mut constraints: Vec<usize> = Vec::new();
+                let mut below: Vec<usize> = Vec::new();
+                for &k in top.iter().chain(&subset) {
+                    if keep(k) {
+                        constraints.push(k);
+                    }
                 }
-                let new_nodes: Vec<usize> = members
-                    .iter()
-                    .copied()
-                    .filter(|&i| inst.nodes[i].new && inst.nodes[i].room > 0)
-                    .collect();
-                Cell {
-                    path,
-                    labels: inst.nodes[members[0]].labels.clone(),
-                    new_room: new_nodes
-                        .iter()
-                        .map(|&i| u64::from(inst.nodes[i].room))
-                        .sum(),
-                    new_nodes,
-                    nodes: members,
+                for &k in &bottom {
+                    if keep(k) {
+                        constraints.push(k);
+                        below.push(k);
+                    }
+                }
+                coarse_first(&mut constraints);
+                let mut atom_order: Vec<usize> = (0..atoms.len()).collect();
+                atom_order.sort_by_key(|&a| {
+                    let path: Vec<u32> = constraints.iter().map(|&k| atoms[a].labels[k]).collect();
+                    (path, a)
+                });
+                Chain {
+                    constraints,
+                    bottom: below,
+                    atom_order,
                 }
             })
             .collect();
         Structure {
             usable,
             effective,
-            chain,
-            dropped,
+            crossing,
+            bottom,
+            chains,
             cells,
+            atoms,
             cell_of,
+            atom_of,
             domain_count,
         }
+    }
+
+    /// Whether the flow alone is exact (every effective constraint nests).
+    pub fn nested(&self) -> bool {
+        self.crossing.is_empty()
     }
 }

@@ -111,10 +111,8 @@ pub fn shard_nodes(plan: &Plan, shard: u32) -> Vec<&str> {
 // the planner (only the model types and `resolve_key`).
 
 fn tol_matches(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(e) = t.effect {
-        if e != taint.effect {
-            return false;
-        }
+    if t.effect.is_some_and(|e| e != taint.effect) {
+        return false;
     }
     let key = t.key.clone().unwrap_or_default();
     if !key.is_empty() && key != taint.key {
@@ -140,25 +138,20 @@ pub fn reference_nodes(p: &Problem) -> Vec<(u64, bool, bool)> {
         .iter()
         .map(|n| {
             let mut room = n.allocatable.pods.saturating_sub(n.used_by_others.pods);
-            if let Some(c) = p.request.cpu_millis {
-                if c > 0 {
-                    room = room.min(
-                        n.allocatable
-                            .cpu_millis
-                            .saturating_sub(n.used_by_others.cpu_millis)
-                            / c,
-                    );
-                }
+            let free_cpu = n
+                .allocatable
+                .cpu_millis
+                .saturating_sub(n.used_by_others.cpu_millis);
+            let free_mem = n
+                .allocatable
+                .memory_bytes
+                .saturating_sub(n.used_by_others.memory_bytes);
+            // A request of 0 (or none) does not limit.
+            if let Some(r) = p.request.cpu_millis.and_then(|c| free_cpu.checked_div(c)) {
+                room = room.min(r);
             }
-            if let Some(m) = p.request.memory_bytes {
-                if m > 0 {
-                    room = room.min(
-                        n.allocatable
-                            .memory_bytes
-                            .saturating_sub(n.used_by_others.memory_bytes)
-                            / m,
-                    );
-                }
+            if let Some(r) = p.request.memory_bytes.and_then(|m| free_mem.checked_div(m)) {
+                room = room.min(r);
             }
             let tolerated = |t: &Taint| p.tolerations.iter().any(|x| tol_matches(x, t));
             let selector = p

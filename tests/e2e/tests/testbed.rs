@@ -424,6 +424,22 @@ fn up_gives_nine_ready_labelled_nodes_on_the_pinned_release(
         tb.pid_of("kube-apiserver") == apiserver && tb.pid_of("agent") == agent,
         "second up restarted components"
     );
+    // A dead scheduler is started again by `up`; the cluster is kept.
+    let scheduler = tb.pid_of("kube-scheduler").context("scheduler pid")?;
+    Command::new("kill").arg(scheduler.to_string()).status()?;
+    wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        Ok(!running(scheduler))
+    })?;
+    tb.ok(&["up"])?;
+    let new_scheduler = tb.pid_of("kube-scheduler");
+    ensure!(
+        new_scheduler.is_some_and(|p| p != scheduler && running(p)),
+        "up did not restart the killed scheduler"
+    );
+    ensure!(
+        tb.pid_of("kube-apiserver") == apiserver,
+        "repairing the scheduler restarted the apiserver"
+    );
 
     let version: Value = serde_json::from_str(&tb.kubectl(&["version", "-o", "json"])?)?;
     ensure!(

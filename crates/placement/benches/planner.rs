@@ -174,8 +174,24 @@ fn summary() {
                         .any(|r| r.shard == m.shard && r.member == m.member && r.node == m.node)
                 })
                 .count();
+        let mut per_zone: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+        let mut per_node: BTreeMap<&str, u32> = BTreeMap::new();
+        for m in &plan.members {
+            let node = p.nodes.iter().find(|n| n.name == m.node).unwrap();
+            let zone = per_zone.entry(node.labels[ZONE_KEY].as_str()).or_default();
+            zone.0 += 1;
+            zone.1 += u32::from(m.primary);
+            *per_node.entry(m.node.as_str()).or_default() += 1;
+        }
+        let span = |v: Vec<u32>| {
+            format!(
+                "{}..{}",
+                v.iter().min().unwrap_or(&0),
+                v.iter().max().unwrap_or(&0)
+            )
+        };
         println!(
-            "  {name:<22} {:>10.3} ms  nodes {:>4}  members {:>5}  placed {:>5}  unplaced {:>4}  excess {:>4}  displaced {:>4}  moved {:>4}",
+            "  {name:<22} {:>10.3} ms  nodes {:>4}  members {:>5}  placed {:>5}  unplaced {:>4}  excess {:>4}  displaced {:>4}  moved {:>4}  per zone {}  primaries per zone {}  per node {}",
             times[times.len() / 2].as_secs_f64() * 1000.0,
             p.nodes.len(),
             p.shards * (p.replicas + 1),
@@ -184,6 +200,9 @@ fn summary() {
             excess,
             displaced,
             moved,
+            span(per_zone.values().map(|z| z.0).collect()),
+            span(per_zone.values().map(|z| z.1).collect()),
+            span(per_node.values().copied().collect()),
         );
     }
 }

@@ -8,7 +8,7 @@
 //! fewest primaries so far, widest key first, so that losing one region, zone
 //! or node costs as few primaries as possible.
 
-use crate::explain::explain;
+use crate::explain::Explainer;
 use crate::instance::{Instance, RunningAt};
 use crate::model::{Mode, PlacedMember, Plan, UnplacedMember, Violation};
 use crate::network::Solution;
@@ -139,10 +139,11 @@ pub(crate) fn build_plan(inst: &Instance, st: &Structure, node_of: &Placement) -
     let mut members = Vec::new();
     let mut unplaced = Vec::new();
     let mut violations = Vec::new();
+    let mut explainer = Explainer::new(inst, st);
     for (s, placed) in node_of.iter().enumerate() {
         let shard = s as u32;
         let missing = placed.iter().filter(|n| n.is_none()).count();
-        let reason = (missing > 0).then(|| explain(inst, st, shard));
+        let reason = (missing > 0).then(|| explainer.explain(shard));
         for (i, at) in placed.iter().enumerate() {
             let member = i as u32;
             match at {

@@ -38,71 +38,103 @@ fn summary(inst: &Instance, eligible: &[usize]) -> String {
     format!("{total} {noun}: {}", parts.join(", "))
 }
 
-/// Why `shard` cannot place all its members.
-pub(crate) fn explain(inst: &Instance, st: &Structure, shard: u32) -> String {
-    let m = inst.members;
-    let ok = eligible(inst, shard);
-    let sum = summary(inst, &ok);
-    if ok.is_empty() {
-        return format!("shard {shard} has no eligible node ({sum})");
-    }
-    let room = |i: usize| u64::from(inst.nodes[i].room).min(u64::from(m));
-    for (c, k) in inst.constraints.iter().enumerate() {
-        if !k.required() || k.max >= m {
-            continue;
-        }
-        let mut per: BTreeMap<u32, u64> = BTreeMap::new();
-        for &i in &ok {
-            *per.entry(inst.nodes[i].labels[c]).or_default() += room(i);
-        }
-        let most: u64 = per.values().map(|&r| r.min(u64::from(k.max))).sum();
-        if most < u64::from(m) {
-            let needed = m.div_ceil(k.max);
-            let have = per.len();
-            return if (have as u64) < u64::from(needed) {
-                format!(
-                    "shard {shard} needs {needed} domains of {} (Required, maxReplicas {}) but only {have} have eligible nodes with room ({sum})",
-                    k.key, k.max
-                )
-            } else {
-                format!(
-                    "shard {shard} can place only {most} of its {m} members under {} (Required, maxReplicas {}): its {have} domains with eligible nodes have too little room ({sum})",
-                    k.key, k.max
-                )
-            };
+/// Explains unplaced members, remembering what it solved: shards with nothing
+/// running are alike, so one of them answers for all.
+pub(crate) struct Explainer<'a, 'p> {
+    inst: &'a Instance<'p>,
+    st: &'a Structure,
+    fresh_alone: Option<u32>,
+}
+
+impl<'a, 'p> Explainer<'a, 'p> {
+    pub fn new(inst: &'a Instance<'p>, st: &'a Structure) -> Self {
+        Explainer {
+            inst,
+            st,
+            fresh_alone: None,
         }
     }
-    let total: u64 = ok.iter().map(|&i| room(i)).sum();
-    if total < u64::from(m) {
-        return format!(
-            "shard {shard}: the eligible nodes have room for only {total} of its {m} members ({sum})"
-        );
+
+    /// The most members `shard` could place if it were alone.
+    fn alone(&mut self, shard: u32) -> u32 {
+        let fresh = self.inst.keeps[shard as usize].is_empty();
+        if fresh && let Some(n) = self.fresh_alone {
+            return n;
+        }
+        let n = solve(self.inst, self.st, &[shard])
+            .shards
+            .get(&shard)
+            .map_or(0, |slots| slots.iter().map(|s| s.keep + s.new).sum());
+        if fresh {
+            self.fresh_alone = Some(n);
+        }
+        n
     }
-    let binding: Vec<String> = inst
-        .constraints
-        .iter()
-        .filter(|k| k.required() && k.max < m)
-        .map(|k| format!("{} maxReplicas {}", k.key, k.max))
-        .collect();
-    let alone: u32 = solve(inst, st, &[shard])
-        .shards
-        .get(&shard)
-        .map_or(0, |slots| slots.iter().map(|s| s.keep + s.new).sum());
-    if alone < m {
-        return format!(
-            "shard {shard}: its Required constraints ({}) together allow only {alone} of its {m} members on the eligible nodes ({sum})",
-            binding.join(", ")
-        );
-    }
-    let within = if binding.is_empty() {
-        String::new()
-    } else {
+
+    /// Why `shard` cannot place all its members.
+    pub fn explain(&mut self, shard: u32) -> String {
+        let inst = self.inst;
+        let m = inst.members;
+        let ok = eligible(inst, shard);
+        let sum = summary(inst, &ok);
+        if ok.is_empty() {
+            return format!("shard {shard} has no eligible node ({sum})");
+        }
+        let room = |i: usize| u64::from(inst.nodes[i].room).min(u64::from(m));
+        for (c, k) in inst.constraints.iter().enumerate() {
+            if !k.required() || k.max >= m {
+                continue;
+            }
+            let mut per: BTreeMap<u32, u64> = BTreeMap::new();
+            for &i in &ok {
+                *per.entry(inst.nodes[i].labels[c]).or_default() += room(i);
+            }
+            let most: u64 = per.values().map(|&r| r.min(u64::from(k.max))).sum();
+            if most < u64::from(m) {
+                let needed = m.div_ceil(k.max);
+                let have = per.len();
+                return if (have as u64) < u64::from(needed) {
+                    format!(
+                        "shard {shard} needs {needed} domains of {} (Required, maxReplicas {}) but only {have} have eligible nodes with room ({sum})",
+                        k.key, k.max
+                    )
+                } else {
+                    format!(
+                        "shard {shard} can place only {most} of its {m} members under {} (Required, maxReplicas {}): its {have} domains with eligible nodes have too little room ({sum})",
+                        k.key, k.max
+                    )
+                };
+            }
+        }
+        let total: u64 = ok.iter().map(|&i| room(i)).sum();
+        if total < u64::from(m) {
+            return format!(
+                "shard {shard}: the eligible nodes have room for only {total} of its {m} members ({sum})"
+            );
+        }
+        let binding: Vec<String> = inst
+            .constraints
+            .iter()
+            .filter(|k| k.required() && k.max < m)
+            .map(|k| format!("{} maxReplicas {}", k.key, k.max))
+            .collect();
+        let alone = self.alone(shard);
+        if alone < m {
+            return format!(
+                "shard {shard}: its Required constraints ({}) together allow only {alone} of its {m} members on the eligible nodes ({sum})",
+                binding.join(", ")
+            );
+        }
+        let within = if binding.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " where its Required constraints allow ({})",
+                binding.join(", ")
+            )
+        };
         format!(
-            " where its Required constraints allow ({})",
-            binding.join(", ")
+            "shard {shard}: not enough room: other members of this cluster fill the eligible nodes{within} ({sum})"
         )
-    };
-    format!(
-        "shard {shard}: not enough room: other members of this cluster fill the eligible nodes{within} ({sum})"
-    )
+    }
 }

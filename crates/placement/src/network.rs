@@ -65,6 +65,14 @@ pub(crate) struct Outcome {
 /// from this many on, one more costs the same (a tie-breaker need not be finer).
 const BALANCE_STEPS: u32 = 16;
 
+/// Balance weight of one more member on a node, against one more step of an
+/// atom's fill: spreading over nodes comes first, over atoms (zones) second.
+const NODE_BALANCE: i64 = 64;
+
+/// An atom's new-member room is cut into this many steps of rising balance
+/// cost, so that equal node loads are spread over zones in proportion to room.
+const ATOM_STEPS: u64 = 16;
+
 enum Unit {
     /// Shards planned through the chain; more than one only when none has a
     /// member that could stay.
@@ -106,13 +114,15 @@ fn shard_tree(
     mut on_leaf: impl FnMut(usize, usize),
     mut on_keep: impl FnMut(usize, usize),
 ) {
+    let used: Vec<usize> = atoms
+        .iter()
+        .copied()
+        .filter(|&a| pool_v[a] != usize::MAX || keeps.contains_key(&a))
+        .collect();
     let mut stack: Vec<(u32, usize)> = Vec::new();
-    for &atom in atoms {
+    for (i, &atom) in used.iter().enumerate() {
         let here = keeps.get(&atom);
         let pool = pool_v[atom];
-        if pool == usize::MAX && here.is_none() {
-            continue;
-        }
         let labels = &st.atoms[atom].labels;
         let common = stack
             .iter()
@@ -120,7 +130,23 @@ fn shard_tree(
             .take_while(|(have, k)| have.0 == labels[**k])
             .count();
         stack.truncate(common);
-        for &k in levels.iter().skip(common) {
+        // An atom alone in its finest domain, with nothing staying, needs no
+        // vertex of its own: the finest cap goes straight onto the pool arc
+        // (this keeps node-level constraints at one arc per shard and node).
+        let last = levels.last().copied();
+        let alone = last.is_some_and(|k| {
+            common < levels.len()
+                && used
+                    .get(i + 1)
+                    .is_none_or(|&next| st.atoms[next].labels[k] != labels[k])
+        });
+        let direct = alone && here.is_none() && pool != usize::MAX;
+        let upto = if direct {
+            levels.len() - 1
+        } else {
+            levels.len()
+        };
+        for &k in levels.iter().take(upto).skip(common) {
             let parent = stack.last().map_or(root, |x| x.1);
             let v = g.add_vertex();
             let c = &inst.constraints[k];
@@ -129,6 +155,18 @@ fn shard_tree(
                 g.add_arc(parent, v, UNBOUNDED, Cost::EXCESS);
             }
             stack.push((labels[k], v));
+        }
+        if direct && let Some(k) = last {
+            let parent = stack.last().map_or(root, |x| x.1);
+            let c = &inst.constraints[k];
+            on_leaf(
+                atom,
+                g.add_arc(parent, pool, i64::from(c.max) * mult, Cost::ZERO),
+            );
+            if !c.required() {
+                on_leaf(atom, g.add_arc(parent, pool, UNBOUNDED, Cost::EXCESS));
+            }
+            continue;
         }
         let leaf = stack.last().map_or(root, |x| x.1);
         if pool != usize::MAX {
@@ -178,7 +216,12 @@ pub(crate) fn relax(
         let steps = node.room.min(BALANCE_STEPS);
         for j in 0..steps {
             let cap = if j + 1 == steps { node.room - j } else { 1 };
-            g.add_arc(v, t, i64::from(cap), Cost::balance(i64::from(j)));
+            g.add_arc(
+                v,
+                t,
+                i64::from(cap),
+                Cost::balance(i64::from(j) * NODE_BALANCE),
+            );
         }
     }
     let mut pool_v = vec![usize::MAX; st.atoms.len()];
@@ -187,8 +230,24 @@ pub(crate) fn relax(
         if atom.new_nodes.is_empty() {
             continue;
         }
+        // Leaves feed `entry`; `entry -> p` carries the atom's fill cost.
+        let entry = g.add_vertex();
         let p = g.add_vertex();
-        pool_v[a] = p;
+        pool_v[a] = entry;
+        let room: u64 = atom
+            .new_nodes
+            .iter()
+            .map(|&i| u64::from(inst.nodes[i].room))
+            .sum();
+        let step = room.div_ceil(ATOM_STEPS).max(1);
+        let mut left = room;
+        let mut k = 0;
+        while left > 0 {
+            let cap = step.min(left);
+            g.add_arc(entry, p, cap as i64, Cost::balance(k));
+            left -= cap;
+            k += 1;
+        }
         for &i in &atom.new_nodes {
             let arc = g.add_arc(p, node_v[i], i64::from(inst.nodes[i].room), Cost::ZERO);
             pool_arcs.push((a, i, arc));

@@ -228,6 +228,20 @@ proptest! {
         prop_assert_eq!(got, want, "plan:\n{}", render_text(&p, &plan));
     }
 
+    /// Larger problems (up to 3 shards of 3 members on 8 nodes) against the
+    /// per-shard-counts reference, which also cross-checks the two references.
+    #[test]
+    fn plan_matches_the_counting_reference_on_larger_problems(p in small_problem(9, 8, 0.3)) {
+        let plan = plan(&p).unwrap();
+        let got = check_plan(&p, &plan);
+        let want = brute_force_by_counts(&p);
+        prop_assert_eq!(got, want, "plan:\n{}", render_text(&p, &plan));
+        let members = p.shards * (p.replicas + 1);
+        if members <= 4 {
+            prop_assert_eq!(want, brute_force(&p));
+        }
+    }
+
     /// Every member appears exactly once, no room is exceeded, no Required
     /// constraint is broken, flags and violations are consistent (all checked
     /// by `check_plan`), on problems too big for the exhaustive reference.

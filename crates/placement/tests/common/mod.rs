@@ -406,3 +406,161 @@ pub fn check_plan(p: &Problem, plan: &Plan) -> (u64, u64, u64) {
     reference_score(p, &nodes, &at)
         .expect("the plan keeps room, eligibility and Required constraints")
 }
+
+/// One shard's members per node with its (placed, excess, stays).
+type ShardVector = (Vec<u32>, u64, u64, u64);
+
+/// The same optimum as [`brute_force`], found by enumerating each shard's
+/// member count per node instead of each member's node (members of a shard
+/// are alike except where they run: a node keeps min(count, running there)
+/// of them). Reaches a few shards on several nodes.
+pub fn brute_force_by_counts(p: &Problem) -> (u64, u64, u64) {
+    let nodes = reference_nodes(p);
+    let m = p.replicas + 1;
+    let index: BTreeMap<&str, usize> = p
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    // running[s][n]: members of shard s running on node n.
+    let mut runs = vec![vec![0u32; p.nodes.len()]; p.shards as usize];
+    let mut running_total = 0u64;
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &p.running {
+        if r.shard < p.shards && r.member < m && seen.insert((r.shard, r.member)) {
+            running_total += 1;
+            if let Some(&n) = index.get(r.node.as_str()) {
+                runs[r.shard as usize][n] += 1;
+            }
+        }
+    }
+    let keys: Vec<(Vec<Option<String>>, u32, Mode)> = p
+        .constraints
+        .iter()
+        .map(|c| {
+            let key = resolve_key(&c.topology_key);
+            (
+                p.nodes
+                    .iter()
+                    .map(|n| n.labels.get(&key).cloned())
+                    .collect(),
+                c.max_replicas,
+                c.mode,
+            )
+        })
+        .collect();
+    struct Ctx<'a> {
+        nodes: &'a [(u64, bool, bool)],
+        runs: &'a [Vec<u32>],
+        keys: &'a [(Vec<Option<String>>, u32, Mode)],
+        m: u32,
+        best: Option<(std::cmp::Reverse<u64>, u64, u64)>,
+        running_total: u64,
+    }
+    // Per shard: all count vectors with (placed, excess, stays) that keep
+    // Required constraints and eligibility, ignoring other shards' room use.
+    fn shard_vectors(ctx: &Ctx, s: usize) -> Vec<ShardVector> {
+        let n = ctx.nodes.len();
+        let mut out = Vec::new();
+        let mut x = vec![0u32; n];
+        fn rec(
+            ctx: &Ctx,
+            s: usize,
+            i: usize,
+            left: u32,
+            x: &mut Vec<u32>,
+            out: &mut Vec<ShardVector>,
+        ) {
+            if i == x.len() {
+                let mut excess = 0u64;
+                for (labels, max, mode) in ctx.keys {
+                    let mut per: BTreeMap<&Option<String>, u32> = BTreeMap::new();
+                    for (n, &c) in x.iter().enumerate() {
+                        if c > 0 {
+                            *per.entry(&labels[n]).or_default() += c;
+                        }
+                    }
+                    for (_, c) in per {
+                        if c > *max {
+                            if *mode == Mode::Required {
+                                return;
+                            }
+                            excess += u64::from(c - max);
+                        }
+                    }
+                }
+                let placed: u64 = x.iter().map(|&c| u64::from(c)).sum();
+                let stays: u64 = x
+                    .iter()
+                    .enumerate()
+                    .map(|(n, &c)| u64::from(c.min(ctx.runs[s][n])))
+                    .sum();
+                out.push((x.clone(), placed, excess, stays));
+                return;
+            }
+            let (room, new, stay) = ctx.nodes[i];
+            let keep = if stay { ctx.runs[s][i] } else { 0 };
+            let most = if new { left } else { keep.min(left) };
+            for c in 0..=most.min(room as u32) {
+                x[i] = c;
+                rec(ctx, s, i + 1, left - c, x, out);
+            }
+            x[i] = 0;
+        }
+        rec(ctx, s, 0, ctx.m, &mut x, &mut out);
+        out
+    }
+    fn search(
+        ctx: &mut Ctx,
+        all: &[Vec<ShardVector>],
+        s: usize,
+        load: &mut Vec<u64>,
+        acc: (u64, u64, u64),
+    ) {
+        if s == all.len() {
+            let score = (std::cmp::Reverse(acc.0), acc.1, ctx.running_total - acc.2);
+            if ctx.best.is_none_or(|b| score < b) {
+                ctx.best = Some(score);
+            }
+            return;
+        }
+        for (x, placed, excess, stays) in &all[s] {
+            if x.iter()
+                .zip(load.iter())
+                .zip(ctx.nodes)
+                .any(|((&c, &l), n)| l + u64::from(c) > n.0)
+            {
+                continue;
+            }
+            for (l, &c) in load.iter_mut().zip(x) {
+                *l += u64::from(c);
+            }
+            search(
+                ctx,
+                all,
+                s + 1,
+                load,
+                (acc.0 + placed, acc.1 + excess, acc.2 + stays),
+            );
+            for (l, &c) in load.iter_mut().zip(x) {
+                *l -= u64::from(c);
+            }
+        }
+    }
+    let mut ctx = Ctx {
+        nodes: &nodes,
+        runs: &runs,
+        keys: &keys,
+        m,
+        best: None,
+        running_total,
+    };
+    let all: Vec<_> = (0..p.shards as usize)
+        .map(|s| shard_vectors(&ctx, s))
+        .collect();
+    let mut load = vec![0u64; nodes.len()];
+    search(&mut ctx, &all, 0, &mut load, (0, 0, 0));
+    let (std::cmp::Reverse(placed), excess, displaced) = ctx.best.unwrap();
+    (placed, excess, displaced)
+}

@@ -114,13 +114,20 @@ pub struct StatusInput {
 pub fn conditions(input: &StatusInput) -> Vec<Cond> {
     let c = &input.cluster;
     let a = &input.activity;
+    let unplaceable = match &input.spread {
+        SpreadState::Unplaceable(reasons) => Some(reasons.join("; ")),
+        _ => None,
+    };
     let ready = if c.ready && input.blocker.is_none() {
         Cond::new(CONDITION_READY, true, "ClusterReady", c.message.clone())
     } else {
-        let (reason, message) = match (&input.blocker, &c.reason) {
-            (Some((r, m)), _) => (r.clone(), m.clone()),
-            (None, Some(r)) => (r.clone(), c.message.clone()),
-            (None, None) => ("NotReady".to_string(), c.message.clone()),
+        // The root cause first: a member that cannot be placed is also one
+        // that does not answer.
+        let (reason, message) = match (&input.blocker, &unplaceable, &c.reason) {
+            (Some((r, m)), _, _) => (r.clone(), m.clone()),
+            (None, Some(u), _) => ("MembersUnplaceable".to_string(), u.clone()),
+            (None, None, Some(r)) => (r.clone(), c.message.clone()),
+            (None, None, None) => ("NotReady".to_string(), c.message.clone()),
         };
         Cond::new(CONDITION_READY, false, reason, message)
     };
@@ -161,19 +168,14 @@ pub fn conditions(input: &StatusInput) -> Vec<Cond> {
         Cond::new(CONDITION_DEGRADED, true, reason.clone(), message.clone())
     } else if !c.blocked.is_empty() {
         Cond::new(CONDITION_DEGRADED, true, "Blocked", c.blocked.join("; "))
+    } else if let Some(u) = &unplaceable {
+        Cond::new(CONDITION_DEGRADED, true, "MembersUnplaceable", u.clone())
     } else if c.degraded {
         Cond::new(
             CONDITION_DEGRADED,
             true,
             c.reason.clone().unwrap_or_else(|| "Degraded".into()),
             c.message.clone(),
-        )
-    } else if let SpreadState::Unplaceable(reasons) = &input.spread {
-        Cond::new(
-            CONDITION_DEGRADED,
-            true,
-            "MembersUnplaceable",
-            reasons.join("; "),
         )
     } else {
         Cond::new(CONDITION_DEGRADED, false, "AsExpected", "")
@@ -403,6 +405,18 @@ mod tests {
         assert!(!t.status);
         assert_eq!(t.reason, "RequiredConstraintUnsatisfiable");
         assert!(t.message.contains("2 eligible"));
+        assert_eq!(find(&cs, CONDITION_DEGRADED).reason, "MembersUnplaceable");
+    }
+
+    #[test]
+    fn an_unplaceable_member_is_named_as_the_reason_the_cluster_is_not_ready() {
+        let mut i = healthy();
+        i.cluster.ready = false;
+        i.cluster.degraded = true;
+        i.cluster.reason = Some("MemberUnreachable".into());
+        i.spread = SpreadState::Unplaceable(vec!["shard 0 member 2: no zone left".into()]);
+        let cs = conditions(&i);
+        assert_eq!(find(&cs, CONDITION_READY).reason, "MembersUnplaceable");
         assert_eq!(find(&cs, CONDITION_DEGRADED).reason, "MembersUnplaceable");
     }
 

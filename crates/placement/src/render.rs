@@ -25,7 +25,10 @@ fn group_key(v: &Option<String>) -> (bool, String) {
     (v.is_none(), v.clone().unwrap_or_default())
 }
 
-/// Draws `plan` for `problem` (see the crate docs for an example).
+/// Draws `plan` for `problem`: region > zone > node with the members on each
+/// (members planned / room per node, and why a node takes no new member), then
+/// the Preferred violations and the unplaced members with their reasons. See
+/// the crate docs for an example.
 pub fn render_text(problem: &Problem, plan: &Plan) -> String {
     let mut out = String::new();
     let members_per_shard = u64::from(problem.replicas) + 1;

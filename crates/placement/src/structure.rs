@@ -276,3 +276,172 @@ impl Structure {
         self.crossing.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+    use std::collections::BTreeMap;
+
+    /// Nodes given as label lists; 2 pod slots each.
+    fn problem(
+        members: u32,
+        nodes: &[&[(&str, &str)]],
+        constraints: &[(&str, u32, Mode)],
+    ) -> Problem {
+        Problem {
+            cluster: "t".into(),
+            shards: 2,
+            replicas: members - 1,
+            constraints: constraints
+                .iter()
+                .map(|&(k, max, mode)| SpreadConstraint {
+                    topology_key: k.into(),
+                    max_replicas: max,
+                    mode,
+                })
+                .collect(),
+            nodes: nodes
+                .iter()
+                .enumerate()
+                .map(|(i, labels)| NodeInfo {
+                    name: format!("n{i}"),
+                    labels: labels
+                        .iter()
+                        .map(|(k, v)| (crate::resolve_key(k), v.to_string()))
+                        .chain([(HOSTNAME_KEY.to_string(), format!("n{i}"))])
+                        .collect(),
+                    ready: true,
+                    unschedulable: false,
+                    taints: vec![],
+                    allocatable: Capacity {
+                        cpu_millis: 0,
+                        memory_bytes: 0,
+                        pods: 2,
+                    },
+                    used_by_others: Capacity::default(),
+                })
+                .collect(),
+            running: vec![],
+            request: Resources::default(),
+            node_selector: BTreeMap::new(),
+            tolerations: vec![],
+            primaries: BTreeMap::new(),
+        }
+    }
+
+    fn keys(inst: &Instance, list: &[usize]) -> Vec<String> {
+        list.iter()
+            .map(|&c| inst.constraints[c].key.clone())
+            .collect()
+    }
+
+    const GRID: [&[(&str, &str)]; 4] = [
+        &[("region", "r1"), ("zone", "a"), ("example.com/rack", "x")],
+        &[("region", "r1"), ("zone", "a"), ("example.com/rack", "y")],
+        &[("region", "r1"), ("zone", "b"), ("example.com/rack", "x")],
+        &[("region", "r1"), ("zone", "b"), ("example.com/rack", "y")],
+    ];
+
+    #[test]
+    fn a_finer_required_cap_no_tighter_than_a_coarser_one_is_redundant() {
+        use Mode::*;
+        let p = problem(
+            3,
+            &GRID,
+            &[
+                ("zone", 1, Required),
+                ("node", 1, Required),
+                ("region", 1, Preferred),
+            ],
+        );
+        let inst = Instance::new(&p);
+        let st = Structure::analyse(&inst);
+        assert_eq!(keys(&inst, &st.effective), [ZONE_KEY, REGION_KEY]);
+        assert!(st.nested());
+        // Region, then zone: the cells collapse to zones.
+        assert_eq!(
+            keys(&inst, &st.chains[0].constraints),
+            [REGION_KEY, ZONE_KEY]
+        );
+        assert_eq!(st.atoms.len(), 2);
+    }
+
+    #[test]
+    fn caps_of_a_whole_shard_never_bind() {
+        let p = problem(
+            2,
+            &GRID,
+            &[("zone", 2, Mode::Required), ("node", 3, Mode::Preferred)],
+        );
+        let inst = Instance::new(&p);
+        let st = Structure::analyse(&inst);
+        assert!(st.effective.is_empty());
+        assert_eq!(st.atoms.len(), 1, "one pool for all nodes");
+    }
+
+    #[test]
+    fn a_rack_across_zones_crosses_and_the_node_sits_below_both() {
+        use Mode::*;
+        let p = problem(
+            3,
+            &GRID,
+            &[
+                ("zone", 1, Preferred),
+                ("example.com/rack", 2, Required),
+                ("node", 1, Preferred),
+            ],
+        );
+        let inst = Instance::new(&p);
+        let st = Structure::analyse(&inst);
+        assert!(!st.nested());
+        assert_eq!(keys(&inst, &st.crossing), [ZONE_KEY, "example.com/rack"]);
+        assert_eq!(keys(&inst, &st.bottom), [HOSTNAME_KEY]);
+        // One relaxation per crossing key, the Required one first; each
+        // Preferred constraint is counted once (the node's by the first).
+        assert_eq!(st.chains.len(), 2);
+        assert_eq!(
+            keys(&inst, &st.chains[0].constraints),
+            ["example.com/rack", HOSTNAME_KEY]
+        );
+        assert_eq!(keys(&inst, &st.chains[0].bottom), [HOSTNAME_KEY]);
+        assert_eq!(keys(&inst, &st.chains[1].constraints), [ZONE_KEY]);
+        assert_eq!(st.cells.len(), 4);
+    }
+
+    #[test]
+    fn a_required_cap_of_one_makes_finer_preferred_caps_redundant() {
+        use Mode::*;
+        let p = problem(
+            3,
+            &GRID,
+            &[("example.com/rack", 1, Required), ("node", 1, Preferred)],
+        );
+        let inst = Instance::new(&p);
+        let st = Structure::analyse(&inst);
+        assert_eq!(keys(&inst, &st.effective), ["example.com/rack"]);
+    }
+
+    #[test]
+    fn the_same_partition_under_two_keys_nests() {
+        use Mode::*;
+        let nodes: [&[(&str, &str)]; 4] = [
+            &[("zone", "a"), ("example.com/room", "1")],
+            &[("zone", "a"), ("example.com/room", "1")],
+            &[("zone", "b"), ("example.com/room", "2")],
+            &[("zone", "b"), ("example.com/room", "2")],
+        ];
+        let p = problem(
+            3,
+            &nodes,
+            &[
+                ("zone", 2, Required),
+                ("example.com/room", 1, Preferred),
+                ("zone", 1, Preferred),
+            ],
+        );
+        let st = Structure::analyse(&Instance::new(&p));
+        assert!(st.nested());
+        assert_eq!(st.effective.len(), 3);
+    }
+}

@@ -660,3 +660,92 @@ fn invalid_problems_are_refused_naming_the_field() {
     assert_eq!(err.category(), "invalid_spec");
     assert!(err.to_string().starts_with("nodes[1].name: "));
 }
+
+#[test]
+fn shards_with_nothing_running_are_split_exactly() {
+    // 10 fresh shards of 3 over 2 regions: every shard must exceed region
+    // Preferred 1 by exactly one, never by two.
+    let mut p = problem(10, 2);
+    for r in ["r1", "r2"] {
+        for z in ["a", "b", "c"] {
+            for i in 0..3 {
+                p.nodes
+                    .push(zoned(&format!("{r}{z}{i}"), r, &format!("{r}-{z}"), 2));
+            }
+        }
+    }
+    p.constraints = vec![
+        constraint("region", 1, Preferred),
+        constraint("zone", 1, Required),
+    ];
+    let plan = plan_checked(&p);
+    assert!(plan.feasible);
+    assert_eq!(plan.violations.len(), 10);
+    assert!(plan.violations.iter().all(|v| v.members == 2));
+}
+
+/// 3 regions x 3 zones x `per_zone` nodes of 4 slots, zone and node Required 1,
+/// region Preferred 1: the benchmark's shape.
+fn regions_zones_nodes(shards: u32, per_zone: usize) -> Problem {
+    let mut p = problem(shards, 2);
+    for r in 0..3 {
+        for z in 0..3 {
+            for n in 0..per_zone {
+                p.nodes.push(zoned(
+                    &format!("r{r}z{z}n{n}"),
+                    &format!("r{r}"),
+                    &format!("r{r}-z{z}"),
+                    4,
+                ));
+            }
+        }
+    }
+    p.constraints = vec![
+        constraint("zone", 1, Required),
+        constraint("node", 1, Required),
+        constraint("region", 1, Preferred),
+    ];
+    p
+}
+
+#[test]
+fn a_zone_outage_moves_only_the_members_of_that_zone() {
+    let mut p = regions_zones_nodes(30, 4);
+    let first = plan_checked(&p);
+    assert!(first.feasible && first.violations.is_empty());
+    for s in 0..30 {
+        let regions: BTreeSet<&str> = first
+            .members
+            .iter()
+            .filter(|m| m.shard == s)
+            .map(|m| m.domains[REGION_KEY].as_deref().unwrap())
+            .collect();
+        assert_eq!(regions.len(), 3, "shard {s} spans the regions");
+    }
+    p.running = first
+        .members
+        .iter()
+        .map(|m| running(m.shard, m.member, &m.node))
+        .collect();
+    let lost: BTreeSet<(u32, u32)> = first
+        .members
+        .iter()
+        .filter(|m| m.domains[ZONE_KEY].as_deref() == Some("r0-z0"))
+        .map(|m| (m.shard, m.member))
+        .collect();
+    for n in p.nodes.iter_mut().filter(|n| n.name.starts_with("r0z0")) {
+        n.ready = false;
+    }
+    let second = plan_checked(&p);
+    assert!(second.feasible);
+    let moved: BTreeSet<(u32, u32)> = second
+        .members
+        .iter()
+        .filter(|m| m.moved)
+        .map(|m| (m.shard, m.member))
+        .collect();
+    assert_eq!(moved, lost);
+    // Region r0 keeps 2 zones x 4 nodes x 4 slots = 32 slots for its 30 members:
+    // everything fits without excess.
+    assert!(second.violations.is_empty());
+}

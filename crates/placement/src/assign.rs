@@ -132,14 +132,19 @@ impl PrimaryCounts {
 }
 
 /// The Plan of a named placement.
-pub(crate) fn build_plan(inst: &Instance, st: &Structure, node_of: &Placement) -> Plan {
+pub(crate) fn build_plan(
+    inst: &Instance,
+    st: &Structure,
+    node_of: &Placement,
+    budget: Option<u64>,
+) -> Plan {
     let mut keys: Vec<&str> = inst.constraints.iter().map(|c| c.key.as_str()).collect();
     keys.sort_unstable();
     keys.dedup();
     let mut members = Vec::new();
     let mut unplaced = Vec::new();
     let mut violations = Vec::new();
-    let mut explainer = Explainer::new(inst, st);
+    let mut explainer = Explainer::new(inst, st, budget);
     for (s, placed) in node_of.iter().enumerate() {
         let shard = s as u32;
         let missing = placed.iter().filter(|n| n.is_none()).count();

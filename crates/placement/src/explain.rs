@@ -43,14 +43,16 @@ fn summary(inst: &Instance, eligible: &[usize]) -> String {
 pub(crate) struct Explainer<'a, 'p> {
     inst: &'a Instance<'p>,
     st: &'a Structure,
+    budget: Option<u64>,
     fresh_alone: Option<u32>,
 }
 
 impl<'a, 'p> Explainer<'a, 'p> {
-    pub fn new(inst: &'a Instance<'p>, st: &'a Structure) -> Self {
+    pub fn new(inst: &'a Instance<'p>, st: &'a Structure, budget: Option<u64>) -> Self {
         Explainer {
             inst,
             st,
+            budget,
             fresh_alone: None,
         }
     }
@@ -61,7 +63,8 @@ impl<'a, 'p> Explainer<'a, 'p> {
         if fresh && let Some(n) = self.fresh_alone {
             return n;
         }
-        let n = solve(self.inst, self.st, &[shard])
+        let n = solve(self.inst, self.st, &[shard], self.budget)
+            .0
             .shards
             .get(&shard)
             .map_or(0, |slots| slots.iter().map(|s| s.keep + s.new).sum());

@@ -86,14 +86,41 @@ impl PlanError {
 /// order) gives the same plan. Fails only when the problem is invalid (see
 /// [`validate`]); members that cannot be placed are reported in the plan.
 ///
-/// Constraint keys may be given as aliases (`zone`) or resolved; the plan
-/// always names resolved keys.
+/// Always exact. When constraint keys nest this is one min-cost flow; when
+/// they cross it is a branch and bound, which is fast for real topologies but
+/// exponential at worst: a caller that must answer in bounded time uses
+/// [`plan_with`] and a search limit.
 pub fn plan(problem: &Problem) -> Result<Plan, PlanError> {
+    plan_with(problem, &PlanOptions::default()).map(|p| p.plan)
+}
+
+/// Limits for [`plan_with`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// At most this many search nodes when constraint keys cross; then the
+    /// best plan found is returned with `optimal: false`. `None`: no limit.
+    /// (Nesting keys never search: the flow is exact at once.)
+    pub search_limit: Option<u64>,
+}
+
+/// A plan and whether it is proven optimal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    pub plan: Plan,
+    /// False only when [`PlanOptions::search_limit`] cut the search short.
+    pub optimal: bool,
+}
+
+/// [`plan`] with limits.
+pub fn plan_with(problem: &Problem, options: &PlanOptions) -> Result<Planned, PlanError> {
     validate(problem)?;
     let inst = instance::Instance::new(problem);
     let st = structure::Structure::analyse(&inst);
     let shards: Vec<u32> = (0..problem.shards).collect();
-    let solution = search::solve(&inst, &st, &shards);
+    let (solution, optimal) = search::solve(&inst, &st, &shards, options.search_limit);
     let named = assign::name_members(&inst, &st, &solution);
-    Ok(assign::build_plan(&inst, &st, &named))
+    Ok(Planned {
+        plan: assign::build_plan(&inst, &st, &named, options.search_limit),
+        optimal,
+    })
 }

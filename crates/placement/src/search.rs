@@ -119,6 +119,10 @@ struct Search<'a, 'p> {
     shards: &'a [u32],
     root: Score,
     best: Option<(Score, Solution)>,
+    /// Search nodes left before the search settles for the best found.
+    budget: Option<u64>,
+    /// The budget ran out before the best was proven optimal.
+    cut_short: bool,
 }
 
 impl Search<'_, '_> {
@@ -234,6 +238,14 @@ impl Search<'_, '_> {
             fixed.remove(&shard);
             if self.done() {
                 return;
+            }
+            if let Some(left) = self.budget.as_mut() {
+                *left = left.saturating_sub(1);
+                // Out of budget: stop once something valid is in hand.
+                if *left == 0 && self.best.is_some() {
+                    self.cut_short = true;
+                    return;
+                }
             }
         }
     }
@@ -363,11 +375,18 @@ fn enumerate(
 }
 
 /// The optimal placement of `shards` (the lexicographic objective of
-/// [`Score`]; ties broken by the flow's load balance).
-pub(crate) fn solve(inst: &Instance, st: &Structure, shards: &[u32]) -> Solution {
+/// [`Score`]; ties broken by the flow's load balance), and whether it is proven
+/// optimal: always, unless `budget` (search nodes) runs out first when keys
+/// cross, and then the best placement found.
+pub(crate) fn solve(
+    inst: &Instance,
+    st: &Structure,
+    shards: &[u32],
+    budget: Option<u64>,
+) -> (Solution, bool) {
     let mut fixed = Fixed::new();
     if st.nested() {
-        return relax(inst, st, 0, shards, &fixed, None).solution;
+        return (relax(inst, st, 0, shards, &fixed, None).solution, true);
     }
     let mut search = Search {
         inst,
@@ -375,10 +394,13 @@ pub(crate) fn solve(inst: &Instance, st: &Structure, shards: &[u32]) -> Solution
         shards,
         root: Score::default(),
         best: None,
+        budget,
+        cut_short: false,
     };
     if let Some((bound, roots)) = search.relax_all(shards, &fixed) {
         search.root = bound;
         search.explore(&mut fixed, bound, roots);
     }
-    search.best.map(|(_, s)| s).unwrap_or_default()
+    let optimal = !search.cut_short;
+    (search.best.map(|(_, s)| s).unwrap_or_default(), optimal)
 }

@@ -251,6 +251,20 @@ proptest! {
         check_plan(&p, &plan);
     }
 
+    /// A search limit still gives a well-formed plan, and one that says it is
+    /// optimal is.
+    #[test]
+    fn a_search_limit_gives_valid_plans_and_flags_unproven_ones(p in small_problem(5, 4, 0.4)) {
+        let limited = plan_with(&p, &PlanOptions { search_limit: Some(1) }).unwrap();
+        let got = check_plan(&p, &limited.plan);
+        if limited.optimal {
+            prop_assert_eq!(got, brute_force(&p));
+        }
+        let full = plan_with(&p, &PlanOptions::default()).unwrap();
+        prop_assert!(full.optimal);
+        prop_assert_eq!(full.plan, plan(&p).unwrap());
+    }
+
     /// Same input, same plan, whatever the order of nodes and running members.
     #[test]
     fn plans_do_not_depend_on_input_order(p in small_problem(6, 6, 0.4)) {

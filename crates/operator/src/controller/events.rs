@@ -25,6 +25,8 @@ pub mod reason {
     pub const SECRET_MISSING: &str = "PasswordSecretMissing";
     pub const VALKEY_COMMAND_FAILED: &str = "ValkeyCommandFailed";
     pub const RECONCILE_ERROR: &str = "ReconcileError";
+    pub const MEMBER_LOST: &str = "MemberLost";
+    pub const MEMBER_REPLACED: &str = "MemberReplaced";
 }
 
 /// The event reason of a Valkey action.

@@ -18,6 +18,7 @@
 pub mod apply;
 pub mod error;
 pub mod events;
+pub mod heal;
 pub mod members;
 pub mod observe;
 pub mod reconcile;

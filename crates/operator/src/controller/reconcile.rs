@@ -212,6 +212,7 @@ async fn run(
     let executed = execute_actions(ctx, &session, &plan.actions, events, memory, now_i).await;
     let removed = remove_members(ctx, &cluster, &view, &plan.removable, events).await?;
     update_role_labels(ctx, &cluster, &view, &obs.observed).await?;
+    let healed = heal_lost_members(ctx, &cluster, &view, &obs.observed, events, memory).await?;
     notice_failovers(&views, memory, events, now_i).await;
 
     // 6. rolling restart
@@ -298,6 +299,7 @@ async fn run(
         || !cluster_ready
         || stale > 0
         || replaced > 0
+        || healed > 0
         || !removed.is_empty();
     Ok(if converging {
         Action::requeue(ctx.settings.fast_requeue)
@@ -1155,6 +1157,149 @@ async fn update_role_labels(
         }
     }
     Ok(())
+}
+
+/// How long `node` has been lost: `Some(None)` when the Node object is gone,
+/// `Some(Some(d))` when its Ready condition has not been True for `d`, `None`
+/// when it is Ready.
+fn node_lost_for(view: &KubeView, node: &str) -> Option<Option<Duration>> {
+    let Some(n) = view
+        .nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(node))
+    else {
+        return Some(None);
+    };
+    if adapt::nodes::is_ready(n) {
+        return None;
+    }
+    let since = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
+    let lost_for = since
+        .map(|t| k8s_openapi::jiff::Timestamp::now().duration_since(t))
+        .and_then(|d| Duration::try_from(d).ok())
+        .unwrap_or(Duration::ZERO);
+    Some(Some(lost_for))
+}
+
+/// Re-creates members whose node is lost (see [`super::heal`]). Returns how
+/// many pods it removed.
+async fn heal_lost_members(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    obs: &ObservedCluster,
+    events: &Events<'_>,
+    memory: &mut Memory,
+) -> Result<usize, Error> {
+    let primaries = live_primaries(cluster, obs);
+    let mut lost = Vec::new();
+    for (s, m) in desired_members(cluster) {
+        let Some(pod) = view.members.get(&(s, m)) else {
+            continue;
+        };
+        let Some(node) = PodFacts::of(pod).node else {
+            continue;
+        };
+        let Some(lost_for) = node_lost_for(view, &node) else {
+            continue;
+        };
+        let served_elsewhere = primaries.get(&s).is_some_and(|p| {
+            *p != m
+                && view
+                    .members
+                    .get(&(s, *p))
+                    .and_then(|pp| PodFacts::of(pp).node)
+                    .is_some_and(|n| node_lost_for(view, &n).is_none())
+        });
+        lost.push(super::heal::LostMember {
+            shard: s,
+            member: m,
+            lost_for,
+            shard_served_elsewhere: served_elsewhere,
+        });
+    }
+    if lost.is_empty() {
+        memory.announced.remove("heal");
+        return Ok(0);
+    }
+    let volume_grace = cluster
+        .persistence
+        .as_ref()
+        .map(|p| p.node_loss_grace)
+        .unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let mut waiting = Vec::new();
+    let mut done = 0;
+    for decision in super::heal::decide(&lost, cluster.persistence.is_some(), volume_grace) {
+        let (s, m, with_volume) = match decision {
+            super::heal::Heal::Wait {
+                shard,
+                member,
+                reason,
+            } => {
+                waiting.push(format!("shard {shard} member {member}: {reason}"));
+                continue;
+            }
+            super::heal::Heal::ReplacePod { shard, member } => (shard, member, false),
+            super::heal::Heal::ReplacePodAndVolume { shard, member } => (shard, member, true),
+        };
+        let Some(pod) = view.members.get(&(s, m)) else {
+            continue;
+        };
+        let name = pod.name_any();
+        let node = PodFacts::of(pod).node.unwrap_or_default();
+        if with_volume {
+            let claim = format!("{}-{name}", crate::builders::statefulset::DATA_VOLUME);
+            delete(ctx, &pvcs, "PersistentVolumeClaim", &claim, None).await?;
+        }
+        ctx.metrics.api_write("Pod", "delete");
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: pod.metadata.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match pods.delete(&name, &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(source) => {
+                return Err(Error::Delete {
+                    kind: "Pod",
+                    name,
+                    source,
+                });
+            }
+        }
+        done += 1;
+        let what = if with_volume {
+            "its volume on that node is given up and it is reseeded by its primary"
+        } else {
+            "it is reseeded by its primary"
+        };
+        events
+            .warning(
+                reason::MEMBER_REPLACED,
+                "Heal",
+                format!("shard {s} member {m}: node {node} is lost; re-creating the member where the plan puts it ({what})"),
+            )
+            .await;
+    }
+    let text = waiting.join("; ");
+    if !waiting.is_empty() && memory.announced.get("heal") != Some(&text) {
+        events.warning(reason::MEMBER_LOST, "Heal", &text).await;
+        memory.announced.insert("heal", text);
+    }
+    Ok(done)
 }
 
 /// Announces primaries that changed since the last reconcile (Valkey's own

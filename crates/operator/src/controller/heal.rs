@@ -1,0 +1,153 @@
+//! Healing after node loss (pure): when a member's node is gone, the pod
+//! object stays behind (Terminating, or Running on a node nobody hears from)
+//! and its StatefulSet cannot re-create it. The operator removes it so the
+//! member comes back where the plan now puts it.
+//!
+//! - A node is *lost* when it is deleted or its Ready condition has not been
+//!   True for [`NODE_LOST_GRACE`] (Valkey has long failed over by then: the
+//!   cluster-node-timeout is 5 s; the grace keeps a blip from moving members).
+//! - Without persistence the pod is force-deleted, but only while another
+//!   member of the shard answers as its primary: if the lost member may hold
+//!   the shard's last copy, it is better to wait for the node to return
+//!   (a partitioned process keeps its data) than to make the loss final.
+//! - With persistence the member's volume lives on the lost node. It is given
+//!   up (PVC deleted, then the pod force-deleted) only after the node has been
+//!   lost for `persistence.nodeLossGraceSeconds`, and again never while the
+//!   volume may hold the shard's last copy.
+
+use std::time::Duration;
+
+/// How long a node must be NotReady before its members are re-created elsewhere.
+pub const NODE_LOST_GRACE: Duration = Duration::from_secs(20);
+
+/// One member whose pod sits on a lost node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostMember {
+    pub shard: u32,
+    pub member: u32,
+    /// How long its node has been lost (`None`: the Node object is gone).
+    pub lost_for: Option<Duration>,
+    /// Another member of the shard answers as the primary serving its slots.
+    pub shard_served_elsewhere: bool,
+}
+
+/// What to do about a lost member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heal {
+    /// Force-delete the pod (its StatefulSet re-creates it).
+    ReplacePod { shard: u32, member: u32 },
+    /// Delete the PVC, then force-delete the pod: the member starts over
+    /// elsewhere with a new volume and is reseeded by its primary.
+    ReplacePodAndVolume { shard: u32, member: u32 },
+    /// Not yet; the reason says why.
+    Wait {
+        shard: u32,
+        member: u32,
+        reason: String,
+    },
+}
+
+/// The decision for each lost member.
+pub fn decide(lost: &[LostMember], persistent: bool, volume_grace: Duration) -> Vec<Heal> {
+    lost.iter()
+        .map(|l| {
+            let (shard, member) = (l.shard, l.member);
+            let lost_for = l.lost_for.unwrap_or(Duration::MAX);
+            if lost_for < NODE_LOST_GRACE {
+                return Heal::Wait {
+                    shard,
+                    member,
+                    reason: format!(
+                        "its node is NotReady; waiting {} s before re-creating it elsewhere",
+                        NODE_LOST_GRACE.as_secs()
+                    ),
+                };
+            }
+            if !l.shard_served_elsewhere {
+                return Heal::Wait {
+                    shard,
+                    member,
+                    reason: "it may hold the shard's last copy of data: waiting for its node to return".into(),
+                };
+            }
+            if !persistent {
+                return Heal::ReplacePod { shard, member };
+            }
+            if lost_for < volume_grace {
+                return Heal::Wait {
+                    shard,
+                    member,
+                    reason: format!(
+                        "its volume is on the lost node; given up after {} s (persistence.nodeLossGraceSeconds)",
+                        volume_grace.as_secs()
+                    ),
+                };
+            }
+            Heal::ReplacePodAndVolume { shard, member }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lost(secs: Option<u64>, served: bool) -> LostMember {
+        LostMember {
+            shard: 1,
+            member: 2,
+            lost_for: secs.map(Duration::from_secs),
+            shard_served_elsewhere: served,
+        }
+    }
+
+    #[test]
+    fn a_brief_not_ready_moves_nothing() {
+        assert!(matches!(
+            decide(&[lost(Some(5), true)], false, Duration::ZERO)[0],
+            Heal::Wait { .. }
+        ));
+    }
+
+    #[test]
+    fn a_lost_member_without_a_volume_is_re_created_when_its_shard_is_served() {
+        assert_eq!(
+            decide(&[lost(Some(30), true)], false, Duration::from_secs(300)),
+            vec![Heal::ReplacePod {
+                shard: 1,
+                member: 2
+            }]
+        );
+        assert_eq!(
+            decide(&[lost(None, true)], false, Duration::from_secs(300)),
+            vec![Heal::ReplacePod {
+                shard: 1,
+                member: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn a_member_that_may_hold_the_last_copy_waits_for_its_node() {
+        let d = decide(&[lost(Some(3600), false)], false, Duration::ZERO);
+        assert!(matches!(&d[0], Heal::Wait { reason, .. } if reason.contains("last copy")));
+        let d = decide(&[lost(Some(3600), false)], true, Duration::ZERO);
+        assert!(matches!(&d[0], Heal::Wait { .. }));
+    }
+
+    #[test]
+    fn a_volume_on_a_lost_node_is_given_up_only_after_the_node_loss_grace() {
+        let grace = Duration::from_secs(300);
+        assert!(matches!(
+            decide(&[lost(Some(60), true)], true, grace)[0],
+            Heal::Wait { .. }
+        ));
+        assert_eq!(
+            decide(&[lost(Some(301), true)], true, grace),
+            vec![Heal::ReplacePodAndVolume {
+                shard: 1,
+                member: 2
+            }]
+        );
+    }
+}

@@ -123,6 +123,8 @@ struct Search<'a, 'p> {
     budget: Option<u64>,
     /// The budget ran out before the best was proven optimal.
     cut_short: bool,
+    /// Up to this many children are sorted before they are explored.
+    sorted_limit: usize,
 }
 
 impl Search<'_, '_> {
@@ -220,90 +222,70 @@ impl Search<'_, '_> {
             // Even without this shard nothing beats the best: neither can it.
             return;
         };
-        let m = u64::from(self.inst.members);
-        for y in self.configs(shard, &current) {
-            let own: u64 = y.iter().map(|p| u64::from(p.1)).sum();
-            let quick = Score {
-                unplaced: rest.unplaced + (m - own.min(m)),
-                excess: rest.excess + cell_excess(self.inst, self.st, &y),
-                displaced: rest.displaced,
-            };
-            if self.pruned(quick) {
-                continue;
-            }
-            fixed.insert(shard, y);
-            if let Some((b, children)) = self.relax_all(self.shards, fixed) {
-                self.explore(fixed, b, children);
-            }
-            fixed.remove(&shard);
-            if self.done() {
-                return;
-            }
-            if let Some(left) = self.budget.as_mut() {
-                *left = left.saturating_sub(1);
-                // Out of budget: stop once something valid is in hand.
-                if *left == 0 && self.best.is_some() {
-                    self.cut_short = true;
+        // Children best-looking first when there are not too many to sort;
+        // otherwise walked as they come, so memory stays small.
+        let space = ConfigSpace::new(self.inst, self.st, shard);
+        let mut all: Vec<Vec<(usize, u32)>> = Vec::new();
+        let complete = space.visit(&mut |y| {
+            all.push(y.to_vec());
+            all.len() < self.sorted_limit
+        });
+        if complete {
+            for y in self.order(all, &current) {
+                if !self.child(fixed, shard, y, rest) {
                     return;
                 }
             }
+        } else {
+            space.visit(&mut |y| self.child(fixed, shard, y.to_vec(), rest));
         }
     }
 
-    /// Every per-cell count vector of `shard` that keeps all Required
-    /// constraints, most members and least excess first, then nearest to the
-    /// relaxation's placement of the shard.
-    fn configs(&self, shard: u32, current: &[Slot]) -> Vec<Vec<(usize, u32)>> {
-        let (inst, st) = (self.inst, self.st);
-        let m = inst.members;
-        let keeps = &inst.keeps[shard as usize];
-        let mut capacity: Vec<(usize, u32)> = Vec::new();
-        for (c, cell) in st.cells.iter().enumerate() {
-            let mut cap: u64 = 0;
-            for &node in &cell.nodes {
-                let n = &inst.nodes[node];
-                if n.new {
-                    cap += u64::from(n.room);
-                } else if let Some(members) = keeps.get(&node) {
-                    cap += (members.len() as u64).min(u64::from(n.room));
-                }
-            }
-            let cap = cap.min(u64::from(m)) as u32;
-            if cap > 0 {
-                capacity.push((c, cap));
+    /// Explores the child where `shard` has the members `y` per cell; false
+    /// when the search should stop.
+    fn child(&mut self, fixed: &mut Fixed, shard: u32, y: Vec<(usize, u32)>, rest: Score) -> bool {
+        let m = u64::from(self.inst.members);
+        let own: u64 = y.iter().map(|p| u64::from(p.1)).sum();
+        // A cheap bound: the shard's own members and excess plus the bound of
+        // the other shards planned as if this one took no room.
+        let quick = Score {
+            unplaced: rest.unplaced + (m - own.min(m)),
+            excess: rest.excess + cell_excess(self.inst, self.st, &y),
+            displaced: rest.displaced,
+        };
+        if self.pruned(quick) {
+            return true;
+        }
+        fixed.insert(shard, y);
+        if let Some((b, children)) = self.relax_all(self.shards, fixed) {
+            self.explore(fixed, b, children);
+        }
+        fixed.remove(&shard);
+        if self.done() {
+            return false;
+        }
+        if let Some(left) = self.budget.as_mut() {
+            *left = left.saturating_sub(1);
+            // Out of budget: stop once something valid is in hand.
+            if *left == 0 && self.best.is_some() {
+                self.cut_short = true;
+                return false;
             }
         }
-        let required: Vec<usize> = st
-            .effective
-            .iter()
-            .copied()
-            .filter(|&c| inst.constraints[c].required() && !st.bottom.contains(&c))
-            .collect();
-        let mut counts: Vec<Vec<u32>> = required
-            .iter()
-            .map(|&c| vec![0; inst.constraints[c].values.len() + 1])
-            .collect();
-        let mut out = Vec::new();
-        let mut y = Vec::new();
-        enumerate(
-            inst,
-            st,
-            &required,
-            &capacity,
-            0,
-            m,
-            &mut counts,
-            &mut y,
-            &mut out,
-        );
+        true
+    }
 
+    /// Most members and least excess first, then nearest to the relaxation's
+    /// placement of the shard (`current`).
+    fn order(&self, configs: Vec<Vec<(usize, u32)>>, current: &[Slot]) -> Vec<Vec<(usize, u32)>> {
+        let (inst, st) = (self.inst, self.st);
         let mut now: BTreeMap<usize, u32> = BTreeMap::new();
         for slot in current {
             if let Some(c) = st.cell_of[slot.node] {
                 *now.entry(c).or_default() += slot.keep + slot.new;
             }
         }
-        let mut keyed: Vec<_> = out
+        let mut keyed: Vec<_> = configs
             .into_iter()
             .map(|y| {
                 let total: u32 = y.iter().map(|p| p.1).sum();
@@ -323,54 +305,105 @@ impl Search<'_, '_> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn enumerate(
-    inst: &Instance,
-    st: &Structure,
-    required: &[usize],
-    capacity: &[(usize, u32)],
-    at: usize,
-    left: u32,
-    counts: &mut [Vec<u32>],
-    y: &mut Vec<(usize, u32)>,
-    out: &mut Vec<Vec<(usize, u32)>>,
-) {
-    let Some(&(cell, cap)) = capacity.get(at) else {
-        out.push(y.clone());
-        return;
-    };
-    // None here first, then one more at a time while every Required cap holds.
-    enumerate(inst, st, required, capacity, at + 1, left, counts, y, out);
-    let labels = &st.cells[cell].labels;
-    let mut placed = 0;
-    while placed < cap.min(left) {
-        let fits = required
+/// Receives count vectors; returns false to stop.
+type Visitor<'f> = dyn FnMut(&[(usize, u32)]) -> bool + 'f;
+
+/// Up to this many children are sorted before they are explored.
+const SORTED_CONFIGS: usize = 50_000;
+
+/// The per-cell count vectors of one shard that keep every Required constraint
+/// the cells decide (the bottom ones are the flow's) and fit the cells' room.
+struct ConfigSpace<'a, 'p> {
+    inst: &'a Instance<'p>,
+    st: &'a Structure,
+    required: Vec<usize>,
+    /// (cell, the most members of the shard it can hold).
+    capacity: Vec<(usize, u32)>,
+}
+
+impl<'a, 'p> ConfigSpace<'a, 'p> {
+    fn new(inst: &'a Instance<'p>, st: &'a Structure, shard: u32) -> Self {
+        let m = inst.members;
+        let keeps = &inst.keeps[shard as usize];
+        let mut capacity: Vec<(usize, u32)> = Vec::new();
+        for (c, cell) in st.cells.iter().enumerate() {
+            let mut cap: u64 = 0;
+            for &node in &cell.nodes {
+                let n = &inst.nodes[node];
+                if n.new {
+                    cap += u64::from(n.room);
+                } else if let Some(members) = keeps.get(&node) {
+                    cap += (members.len() as u64).min(u64::from(n.room));
+                }
+            }
+            let cap = cap.min(u64::from(m)) as u32;
+            if cap > 0 {
+                capacity.push((c, cap));
+            }
+        }
+        let required = st
+            .effective
             .iter()
-            .enumerate()
-            .all(|(r, &c)| counts[r][labels[c] as usize] < inst.constraints[c].max);
-        if !fits {
-            break;
-        }
-        placed += 1;
-        for (r, &c) in required.iter().enumerate() {
-            counts[r][labels[c] as usize] += 1;
-        }
-        y.push((cell, placed));
-        enumerate(
+            .copied()
+            .filter(|&c| inst.constraints[c].required() && !st.bottom.contains(&c))
+            .collect();
+        ConfigSpace {
             inst,
             st,
             required,
             capacity,
-            at + 1,
-            left - placed,
-            counts,
-            y,
-            out,
-        );
-        y.pop();
+        }
     }
-    for (r, &c) in required.iter().enumerate() {
-        counts[r][labels[c] as usize] -= placed;
+
+    /// Calls `f` with every vector, fuller cells first, until it returns
+    /// false; returns whether it saw them all.
+    fn visit(&self, f: &mut Visitor) -> bool {
+        let mut counts: Vec<Vec<u32>> = self
+            .required
+            .iter()
+            .map(|&c| vec![0; self.inst.constraints[c].values.len() + 1])
+            .collect();
+        let mut y = Vec::new();
+        self.walk(0, self.inst.members, &mut counts, &mut y, f)
+    }
+
+    fn walk(
+        &self,
+        at: usize,
+        left: u32,
+        counts: &mut [Vec<u32>],
+        y: &mut Vec<(usize, u32)>,
+        f: &mut Visitor,
+    ) -> bool {
+        let Some(&(cell, cap)) = self.capacity.get(at) else {
+            return f(y);
+        };
+        let labels = &self.st.cells[cell].labels;
+        // The most this cell can take under every Required cap.
+        let mut most = cap.min(left);
+        for (r, &c) in self.required.iter().enumerate() {
+            let max = self.inst.constraints[c].max;
+            most = most.min(max.saturating_sub(counts[r][labels[c] as usize]));
+        }
+        for n in (0..=most).rev() {
+            for (r, &c) in self.required.iter().enumerate() {
+                counts[r][labels[c] as usize] += n;
+            }
+            if n > 0 {
+                y.push((cell, n));
+            }
+            let go_on = self.walk(at + 1, left - n, counts, y, f);
+            if n > 0 {
+                y.pop();
+            }
+            for (r, &c) in self.required.iter().enumerate() {
+                counts[r][labels[c] as usize] -= n;
+            }
+            if !go_on {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -384,6 +417,17 @@ pub(crate) fn solve(
     shards: &[u32],
     budget: Option<u64>,
 ) -> (Solution, bool) {
+    solve_sorting(inst, st, shards, budget, SORTED_CONFIGS)
+}
+
+/// [`solve`], sorting at most `sorted_limit` children per search node.
+fn solve_sorting(
+    inst: &Instance,
+    st: &Structure,
+    shards: &[u32],
+    budget: Option<u64>,
+    sorted_limit: usize,
+) -> (Solution, bool) {
     let mut fixed = Fixed::new();
     if st.nested() {
         return (relax(inst, st, 0, shards, &fixed, None).solution, true);
@@ -396,6 +440,7 @@ pub(crate) fn solve(
         best: None,
         budget,
         cut_short: false,
+        sorted_limit,
     };
     if let Some((bound, roots)) = search.relax_all(shards, &fixed) {
         search.root = bound;
@@ -403,4 +448,74 @@ pub(crate) fn solve(
     }
     let optimal = !search.cut_short;
     (search.best.map(|(_, s)| s).unwrap_or_default(), optimal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+    use std::collections::BTreeMap;
+
+    /// 3 shards of 3 on 12 nodes where zones and racks cross; tight room.
+    fn crossing() -> Problem {
+        let nodes = (0..12)
+            .map(|i| NodeInfo {
+                name: format!("n{i:02}"),
+                labels: BTreeMap::from([
+                    (ZONE_KEY.to_string(), format!("z{}", i % 3)),
+                    ("example.com/rack".to_string(), format!("k{}", (i / 3) % 4)),
+                    (HOSTNAME_KEY.to_string(), format!("n{i:02}")),
+                ]),
+                ready: i != 4,
+                unschedulable: false,
+                taints: vec![],
+                allocatable: Capacity {
+                    cpu_millis: 0,
+                    memory_bytes: 0,
+                    pods: 1 + (i % 2) as u64,
+                },
+                used_by_others: Capacity::default(),
+            })
+            .collect();
+        let c = |k: &str, max, mode| SpreadConstraint {
+            topology_key: k.into(),
+            max_replicas: max,
+            mode,
+        };
+        Problem {
+            cluster: "t".into(),
+            shards: 3,
+            replicas: 2,
+            constraints: vec![
+                c("zone", 1, Mode::Preferred),
+                c("example.com/rack", 1, Mode::Required),
+                c("node", 1, Mode::Preferred),
+            ],
+            nodes,
+            running: vec![RunningMember {
+                shard: 1,
+                member: 0,
+                node: "n00".into(),
+            }],
+            request: Resources::default(),
+            node_selector: BTreeMap::new(),
+            tolerations: vec![],
+            primaries: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn children_walked_unsorted_reach_the_same_optimum() {
+        let p = crossing();
+        let inst = Instance::new(&p);
+        let st = Structure::analyse(&inst);
+        assert!(!st.nested());
+        let shards = [0, 1, 2];
+        let (sorted, ok) = solve_sorting(&inst, &st, &shards, None, SORTED_CONFIGS);
+        let (walked, ok2) = solve_sorting(&inst, &st, &shards, None, 1);
+        assert!(ok && ok2);
+        let a = evaluate(&inst, &st, &sorted, &shards);
+        assert!(a.is_some());
+        assert_eq!(a, evaluate(&inst, &st, &walked, &shards));
+    }
 }

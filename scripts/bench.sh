@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 echo "== placement planner (criterion) =="
-cargo bench -p placement --bench planner -- --noplot 2>&1 | grep -E "^[a-z_/0-9 ]+time:|^\S.*time:|Benchmarking .*: Analyzing" -A0 || true
+cargo bench -p placement --bench planner -- --noplot 2>&1 | grep -E "time:|planner summary|^  [a-z]" || true
 
 echo
 echo "== testbed and operator figures =="

@@ -1,0 +1,196 @@
+//! What the operator owns over a cluster's life: a persistent cluster keeps
+//! every acknowledged key when whole shards' pods are deleted at once (data
+//! and nodes.conf live on the PVCs), deleting the ValkeyCluster removes every
+//! object it owns and, with `reclaimPolicy: Delete`, its volumes; and a steady
+//! cluster costs no API writes per resync.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use e2e::cluster::{Env, wait_until};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn persistent_manifest(name: &str) -> String {
+    format!(
+        "apiVersion: valkey.rs/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: {name}
+spec:
+  shards: 3
+  replicas: 1
+  resources:
+    requests: {{cpu: 100m, memory: 64Mi}}
+  persistence:
+    size: 1Gi
+    storageClassName: testbed-local
+    reclaimPolicy: Delete
+"
+    )
+}
+
+/// Everything labelled as the cluster's, of the kinds it owns.
+fn owned(env: &Env, ns: &str, name: &str) -> Vec<String> {
+    let selector = format!("valkey.rs/cluster={name}");
+    let out = env
+        .kubectl(&[
+            "get",
+            "statefulsets,services,configmaps,poddisruptionbudgets,secrets,persistentvolumeclaims,pods",
+            "-n",
+            ns,
+            "-l",
+            &selector,
+            "-o",
+            "name",
+        ])
+        .unwrap_or_default();
+    out.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn a_persistent_cluster_keeps_its_keys_when_pods_go_and_deleting_it_removes_what_it_owns() {
+    let Some(env) = Env::or_skip("operator_lifecycle") else {
+        return;
+    };
+    env.install_crd().unwrap();
+    let operator = env.start_operator("lifecycle").unwrap();
+    let ns = env.namespace("e2e-lifecycle").unwrap();
+    env.apply(&ns.name, &persistent_manifest("keep")).unwrap();
+    env.wait_condition(&ns.name, "keep", "Ready", "True", Duration::from_secs(180))
+        .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", operator.tail(60)));
+    let password = env.password(&ns.name, "keep").unwrap();
+    let members = env.members(&ns.name, "keep").unwrap();
+    let hosts: Vec<String> = members.iter().map(|m| m.ip.clone()).collect();
+    let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+
+    // Acknowledged keys, in a file the judge reads back later.
+    let acked = env.testbed_dir.join("lifecycle-acked.txt");
+    let _ = std::fs::remove_file(&acked);
+    let out = env
+        .judge(
+            &hosts,
+            &password,
+            &["load", "--out", acked.to_str().unwrap(), "--seconds", "5"],
+        )
+        .unwrap();
+    assert!(out["acked"].as_u64().unwrap_or(0) > 100, "{out}");
+
+    // Both members of shard 0, and the primary of shard 1, at once.
+    let victims: Vec<String> = members
+        .iter()
+        .filter(|m| m.shard == 0 || (m.shard == 1 && m.role == "primary"))
+        .map(|m| m.name.clone())
+        .collect();
+    let mut args = vec!["delete", "pod", "-n", ns.name.as_str(), "--wait=true"];
+    args.extend(victims.iter().map(String::as_str));
+    env.kubectl(&args).unwrap();
+    // The status must first notice, then become Ready again.
+    std::thread::sleep(Duration::from_secs(3));
+    env.wait_condition(&ns.name, "keep", "Ready", "True", Duration::from_secs(180))
+        .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", operator.tail(60)));
+    let members = env.members(&ns.name, "keep").unwrap();
+    env.wait_cluster_check(&members[0].ip, &password, Duration::from_secs(60))
+        .unwrap();
+    let hosts: Vec<String> = members.iter().map(|m| m.ip.clone()).collect();
+    let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let verified = env
+        .judge(
+            &hosts,
+            &password,
+            &["verify", "--in", acked.to_str().unwrap()],
+        )
+        .unwrap();
+    assert_eq!(verified["missing"], 0, "{verified}");
+
+    // Deleting the cluster removes everything it owns, volumes included.
+    env.kubectl(&["delete", "valkeycluster", "keep", "-n", &ns.name])
+        .unwrap();
+    let mut left = Vec::new();
+    let gone = wait_until(Duration::from_secs(120), Duration::from_secs(2), || {
+        left = owned(&env, &ns.name, "keep");
+        Ok(left.is_empty())
+    });
+    assert!(gone.is_ok(), "still there after deletion: {left:?}");
+}
+
+/// Sum of `valkey_operator_api_writes_total` in a metrics page.
+fn api_writes(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("valkey_operator_api_writes_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+fn scrape(addr: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "5", &format!("http://{addr}/metrics")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn a_steady_cluster_costs_no_api_writes_per_resync() {
+    let Some(env) = Env::or_skip("operator_lifecycle") else {
+        return;
+    };
+    env.install_crd().unwrap();
+    // An operator of its own with a short resync and a known metrics address.
+    let log = env.testbed_dir.join("logs/operator-steady.log");
+    let port = 18000 + (std::process::id() % 1000);
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(&env.operator_bin)
+        .args([
+            "run",
+            "--no-leader-election",
+            "--resync-seconds",
+            "3",
+            "--http-addr",
+            &addr,
+        ])
+        .env("KUBECONFIG", &env.kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let ns = env.namespace("e2e-steady").unwrap();
+    env.apply(
+        &ns.name,
+        "apiVersion: valkey.rs/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: calm
+spec:
+  shards: 3
+  replicas: 1
+  resources:
+    requests: {cpu: 100m, memory: 64Mi}
+  config:
+    maxmemory: 64mb
+    maxmemory-policy: allkeys-lru
+",
+    )
+    .unwrap();
+    let ready = env.wait_condition(&ns.name, "calm", "Ready", "True", Duration::from_secs(180));
+    // Let the last label patches and status writes of the bootstrap land.
+    std::thread::sleep(Duration::from_secs(5));
+    let before = api_writes(&scrape(&addr));
+    // Five resyncs.
+    std::thread::sleep(Duration::from_secs(15));
+    let after = api_writes(&scrape(&addr));
+    let _ = child.kill();
+    let _ = child.wait();
+    ready.unwrap();
+    assert!(
+        before > 0,
+        "no metrics scraped from {addr}; log {}",
+        log.display()
+    );
+    assert_eq!(
+        after - before,
+        0,
+        "a steady cluster must not be written to on resync (log {})",
+        log.display()
+    );
+}

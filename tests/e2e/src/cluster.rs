@@ -136,12 +136,18 @@ impl Env {
     /// Starts `valkey-operator run` against the testbed; it stops when the
     /// returned guard drops. Its log goes to `TESTBED_DIR/logs/operator-<name>.log`.
     pub fn start_operator(&self, name: &str) -> Result<Operator> {
+        self.start_operator_with(name, &["--http-addr", "127.0.0.1:0"])
+    }
+
+    /// [`Env::start_operator`] with extra `run` flags.
+    pub fn start_operator_with(&self, name: &str, extra: &[&str]) -> Result<Operator> {
         let logs = self.testbed_dir.join("logs");
         std::fs::create_dir_all(&logs)?;
         let log_path = logs.join(format!("operator-{name}.log"));
         let log = std::fs::File::create(&log_path)?;
         let child = Command::new(&self.operator_bin)
             .args(["run", "--no-leader-election"])
+            .args(extra)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info,operator=debug,valkey=debug")
             .stdout(log.try_clone()?)
@@ -357,6 +363,11 @@ pub struct Operator {
 }
 
 impl Operator {
+    /// The operator's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Stops the operator (SIGTERM, then SIGKILL after 10 s).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -461,4 +472,622 @@ pub fn tail_file(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+// ---------------------------------------------------------------------------
+// Helpers of the day-2 suites (scale, rolling, heal, delete): Valkey's own view
+// of the cluster, pod identities, background write load, diagnostics.
+
+/// One line of `CLUSTER NODES`, as the judge reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeLine {
+    pub id: String,
+    /// The announced IP (the part before the last `:` of `ip:port@cport`).
+    pub ip: String,
+    pub flags: Vec<String>,
+    /// For a replica: its primary's node id.
+    pub primary_id: Option<String>,
+    /// The link state column says `connected`.
+    pub connected: bool,
+    /// Number of slots it serves (single slots and ranges; the `[slot->-id]`
+    /// importing/migrating markers do not count).
+    pub slots: u32,
+}
+
+impl NodeLine {
+    pub fn has_flag(&self, flag: &str) -> bool {
+        self.flags.iter().any(|f| f == flag)
+    }
+
+    pub fn is_primary(&self) -> bool {
+        self.has_flag("master")
+    }
+
+    /// Flagged failed, suspected, handshaking or without an address.
+    pub fn unhealthy(&self) -> bool {
+        ["fail", "fail?", "handshake", "noaddr"]
+            .iter()
+            .any(|f| self.has_flag(f))
+    }
+}
+
+/// Parses the text of `CLUSTER NODES` (lines that do not look like node lines
+/// are skipped).
+pub fn parse_cluster_nodes(text: &str) -> Vec<NodeLine> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() < 8 || cols[0].len() != 40 {
+            continue;
+        }
+        let addr = cols[1].split(['@', ',']).next().unwrap_or_default();
+        let ip = addr
+            .rsplit_once(':')
+            .map(|(ip, _)| ip)
+            .unwrap_or(addr)
+            .to_string();
+        let mut slots = 0u32;
+        for s in &cols[8..] {
+            if s.starts_with('[') {
+                continue;
+            }
+            match s.split_once('-') {
+                Some((a, b)) => {
+                    if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                        slots += b.saturating_sub(a) + 1;
+                    }
+                }
+                None => {
+                    if s.parse::<u32>().is_ok() {
+                        slots += 1;
+                    }
+                }
+            }
+        }
+        out.push(NodeLine {
+            id: cols[0].to_string(),
+            ip,
+            flags: cols[2].split(',').map(str::to_string).collect(),
+            primary_id: (cols[3] != "-").then(|| cols[3].to_string()),
+            connected: cols[7] == "connected",
+            slots,
+        });
+    }
+    out
+}
+
+/// A pod's identity: a re-created pod has a new UID, a restarted container a
+/// higher restart count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodIdentity {
+    pub uid: String,
+    pub restarts: u64,
+    pub ip: String,
+}
+
+/// One Event about an object, as `kubectl get events` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectEvent {
+    pub type_: String,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Env {
+    /// Runs `redis-cli -h IP -p 6379 [-a P] ARGS...` and returns its output.
+    /// Fails when redis-cli exits non-zero or the reply is an error (redis-cli
+    /// exits 0 on error replies, printing them raw).
+    pub fn valkey_cli(&self, ip: &str, password: &str, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-h", ip, "-p", "6379"]);
+        if !password.is_empty() {
+            cmd.args(["-a", password, "--no-auth-warning"]);
+        }
+        let out = cmd
+            .args(args)
+            .output()
+            .context("running redis-cli")?;
+        let what = format!("redis-cli -h {ip} {}", args.join(" "));
+        let text = ok_stdout(&what, out)?;
+        let first = text.lines().next().unwrap_or_default();
+        let error_prefixes = [
+            "ERR", "NOAUTH", "WRONGPASS", "NOPERM", "LOADING", "CLUSTERDOWN", "MOVED", "ASK ",
+            "READONLY", "MASTERDOWN", "BUSY", "Could not connect", "Error:",
+        ];
+        if error_prefixes.iter().any(|p| first.starts_with(p)) {
+            bail!("{what}: {}", text.trim());
+        }
+        Ok(text)
+    }
+
+    /// `CLUSTER NODES` as the member at `ip` sees it.
+    pub fn cluster_nodes(&self, ip: &str, password: &str) -> Result<Vec<NodeLine>> {
+        let text = self.valkey_cli(ip, password, &["cluster", "nodes"])?;
+        let nodes = parse_cluster_nodes(&text);
+        if nodes.is_empty() {
+            bail!("CLUSTER NODES on {ip} gave no node line: {text}");
+        }
+        Ok(nodes)
+    }
+
+    /// Merge-patches a ValkeyCluster (`kubectl patch --type merge -p PATCH`).
+    pub fn patch_cluster(&self, ns: &str, name: &str, patch: &str) -> Result<()> {
+        self.kubectl(&[
+            "patch",
+            "valkeycluster",
+            name,
+            "-n",
+            ns,
+            "--type",
+            "merge",
+            "-p",
+            patch,
+        ])?;
+        Ok(())
+    }
+
+    /// Every pod of the cluster by name: UID, restart count (summed over its
+    /// containers) and IP.
+    pub fn pod_identities(
+        &self,
+        ns: &str,
+        cluster: &str,
+    ) -> Result<std::collections::BTreeMap<String, PodIdentity>> {
+        let selector = format!("valkey.rs/cluster={cluster}");
+        let pods = self.kubectl_json(&["get", "pods", "-n", ns, "-l", &selector])?;
+        let mut out = std::collections::BTreeMap::new();
+        for pod in pods["items"].as_array().into_iter().flatten() {
+            let restarts = pod["status"]["containerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| c["restartCount"].as_u64().unwrap_or(0))
+                .sum();
+            out.insert(
+                str_of(&pod["metadata"]["name"]),
+                PodIdentity {
+                    uid: str_of(&pod["metadata"]["uid"]),
+                    restarts,
+                    ip: str_of(&pod["status"]["podIP"]),
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// The Events about object `kind/name` in `ns`, oldest first.
+    pub fn object_events(&self, ns: &str, kind: &str, name: &str) -> Result<Vec<ObjectEvent>> {
+        let selector = format!("involvedObject.kind={kind},involvedObject.name={name}");
+        let list = self.kubectl_json(&["get", "events", "-n", ns, "--field-selector", &selector])?;
+        let mut items: Vec<&Value> = list["items"].as_array().into_iter().flatten().collect();
+        let when = |e: &Value| {
+            [&e["eventTime"], &e["lastTimestamp"], &e["metadata"]["creationTimestamp"]]
+                .iter()
+                .find_map(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        };
+        items.sort_by_key(|e| when(e));
+        Ok(items
+            .into_iter()
+            .map(|e| ObjectEvent {
+                type_: str_of(&e["type"]),
+                reason: str_of(&e["reason"]),
+                message: str_of(&e["message"]),
+            })
+            .collect())
+    }
+
+    /// What a person needs when an operator suite fails: the cluster's status,
+    /// its pods, its Events, Valkey's CLUSTER NODES from one member and the
+    /// operator's log tail. Never fails (what cannot be read says so).
+    pub fn diagnostics(&self, ns: &str, name: &str, operator: &Operator) -> String {
+        let mut out = String::new();
+        match self.cluster(ns, name) {
+            Ok(obj) => {
+                out.push_str(&format!(
+                    "--- valkeycluster {ns}/{name} (generation {}) status:\n{}\n",
+                    obj["metadata"]["generation"],
+                    serde_json::to_string_pretty(&obj["status"]).unwrap_or_default()
+                ));
+            }
+            Err(e) => out.push_str(&format!("--- valkeycluster {ns}/{name}: {e}\n")),
+        }
+        let selector = format!("valkey.rs/cluster={name}");
+        match self.kubectl(&[
+            "get", "pods", "-n", ns, "-l", &selector, "-o", "wide", "-L", "valkey.rs/role",
+        ]) {
+            Ok(text) => out.push_str(&format!("--- pods:\n{text}")),
+            Err(e) => out.push_str(&format!("--- pods: {e}\n")),
+        }
+        match self.object_events(ns, "ValkeyCluster", name) {
+            Ok(events) => {
+                out.push_str("--- events (last 25):\n");
+                for e in &events[events.len().saturating_sub(25)..] {
+                    out.push_str(&format!("{} {}: {}\n", e.type_, e.reason, e.message));
+                }
+            }
+            Err(e) => out.push_str(&format!("--- events: {e}\n")),
+        }
+        let password = self.password(ns, name).unwrap_or_default();
+        let ips: Vec<String> = self
+            .members(ns, name)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| !m.ip.is_empty())
+            .map(|m| m.ip)
+            .collect();
+        for ip in &ips {
+            if let Ok(text) = self.valkey_cli(ip, &password, &["cluster", "nodes"]) {
+                out.push_str(&format!("--- CLUSTER NODES on {ip}:\n{text}"));
+                break;
+            }
+        }
+        out.push_str(&format!(
+            "--- operator log ({}), last 80 lines:\n{}\n",
+            operator.log.display(),
+            operator.tail(80)
+        ));
+        out
+    }
+
+    /// A fresh directory for a suite's files (judge key lists and output),
+    /// under `TESTBED_DIR/work/`, kept after the run for post-mortems.
+    pub fn work_dir(&self, suite: &str) -> Result<PathBuf> {
+        let dir = self.testbed_dir.join("work").join(format!(
+            "{suite}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    /// Starts `judge.py load` in the background, writing the acknowledged keys
+    /// to `DIR/NAME.keys` (prefix `NAME`); `extra` are further load options
+    /// (e.g. `--wait-replicas 1`). Stop it with [`Load::finish`].
+    pub fn start_load(
+        &self,
+        hosts: &[&str],
+        password: &str,
+        dir: &Path,
+        name: &str,
+        extra: &[&str],
+    ) -> Result<Load> {
+        let keys = dir.join(format!("{name}.keys"));
+        let stop_file = dir.join(format!("{name}.stop"));
+        let stdout = dir.join(format!("{name}.out"));
+        let stderr = dir.join(format!("{name}.err"));
+        let _ = std::fs::remove_file(&stop_file);
+        let keys_s = keys.to_string_lossy().to_string();
+        let stop_s = stop_file.to_string_lossy().to_string();
+        let mut args = vec![
+            "load",
+            "--out",
+            &keys_s,
+            "--stop-file",
+            &stop_s,
+            "--seconds",
+            "3600",
+            "--prefix",
+            name,
+        ];
+        args.extend_from_slice(extra);
+        let child = self
+            .judge_cmd(hosts, password, &args)
+            .stdout(std::fs::File::create(&stdout)?)
+            .stderr(std::fs::File::create(&stderr)?)
+            .spawn()
+            .context("starting judge.py load")?;
+        Ok(Load {
+            child: Some(child),
+            keys,
+            stop_file,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// The pid of the valkey-server process that serves `ip`: the one whose
+    /// network namespace holds that address.
+    pub fn valkey_pid(&self, ip: &str) -> Result<u32> {
+        let needle = format!(" {ip}/");
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc")? {
+            let entry = entry?;
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() != "valkey-server" {
+                continue;
+            }
+            let out = Command::new("nsenter")
+                .arg(format!("--net=/proc/{pid}/ns/net"))
+                .args(["ip", "-4", "-o", "addr", "show"])
+                .output();
+            let Ok(out) = out else { continue };
+            if String::from_utf8_lossy(&out.stdout).contains(&needle) {
+                found.push(pid);
+            }
+        }
+        match found.as_slice() {
+            [pid] => Ok(*pid),
+            [] => bail!("no valkey-server process has the address {ip}"),
+            many => bail!("several valkey-server processes have the address {ip}: {many:?}"),
+        }
+    }
+}
+
+/// A `judge.py load` running in the background; killed on drop.
+pub struct Load {
+    child: Option<Child>,
+    /// The acknowledged keys, one a line (`judge.py verify --in` reads it).
+    pub keys: PathBuf,
+    stop_file: PathBuf,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Load {
+    /// Whether the judge still runs (it exits early when it cannot connect).
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// How many keys were acknowledged so far.
+    pub fn acked_so_far(&self) -> usize {
+        std::fs::read_to_string(&self.keys)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// Stops the load through its stop file and returns its summary (writes,
+    /// acked, errors, longest_gap_ms). Kills it when it does not stop in `timeout`.
+    pub fn finish(&mut self, timeout: Duration) -> Result<Value> {
+        std::fs::write(&self.stop_file, b"stop")?;
+        let Some(mut child) = self.child.take() else {
+            bail!("judge load already finished");
+        };
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "judge load did not stop within {timeout:?}; stderr:\n{}",
+                    tail_file(&self.stderr, 20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let text = std::fs::read_to_string(&self.stdout).unwrap_or_default();
+        let line = text.lines().last().unwrap_or_default();
+        serde_json::from_str(line).map_err(|_| {
+            anyhow!(
+                "judge load exited with {status} without a summary; stdout: {text}; stderr:\n{}",
+                tail_file(&self.stderr, 20)
+            )
+        })
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What [`Env::check_shape`] found.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    pub members: Vec<MemberPod>,
+    /// CLUSTER NODES of the first member.
+    pub nodes: Vec<NodeLine>,
+    /// Slots per shard, by shard index.
+    pub slots: Vec<u32>,
+}
+
+impl Env {
+    /// Checks that the cluster is exactly `shards` x (1 + `replicas`), as
+    /// Kubernetes and Valkey both see it: every member pod Ready with the
+    /// contract name and one `primary` role label per shard; every member's
+    /// CLUSTER NODES lists exactly the member pods (no stale or failed node),
+    /// each shard's labelled primary is a Valkey primary with slots and its
+    /// other members replicate it; the 16384 slots are spread over the shards
+    /// within one slot of each other; `redis-cli --cluster check` passes on
+    /// every member. Returns what it saw.
+    pub fn check_shape(&self, ns: &str, name: &str, shards: u32, replicas: u32) -> Result<Shape> {
+        let total = shards * (replicas + 1);
+        let members = self.members(ns, name)?;
+        let listing = || format!("{members:#?}");
+        if members.len() as u32 != total {
+            bail!(
+                "{} member pods, want {total} ({shards} shards x {} members): {}",
+                members.len(),
+                replicas + 1,
+                listing()
+            );
+        }
+        for shard in 0..shards {
+            for member in 0..=replicas {
+                let Some(m) = members
+                    .iter()
+                    .find(|m| m.shard == shard && m.member == member)
+                else {
+                    bail!("no pod for shard {shard} member {member}: {}", listing());
+                };
+                if m.name != format!("{name}-{shard}-{member}-0") {
+                    bail!("pod of shard {shard} member {member} is named {}", m.name);
+                }
+                if !m.ready || m.deleting || m.ip.is_empty() {
+                    bail!("pod {} is not Ready (or is being deleted): {m:?}", m.name);
+                }
+            }
+            let labelled: Vec<&MemberPod> = members
+                .iter()
+                .filter(|m| m.shard == shard && m.role == "primary")
+                .collect();
+            if labelled.len() != 1 {
+                bail!(
+                    "shard {shard} has {} pods labelled valkey.rs/role=primary, want 1: {}",
+                    labelled.len(),
+                    listing()
+                );
+            }
+            if let Some(m) = members
+                .iter()
+                .find(|m| m.shard == shard && m.role != "primary" && m.role != "replica")
+            {
+                bail!("pod {} has role label {:?}", m.name, m.role);
+            }
+        }
+        let password = self.password(ns, name)?;
+        let mut first_view = Vec::new();
+        for m in &members {
+            let nodes = self.cluster_nodes(&m.ip, &password)?;
+            if nodes.len() as u32 != total {
+                bail!(
+                    "CLUSTER NODES on {} ({}) lists {} nodes, want {total}:\n{nodes:#?}",
+                    m.name,
+                    m.ip,
+                    nodes.len()
+                );
+            }
+            if let Some(bad) = nodes.iter().find(|n| n.unhealthy()) {
+                bail!(
+                    "CLUSTER NODES on {} ({}) flags {} ({}) {:?}",
+                    m.name,
+                    m.ip,
+                    bad.id,
+                    bad.ip,
+                    bad.flags
+                );
+            }
+            for other in &members {
+                let n = nodes.iter().filter(|n| n.ip == other.ip).count();
+                if n != 1 {
+                    bail!(
+                        "CLUSTER NODES on {} lists pod {} ({}) {n} times:\n{nodes:#?}",
+                        m.name,
+                        other.name,
+                        other.ip
+                    );
+                }
+            }
+            if first_view.is_empty() {
+                first_view = nodes;
+            }
+        }
+        let by_ip = |ip: &str| first_view.iter().find(|n| n.ip == ip);
+        let mut slots = Vec::new();
+        for shard in 0..shards {
+            let of_shard: Vec<&MemberPod> = members.iter().filter(|m| m.shard == shard).collect();
+            let Some(primary) = of_shard.iter().find(|m| m.role == "primary") else {
+                bail!("shard {shard}: no primary label");
+            };
+            let Some(p) = by_ip(&primary.ip) else {
+                bail!("shard {shard}: primary {} not in CLUSTER NODES", primary.name);
+            };
+            if !p.is_primary() || p.slots == 0 {
+                bail!(
+                    "shard {shard}: pod {} is labelled primary but Valkey says {:?} with {} slots",
+                    primary.name,
+                    p.flags,
+                    p.slots
+                );
+            }
+            slots.push(p.slots);
+            for r in of_shard.iter().filter(|m| m.role == "replica") {
+                let Some(n) = by_ip(&r.ip) else {
+                    bail!("shard {shard}: replica {} not in CLUSTER NODES", r.name);
+                };
+                if n.is_primary() || n.primary_id.as_deref() != Some(p.id.as_str()) {
+                    bail!(
+                        "shard {shard}: pod {} should replicate {} ({}), Valkey says {:?} of {:?}",
+                        r.name,
+                        primary.name,
+                        p.id,
+                        n.flags,
+                        n.primary_id
+                    );
+                }
+            }
+        }
+        let served: u32 = first_view.iter().map(|n| n.slots).sum();
+        let owners = first_view.iter().filter(|n| n.slots > 0).count() as u32;
+        if served != 16384 || owners != shards {
+            bail!("{served} slots served by {owners} primaries, want 16384 by {shards}: {slots:?}");
+        }
+        let (lo, hi) = (
+            slots.iter().copied().min().unwrap_or(0),
+            slots.iter().copied().max().unwrap_or(0),
+        );
+        if hi - lo > 1 {
+            bail!("slots per shard not balanced within one slot: {slots:?}");
+        }
+        for m in &members {
+            self.cluster_check(&m.ip, &password)
+                .with_context(|| format!("on {}", m.name))?;
+        }
+        Ok(Shape {
+            members,
+            nodes: first_view,
+            slots,
+        })
+    }
+}
+
+impl Env {
+    /// Waits until the cluster has exactly `total` member pods, all Ready and
+    /// none being deleted (pods of removed members have gone).
+    pub fn wait_pods(&self, ns: &str, name: &str, total: usize, timeout: Duration) -> Result<()> {
+        let mut last = Vec::new();
+        wait_until(timeout, Duration::from_millis(500), || {
+            last = self.members(ns, name)?;
+            Ok(last.len() == total && last.iter().all(|m| m.ready && !m.deleting))
+        })
+        .map_err(|_| anyhow!("want {total} Ready member pods within {timeout:?}, have: {last:#?}"))
+    }
+
+    /// The IPs of the cluster's member pods that have one.
+    pub fn member_ips(&self, ns: &str, name: &str) -> Result<Vec<String>> {
+        Ok(self
+            .members(ns, name)?
+            .into_iter()
+            .filter(|m| !m.ip.is_empty() && !m.deleting)
+            .map(|m| m.ip)
+            .collect())
+    }
+
+    /// `judge.py verify` of every key in `keys` through the members at `hosts`:
+    /// fails naming the first missing keys unless every one reads back.
+    pub fn verify_keys(&self, hosts: &[String], password: &str, keys: &Path) -> Result<Value> {
+        let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        let keys_s = keys.to_string_lossy().to_string();
+        let mut cmd = self.judge_cmd(&hosts, password, &["verify", "--in", &keys_s]);
+        let out = cmd.output().context("running judge.py verify")?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let summary: Value = text
+            .lines()
+            .last()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .ok_or_else(|| {
+                anyhow!(
+                    "judge verify {} gave no summary (exit {}): {text}{}",
+                    keys.display(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })?;
+        if !out.status.success() || summary["missing"] != 0 {
+            bail!("acknowledged keys lost ({}): {summary}", keys.display());
+        }
+        Ok(summary)
+    }
 }

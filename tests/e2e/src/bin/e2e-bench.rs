@@ -4,7 +4,9 @@
 //!
 //! - warm `testbed up` to 9 Ready nodes;
 //! - pod bound -> Ready (a plain Valkey pod);
-//! - operator: apply -> Ready for 3x2 (all slots assigned, every replica in sync).
+//! - operator: apply -> Ready for 3x2 (all slots assigned, every replica in sync);
+//! - operator: API writes per resync of steady clusters (from its metrics);
+//! - operator: resident memory while managing 10 clusters.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use anyhow::{Context, Result, bail};
@@ -83,6 +85,107 @@ spec:
         println!(
             "pod bound -> Ready (valkey-server, tcp readiness probe, polled every 20 ms): {:.2} s",
             r.duration_since(b).as_secs_f64()
+        );
+    }
+    env.kubectl(&["delete", "pod", "bench-pod", "-n", &ns.name, "--wait=false"])?;
+    operator_figures(env, &ns.name)
+}
+
+const METRICS_ADDR: &str = "127.0.0.1:18181";
+
+fn cluster_yaml(name: &str, shards: u32, replicas: u32) -> String {
+    format!(
+        "apiVersion: valkey.rs/v1alpha1
+kind: ValkeyCluster
+metadata: {{name: {name}}}
+spec:
+  shards: {shards}
+  replicas: {replicas}
+  resources:
+    requests: {{cpu: 50m, memory: 32Mi}}
+  replicaSpreadConstraints:
+    - {{topologyKey: zone, maxReplicas: 1, mode: Required}}
+"
+    )
+}
+
+/// Sum of every sample of a metric family in Prometheus text.
+fn metric_sum(text: &str, family: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(family) && !l.starts_with('#'))
+        .filter(|l| {
+            let rest = &l[family.len()..];
+            rest.starts_with('{') || rest.starts_with(' ')
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn metrics() -> Result<String> {
+    let out = Command::new("curl")
+        .args(["-sf", &format!("http://{METRICS_ADDR}/metrics")])
+        .output()
+        .context("curl /metrics")?;
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn operator_figures(env: &Env, ns: &str) -> Result<()> {
+    env.install_crd()?;
+    let operator = env.start_operator_with(
+        "bench",
+        &["--http-addr", METRICS_ADDR, "--resync-seconds", "10"],
+    )?;
+    let started = Instant::now();
+    env.apply(ns, &cluster_yaml("bench", 3, 2))?;
+    env.wait_condition(ns, "bench", "Ready", "True", Duration::from_secs(300))?;
+    println!(
+        "operator: apply -> Ready for 3x2 (16384 slots assigned, every replica in sync): {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // Nine more clusters, so the operator manages ten.
+    for i in 1..10 {
+        env.apply(ns, &cluster_yaml(&format!("bench{i}"), 3, 0))?;
+    }
+    for i in 1..10 {
+        env.wait_condition(
+            ns,
+            &format!("bench{i}"),
+            "Ready",
+            "True",
+            Duration::from_secs(300),
+        )?;
+    }
+    // Let the status writes of the bootstrap settle, then count writes over
+    // several resyncs of steady clusters.
+    std::thread::sleep(Duration::from_secs(15));
+    let before = metrics()?;
+    std::thread::sleep(Duration::from_secs(35));
+    let after = metrics()?;
+    let writes = metric_sum(&after, "valkey_operator_api_writes_total")
+        - metric_sum(&before, "valkey_operator_api_writes_total");
+    let reconciles = metric_sum(&after, "valkey_operator_reconciles_total")
+        - metric_sum(&before, "valkey_operator_reconciles_total");
+    println!(
+        "operator: API writes per resync of a steady cluster: {:.2} ({} writes over {} reconciles of 10 steady clusters)",
+        if reconciles > 0.0 {
+            writes / reconciles
+        } else {
+            f64::NAN
+        },
+        writes,
+        reconciles
+    );
+    if let Some(kib) = operator.pid().and_then(rss_kib) {
+        println!(
+            "operator: resident memory managing 10 clusters (33 members): {:.1} MB",
+            kib as f64 / 1024.0
         );
     }
     Ok(())

@@ -27,6 +27,7 @@ pub mod reason {
     pub const RECONCILE_ERROR: &str = "ReconcileError";
     pub const MEMBER_LOST: &str = "MemberLost";
     pub const MEMBER_REPLACED: &str = "MemberReplaced";
+    pub const MEMBER_MOVED: &str = "MemberMoved";
 }
 
 /// The event reason of a Valkey action.

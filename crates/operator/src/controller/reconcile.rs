@@ -163,21 +163,24 @@ async fn run(
     let cluster_ready = health0.is_ready() && all_pods_ready && blocker.is_none();
 
     // Rolling update, then primary balancing, decide the desired primaries.
+    let preference: BTreeMap<u32, Vec<u32>> = (0..cluster.shards)
+        .map(|s| (s, topology::failover_preference(&views, s, &keys)))
+        .collect();
     let roll = rolling_step(
         &cluster,
         &desired,
         &view,
         &obs,
-        &views,
-        &keys,
+        &placement,
+        &preference,
         cluster_ready,
     );
-    let stale = roll.1;
+    let stale = roll.stale;
     let mut balance = BalanceState::Aligned;
     let now_i = Instant::now();
     // The quiet period also starts when the operator first sees the cluster.
     memory.last_disturbance.get_or_insert(now_i);
-    match &roll.0 {
+    match &roll.step {
         RollStep::Failover { shard, to } => {
             set_primary(&mut desired_topology, *shard, *to);
         }
@@ -217,17 +220,40 @@ async fn run(
 
     // 6. rolling restart
     let mut last_action = executed.first().cloned();
-    match &roll.0 {
+    match &roll.step {
         RollStep::Restart { shard, member } if plan.actions.is_empty() => {
             if let Some(pod) = view.members.get(&(*shard, *member)) {
+                let moving = placement.moved(*shard, *member);
+                if moving && cluster.persistence.is_some() {
+                    // The volume is local to the old node: the member starts
+                    // over where the plan puts it and is reseeded.
+                    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+                        Api::namespaced(ctx.client.clone(), &cluster.namespace);
+                    let claim = format!(
+                        "{}-{}",
+                        crate::builders::statefulset::DATA_VOLUME,
+                        pod.name_any()
+                    );
+                    delete(ctx, &pvcs, "PersistentVolumeClaim", &claim, None).await?;
+                }
                 delete_pod(ctx, &cluster, pod).await?;
-                let msg = format!(
-                    "restarting shard {shard} member {member} (pod {}) to apply a new spec",
-                    pod.name_any()
-                );
-                events
-                    .normal(reason::ROLLING_RESTART, "RollingRestart", &msg)
-                    .await;
+                let msg = if moving {
+                    format!(
+                        "moving shard {shard} member {member} (pod {}) to where the placement plan puts it",
+                        pod.name_any()
+                    )
+                } else {
+                    format!(
+                        "restarting shard {shard} member {member} (pod {}) to apply a new spec",
+                        pod.name_any()
+                    )
+                };
+                let (r, action) = if moving {
+                    (reason::MEMBER_MOVED, "MoveMember")
+                } else {
+                    (reason::ROLLING_RESTART, "RollingRestart")
+                };
+                events.normal(r, action, &msg).await;
                 memory.last_disturbance = Some(now_i);
                 last_action = Some(msg);
             }
@@ -261,13 +287,14 @@ async fn run(
         .filter(|w| w.is_blocked())
         .map(ToString::to_string)
         .collect();
-    if let RollStep::Blocked(why) = &roll.0 {
+    if let RollStep::Blocked(why) = &roll.step {
         blocked.push(why.clone());
     }
     let activity = Activity {
         bootstrapping: is_bootstrapping(&obs.observed, old_status),
         actions: executed.clone(),
         pending_restarts: stale,
+        pending_moves: roll.moving,
         scaling: leaving
             || (new_members && !is_bootstrapping(&obs.observed, old_status))
             || !removed.is_empty(),
@@ -298,6 +325,7 @@ async fn run(
         || !executed.is_empty()
         || !cluster_ready
         || stale > 0
+        || roll.moving > 0
         || replaced > 0
         || healed > 0
         || !removed.is_empty();
@@ -410,6 +438,15 @@ impl Placement {
             };
         }
         MemberPlacement::Unplanned
+    }
+
+    /// The plan moves this running member to another node.
+    fn moved(&self, shard: u32, member: u32) -> bool {
+        self.plan.as_ref().is_some_and(|p| {
+            p.members
+                .iter()
+                .any(|x| x.shard == shard && x.member == member && x.moved)
+        })
     }
 
     fn spread_state(&self) -> SpreadState {
@@ -930,10 +967,10 @@ fn rolling_step(
     desired: &Desired,
     view: &KubeView,
     obs: &ValkeyObservation,
-    views: &[ShardView],
-    keys: &[String],
+    placement: &Placement,
+    preference: &BTreeMap<u32, Vec<u32>>,
     cluster_ready: bool,
-) -> (RollStep, usize) {
+) -> Roll {
     let primaries = live_primaries(cluster, &obs.observed);
     let members: Vec<RollMember> = desired_members(cluster)
         .map(|(s, m)| {
@@ -941,30 +978,47 @@ fn rolling_step(
             let facts = pod.map(PodFacts::of);
             let name = member_name(&cluster.name, s, m);
             let sts = desired.statefulsets.iter().find(|x| x.name_any() == name);
+            let running = facts
+                .as_ref()
+                .is_some_and(|f| !f.unscheduled() && !f.terminating);
+            let restart = match (&facts, sts) {
+                (Some(f), Some(sts)) => running && needs_restart(f, sts),
+                _ => false,
+            };
+            let moving = running && placement.moved(s, m);
             RollMember {
                 shard: s,
                 member: m,
                 has_pod: facts.is_some(),
                 terminating: facts.as_ref().is_some_and(|f| f.terminating),
-                stale: match (&facts, sts) {
-                    (Some(f), Some(sts)) => !f.unscheduled() && needs_restart(f, sts),
-                    _ => false,
-                },
+                stale: restart || moving,
+                moving,
                 primary: primaries.get(&s) == Some(&m),
             }
         })
         .collect();
-    let stale = members.iter().filter(|m| m.stale).count();
-    let preference: BTreeMap<u32, Vec<u32>> = (0..cluster.shards)
-        .map(|s| (s, topology::failover_preference(views, s, keys)))
-        .collect();
+    let stale = members.iter().filter(|m| m.stale && !m.moving).count();
+    let moving = members.iter().filter(|m| m.moving).count();
     let step = rolling::next_step(
         &members,
         cluster_ready,
-        &preference,
+        preference,
         cluster.persistence.is_some(),
     );
-    (step, stale)
+    Roll {
+        step,
+        stale,
+        moving,
+    }
+}
+
+/// The rolling step and what is left to do.
+struct Roll {
+    step: RollStep,
+    /// Members to restart for a new spec.
+    stale: usize,
+    /// Members to move to where the plan puts them.
+    moving: usize,
 }
 
 /// Primary balancing: after the quiet period, one shard at a time, only

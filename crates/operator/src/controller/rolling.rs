@@ -20,8 +20,13 @@ pub struct RollMember {
     pub has_pod: bool,
     /// Its pod is being deleted.
     pub terminating: bool,
-    /// Its pod runs an out-of-date spec.
+    /// Its pod runs an out-of-date spec, or stands where the plan no longer
+    /// wants it (see `moving`): either way the pod must be re-created.
     pub stale: bool,
+    /// The plan puts it on another node (a Preferred constraint can be met
+    /// again, a Required one changed): re-creating it moves it, and with
+    /// persistence gives up its volume (it is reseeded by its primary).
+    pub moving: bool,
     /// Valkey says it is the primary of its shard.
     pub primary: bool,
 }
@@ -78,7 +83,9 @@ pub fn next_step(
         .map(|m| m.member)
         .collect();
     if replicas.is_empty() {
-        return if persistent {
+        // A lone primary survives a restart only with its volume, and a move
+        // gives the volume up.
+        return if persistent && !p.moving {
             RollStep::Restart {
                 shard: p.shard,
                 member: p.member,
@@ -111,6 +118,7 @@ mod tests {
             has_pod: true,
             terminating: false,
             stale,
+            moving: false,
             primary,
         }
     }
@@ -189,6 +197,16 @@ mod tests {
         );
         assert!(matches!(
             next_step(&ms, true, &none(), false),
+            RollStep::Blocked(_)
+        ));
+    }
+
+    #[test]
+    fn a_lone_primary_that_must_move_is_blocked_even_with_a_volume() {
+        let mut p = m(0, 0, true, true);
+        p.moving = true;
+        assert!(matches!(
+            next_step(&[p], true, &none(), true),
             RollStep::Blocked(_)
         ));
     }

@@ -91,6 +91,8 @@ pub struct Activity {
     pub actions: Vec<String>,
     /// Members waiting for a rolling restart.
     pub pending_restarts: usize,
+    /// Members to move to where the placement plan now puts them.
+    pub pending_moves: usize,
     /// Members being added or removed (scale).
     pub scaling: bool,
     /// Pods not yet running.
@@ -152,6 +154,16 @@ pub fn conditions(input: &StatusInput) -> Vec<Cond> {
             true,
             "RollingUpdate",
             format!("{} member(s) to restart, one at a time", a.pending_restarts),
+        )
+    } else if a.pending_moves > 0 {
+        Cond::new(
+            CONDITION_PROGRESSING,
+            true,
+            "RestoringPlacement",
+            format!(
+                "{} member(s) to move where the placement plan puts them, one at a time",
+                a.pending_moves
+            ),
         )
     } else if !a.actions.is_empty() || a.pods_pending > 0 || (!c.ready && c.blocked.is_empty()) {
         Cond::new(

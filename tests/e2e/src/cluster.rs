@@ -583,16 +583,24 @@ impl Env {
         if !password.is_empty() {
             cmd.args(["-a", password, "--no-auth-warning"]);
         }
-        let out = cmd
-            .args(args)
-            .output()
-            .context("running redis-cli")?;
+        let out = cmd.args(args).output().context("running redis-cli")?;
         let what = format!("redis-cli -h {ip} {}", args.join(" "));
         let text = ok_stdout(&what, out)?;
         let first = text.lines().next().unwrap_or_default();
         let error_prefixes = [
-            "ERR", "NOAUTH", "WRONGPASS", "NOPERM", "LOADING", "CLUSTERDOWN", "MOVED", "ASK ",
-            "READONLY", "MASTERDOWN", "BUSY", "Could not connect", "Error:",
+            "ERR",
+            "NOAUTH",
+            "WRONGPASS",
+            "NOPERM",
+            "LOADING",
+            "CLUSTERDOWN",
+            "MOVED",
+            "ASK ",
+            "READONLY",
+            "MASTERDOWN",
+            "BUSY",
+            "Could not connect",
+            "Error:",
         ];
         if error_prefixes.iter().any(|p| first.starts_with(p)) {
             bail!("{what}: {}", text.trim());
@@ -658,13 +666,18 @@ impl Env {
     /// The Events about object `kind/name` in `ns`, oldest first.
     pub fn object_events(&self, ns: &str, kind: &str, name: &str) -> Result<Vec<ObjectEvent>> {
         let selector = format!("involvedObject.kind={kind},involvedObject.name={name}");
-        let list = self.kubectl_json(&["get", "events", "-n", ns, "--field-selector", &selector])?;
+        let list =
+            self.kubectl_json(&["get", "events", "-n", ns, "--field-selector", &selector])?;
         let mut items: Vec<&Value> = list["items"].as_array().into_iter().flatten().collect();
         let when = |e: &Value| {
-            [&e["eventTime"], &e["lastTimestamp"], &e["metadata"]["creationTimestamp"]]
-                .iter()
-                .find_map(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default()
+            [
+                &e["eventTime"],
+                &e["lastTimestamp"],
+                &e["metadata"]["creationTimestamp"],
+            ]
+            .iter()
+            .find_map(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
         };
         items.sort_by_key(|e| when(e));
         Ok(items
@@ -694,7 +707,16 @@ impl Env {
         }
         let selector = format!("valkey.rs/cluster={name}");
         match self.kubectl(&[
-            "get", "pods", "-n", ns, "-l", &selector, "-o", "wide", "-L", "valkey.rs/role",
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &selector,
+            "-o",
+            "wide",
+            "-L",
+            "valkey.rs/role",
         ]) {
             Ok(text) => out.push_str(&format!("--- pods:\n{text}")),
             Err(e) => out.push_str(&format!("--- pods: {e}\n")),
@@ -733,10 +755,10 @@ impl Env {
     /// A fresh directory for a suite's files (judge key lists and output),
     /// under `TESTBED_DIR/work/`, kept after the run for post-mortems.
     pub fn work_dir(&self, suite: &str) -> Result<PathBuf> {
-        let dir = self.testbed_dir.join("work").join(format!(
-            "{suite}-{}",
-            std::process::id()
-        ));
+        let dir = self
+            .testbed_dir
+            .join("work")
+            .join(format!("{suite}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         Ok(dir)
@@ -992,7 +1014,10 @@ impl Env {
                 bail!("shard {shard}: no primary label");
             };
             let Some(p) = by_ip(&primary.ip) else {
-                bail!("shard {shard}: primary {} not in CLUSTER NODES", primary.name);
+                bail!(
+                    "shard {shard}: primary {} not in CLUSTER NODES",
+                    primary.name
+                );
             };
             if !p.is_primary() || p.slots == 0 {
                 bail!(

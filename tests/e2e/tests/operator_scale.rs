@@ -1,0 +1,192 @@
+//! Scaling under light write load: a 3x1 cluster goes to 4 shards and back to
+//! 3, then to 2 replicas per shard and back to 1, while the Python cluster
+//! client writes. After each step the cluster is Ready for the new
+//! generation, has exactly the members and roles the spec asks for (as
+//! Kubernetes and every Valkey member see it), its slots are balanced within
+//! one slot, `redis-cli --cluster check` passes on every member, and every key
+//! acknowledged so far (in any step) reads back.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::cluster::{Env, Operator, wait_until};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const NAME: &str = "scale";
+/// Apply-to-Ready and every scale step; generous for a shared 2-core machine.
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn manifest(shards: u32, replicas: u32) -> String {
+    format!(
+        "apiVersion: valkey.rs/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: {NAME}
+spec:
+  shards: {shards}
+  replicas: {replicas}
+  resources:
+    requests: {{cpu: 100m, memory: 64Mi}}
+"
+    )
+}
+
+/// Waits until the load has acknowledged some writes, so a change happens
+/// while the client is really writing.
+fn wait_load_running(load: &mut e2e::cluster::Load) -> Result<()> {
+    wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+        if !load.alive() {
+            bail!("judge load exited early");
+        }
+        Ok(load.acked_so_far() >= 50)
+    })
+    .context("judge load acknowledged no writes")
+}
+
+struct Step<'a> {
+    label: &'a str,
+    patch: String,
+    shards: u32,
+    replicas: u32,
+}
+
+fn scale_step(
+    env: &Env,
+    ns: &str,
+    dir: &Path,
+    password: &str,
+    step: &Step<'_>,
+    all_keys: &mut Vec<PathBuf>,
+) -> Result<()> {
+    let hosts = env.member_ips(ns, NAME)?;
+    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let mut load = env.start_load(
+        &host_refs,
+        password,
+        dir,
+        step.label,
+        &["--interval-ms", "5"],
+    )?;
+    wait_load_running(&mut load)?;
+
+    let started = Instant::now();
+    env.patch_cluster(ns, NAME, &step.patch)?;
+    let obj = env
+        .wait_condition(ns, NAME, "Ready", "True", READY_TIMEOUT)
+        .with_context(|| format!("step {}", step.label))?;
+    let to_ready = started.elapsed();
+    // Writes keep going a little past Ready: the cluster must serve them too.
+    std::thread::sleep(Duration::from_secs(2));
+    let summary = load.finish(Duration::from_secs(30))?;
+    all_keys.push(load.keys.clone());
+
+    let total = (step.shards * (step.replicas + 1)) as usize;
+    env.wait_pods(ns, NAME, total, Duration::from_secs(90))
+        .with_context(|| format!("step {}: pods after Ready", step.label))?;
+    let shape = env
+        .check_shape(ns, NAME, step.shards, step.replicas)
+        .with_context(|| format!("step {}: shape after Ready", step.label))?;
+    ensure!(
+        obj["status"]["readyShards"] == step.shards,
+        "step {}: status.readyShards {} want {}",
+        step.label,
+        obj["status"]["readyShards"],
+        step.shards
+    );
+    let status_members = obj["status"]["members"].as_array().map_or(0, Vec::len);
+    ensure!(
+        status_members == total,
+        "step {}: status lists {status_members} members, want {total}",
+        step.label
+    );
+    let selector = format!("valkey.rs/cluster={NAME}");
+    let sts = env.kubectl_json(&["get", "statefulsets", "-n", ns, "-l", &selector])?;
+    let sts_n = sts["items"].as_array().map_or(0, Vec::len);
+    ensure!(
+        sts_n == total,
+        "step {}: {sts_n} StatefulSets, want one per member ({total})",
+        step.label
+    );
+    ensure!(
+        summary["acked"].as_u64().unwrap_or(0) > 0,
+        "step {}: the load acknowledged nothing: {summary}",
+        step.label
+    );
+
+    let hosts = env.member_ips(ns, NAME)?;
+    let mut checked = 0;
+    for keys in all_keys.iter() {
+        checked += env.verify_keys(&hosts, password, keys)?["checked"]
+            .as_u64()
+            .unwrap_or(0);
+    }
+    println!(
+        "operator_scale: step {}: Ready {:.1}s after the patch; slots {:?}; load {summary}; verified {checked} acknowledged keys",
+        step.label,
+        to_ready.as_secs_f64(),
+        shape.slots
+    );
+    Ok(())
+}
+
+fn run(env: &Env, ns: &str) -> Result<()> {
+    let dir = env.work_dir("operator_scale")?;
+    let started = Instant::now();
+    env.apply(ns, &manifest(3, 1))?;
+    env.wait_condition(ns, NAME, "Ready", "True", READY_TIMEOUT)?;
+    env.check_shape(ns, NAME, 3, 1).context("3x1 after apply")?;
+    println!(
+        "operator_scale: 3x1 Ready {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    );
+    let password = env.password(ns, NAME)?;
+
+    let steps = [
+        Step {
+            label: "shards-3-to-4",
+            patch: r#"{"spec":{"shards":4}}"#.into(),
+            shards: 4,
+            replicas: 1,
+        },
+        Step {
+            label: "shards-4-to-3",
+            patch: r#"{"spec":{"shards":3}}"#.into(),
+            shards: 3,
+            replicas: 1,
+        },
+        Step {
+            label: "replicas-1-to-2",
+            patch: r#"{"spec":{"replicas":2}}"#.into(),
+            shards: 3,
+            replicas: 2,
+        },
+        Step {
+            label: "replicas-2-to-1",
+            patch: r#"{"spec":{"replicas":1}}"#.into(),
+            shards: 3,
+            replicas: 1,
+        },
+    ];
+    let mut all_keys = Vec::new();
+    for step in &steps {
+        scale_step(env, ns, &dir, &password, step, &mut all_keys)?;
+    }
+    println!(
+        "operator_scale: all steps in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+#[test]
+fn scaling_shards_and_replicas_out_and_in_under_load_keeps_every_acknowledged_key() {
+    let Some(env) = Env::or_skip("operator_scale") else {
+        return;
+    };
+    env.install_crd().unwrap();
+    let operator: Operator = env.start_operator("scale").unwrap();
+    let ns = env.namespace("e2e-scale").unwrap();
+    if let Err(e) = run(&env, &ns.name) {
+        panic!("{e:#}\n{}", env.diagnostics(&ns.name, NAME, &operator));
+    }
+}

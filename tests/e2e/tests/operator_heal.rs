@@ -1,0 +1,348 @@
+//! Healing a 3x1 cluster while a client writes:
+//! (a) a replica's pod is deleted: the cluster is back to Ready with the right
+//!     membership (the old node forgotten everywhere), `--cluster check` passes;
+//! (b) a primary's pod is deleted: its replica is promoted, the cluster heals to
+//!     Ready with one primary per shard and the right member count, an Event
+//!     tells which shard changed primary, and no acknowledged write is lost;
+//! (c) a primary's valkey-server process is killed (SIGKILL, no goodbye): Valkey
+//!     fails over, the cluster heals to Ready, an Event tells it, and no write
+//!     confirmed by a replica (`WAIT 1`) is lost.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::cluster::{Env, Load, MemberPod, ObjectEvent, condition_status, wait_until};
+use std::time::{Duration, Instant};
+
+const NAME: &str = "heal";
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+/// From the fault to a healed cluster.
+const HEAL_TIMEOUT: Duration = Duration::from_secs(240);
+
+fn manifest() -> String {
+    format!(
+        "apiVersion: valkey.rs/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: {NAME}
+spec:
+  shards: 3
+  replicas: 1
+  resources:
+    requests: {{cpu: 100m, memory: 64Mi}}
+"
+    )
+}
+
+fn wait_load_running(load: &mut Load) -> Result<()> {
+    wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+        if !load.alive() {
+            bail!("judge load exited early");
+        }
+        Ok(load.acked_so_far() >= 50)
+    })
+    .context("judge load acknowledged no writes")
+}
+
+fn member(env: &Env, ns: &str, shard: u32, role: &str) -> Result<MemberPod> {
+    env.members(ns, NAME)?
+        .into_iter()
+        .find(|m| m.shard == shard && m.role == role)
+        .with_context(|| format!("shard {shard} has no pod labelled {role}"))
+}
+
+/// The Valkey node id of the member at `ip`, from its own CLUSTER NODES.
+fn node_id(env: &Env, ip: &str, password: &str) -> Result<String> {
+    env.cluster_nodes(ip, password)?
+        .into_iter()
+        .find(|n| n.has_flag("myself"))
+        .map(|n| n.id)
+        .with_context(|| format!("{ip}: no myself line"))
+}
+
+/// Waits until `noticed` holds (the fault has had its effect), then until the
+/// cluster is Ready and has the 3x1 shape. Returns the time it took.
+fn wait_healed(
+    env: &Env,
+    ns: &str,
+    what: &str,
+    mut noticed: impl FnMut() -> Result<bool>,
+) -> Result<Duration> {
+    let started = Instant::now();
+    wait_until(HEAL_TIMEOUT, Duration::from_millis(250), &mut noticed)
+        .with_context(|| format!("{what}: the fault never showed"))?;
+    let mut last_err = String::new();
+    let res = wait_until(
+        HEAL_TIMEOUT.saturating_sub(started.elapsed()),
+        Duration::from_secs(1),
+        || {
+            let obj = env.cluster(ns, NAME)?;
+            let ready = condition_status(&obj, "Ready").as_deref() == Some("True")
+                && obj["status"]["observedGeneration"] == obj["metadata"]["generation"];
+            if !ready {
+                last_err = "Ready is not True".into();
+                return Ok(false);
+            }
+            match env.check_shape(ns, NAME, 3, 1) {
+                Ok(_) => Ok(true),
+                Err(e) => {
+                    last_err = format!("{e:#}");
+                    Ok(false)
+                }
+            }
+        },
+    );
+    if res.is_err() {
+        bail!("{what}: not healed within {HEAL_TIMEOUT:?}: {last_err}");
+    }
+    Ok(started.elapsed())
+}
+
+fn events_since(env: &Env, ns: &str, seen: usize) -> Result<Vec<ObjectEvent>> {
+    let all = env.object_events(ns, "ValkeyCluster", NAME)?;
+    Ok(all.into_iter().skip(seen).collect())
+}
+
+fn event_count(env: &Env, ns: &str) -> Result<usize> {
+    Ok(env.object_events(ns, "ValkeyCluster", NAME)?.len())
+}
+
+/// Waits (bounded) for an Event `reason` whose message mentions `needle`
+/// among the events after the first `seen`.
+fn wait_event(env: &Env, ns: &str, seen: usize, reason: &str, needle: &str) -> Result<()> {
+    let mut last = Vec::new();
+    wait_until(Duration::from_secs(60), Duration::from_secs(1), || {
+        last = events_since(env, ns, seen)?;
+        Ok(last
+            .iter()
+            .any(|e| e.reason == reason && e.message.contains(needle)))
+    })
+    .with_context(|| {
+        format!("no Event {reason} mentioning {needle:?}; events since the fault: {last:#?}")
+    })
+}
+
+fn print_events(env: &Env, ns: &str, part: &str, seen: usize) -> Result<()> {
+    for e in events_since(env, ns, seen)? {
+        println!(
+            "operator_heal: {part}: event {} {}: {}",
+            e.type_, e.reason, e.message
+        );
+    }
+    let obj = env.cluster(ns, NAME)?;
+    println!(
+        "operator_heal: {part}: status.lastAction {}",
+        obj["status"]["lastAction"]
+    );
+    Ok(())
+}
+
+fn finish_and_verify(
+    env: &Env,
+    ns: &str,
+    password: &str,
+    mut load: Load,
+    part: &str,
+) -> Result<()> {
+    // Writes continue a little past the heal.
+    std::thread::sleep(Duration::from_secs(2));
+    let summary = load.finish(Duration::from_secs(30))?;
+    ensure!(
+        summary["acked"].as_u64().unwrap_or(0) > 0,
+        "{part}: the load acknowledged nothing: {summary}"
+    );
+    let verified = env.verify_keys(&env.member_ips(ns, NAME)?, password, &load.keys)?;
+    println!(
+        "operator_heal: {part}: load {summary}; verify {verified}; longest_gap_ms {}",
+        summary["longest_gap_ms"]
+    );
+    Ok(())
+}
+
+fn replica_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
+    let part = "(a) replica pod deleted";
+    let dir = env.work_dir("operator_heal-a")?;
+    let hosts = env.member_ips(ns, NAME)?;
+    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let mut load = env.start_load(&host_refs, password, &dir, "a", &["--interval-ms", "5"])?;
+    wait_load_running(&mut load)?;
+    let seen = event_count(env, ns)?;
+
+    let victim = member(env, ns, 0, "replica")?;
+    let old_uid = env.pod_identities(ns, NAME)?[&victim.name].uid.clone();
+    let old_id = node_id(env, &victim.ip, password)?;
+    env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
+    let took = wait_healed(env, ns, part, || {
+        Ok(env
+            .pod_identities(ns, NAME)?
+            .get(&victim.name)
+            .is_some_and(|p| p.uid != old_uid))
+    })?;
+    // The old node (its id) is gone from every member's view.
+    for ip in env.member_ips(ns, NAME)? {
+        let nodes = env.cluster_nodes(&ip, password)?;
+        ensure!(
+            nodes.iter().all(|n| n.id != old_id),
+            "{part}: {ip} still lists the deleted replica's node {old_id}"
+        );
+    }
+    println!(
+        "operator_heal: {part}: {} healed in {:.1}s",
+        victim.name,
+        took.as_secs_f64()
+    );
+    print_events(env, ns, part, seen)?;
+    finish_and_verify(env, ns, password, load, part)
+}
+
+fn primary_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
+    let part = "(b) primary pod deleted";
+    let dir = env.work_dir("operator_heal-b")?;
+    let hosts = env.member_ips(ns, NAME)?;
+    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let mut load = env.start_load(&host_refs, password, &dir, "b", &["--interval-ms", "5"])?;
+    wait_load_running(&mut load)?;
+    let seen = event_count(env, ns)?;
+
+    let shard = 1;
+    let victim = member(env, ns, shard, "primary")?;
+    let replica = member(env, ns, shard, "replica")?;
+    let old_uid = env.pod_identities(ns, NAME)?[&victim.name].uid.clone();
+    env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
+    let took = wait_healed(env, ns, part, || {
+        Ok(env
+            .pod_identities(ns, NAME)?
+            .get(&victim.name)
+            .is_some_and(|p| p.uid != old_uid))
+    })?;
+    let now = member(env, ns, shard, "primary")?;
+    println!(
+        "operator_heal: {part}: {} deleted, shard {shard} primary now {} (was {}), healed in {:.1}s",
+        victim.name,
+        now.name,
+        victim.name,
+        took.as_secs_f64()
+    );
+    wait_event(
+        env,
+        ns,
+        seen,
+        "PrimaryChanged",
+        &format!(
+            "shard {shard}: member {} is now the primary",
+            replica.member
+        ),
+    )
+    .with_context(|| format!("{part}: status should tell the failover"))?;
+    print_events(env, ns, part, seen)?;
+    finish_and_verify(env, ns, password, load, part)
+}
+
+fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
+    let part = "(c) primary process killed";
+    let dir = env.work_dir("operator_heal-c")?;
+    let hosts = env.member_ips(ns, NAME)?;
+    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let mut load = env.start_load(
+        &host_refs,
+        password,
+        &dir,
+        "c",
+        &["--interval-ms", "5", "--wait-replicas", "1"],
+    )?;
+    wait_load_running(&mut load)?;
+    let seen = event_count(env, ns)?;
+
+    let shard = 2;
+    let victim = member(env, ns, shard, "primary")?;
+    let replica = member(env, ns, shard, "replica")?;
+    let old_restarts = env.pod_identities(ns, NAME)?[&victim.name].restarts;
+    let old_id = node_id(env, &victim.ip, password)?;
+    let pid = env.valkey_pid(&victim.ip)?;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()?;
+    ensure!(killed.success(), "kill -KILL {pid} failed");
+    println!(
+        "operator_heal: {part}: killed valkey-server pid {pid} of {} ({}), node {old_id}",
+        victim.name, victim.ip
+    );
+    let replica_ip = replica.ip.clone();
+    let took = wait_healed(env, ns, part, || {
+        // Valkey's own failover: the replica says it is a primary now.
+        let role = env
+            .valkey_cli(&replica_ip, password, &["role"])
+            .unwrap_or_default();
+        Ok(role.starts_with("master"))
+    })?;
+    let ids = env.pod_identities(ns, NAME)?;
+    let now = member(env, ns, shard, "primary")?;
+    println!(
+        "operator_heal: {part}: shard {shard} primary now {}; {} restarts {} -> {}; healed in {:.1}s",
+        now.name,
+        victim.name,
+        old_restarts,
+        ids.get(&victim.name).map_or(0, |p| p.restarts),
+        took.as_secs_f64()
+    );
+    for ip in env.member_ips(ns, NAME)? {
+        let nodes = env.cluster_nodes(&ip, password)?;
+        ensure!(
+            nodes.iter().all(|n| n.id != old_id || !n.is_primary()),
+            "{part}: {ip} still has the killed node {old_id} as a primary"
+        );
+    }
+    wait_event(
+        env,
+        ns,
+        seen,
+        "PrimaryChanged",
+        &format!(
+            "shard {shard}: member {} is now the primary",
+            replica.member
+        ),
+    )
+    .with_context(|| format!("{part}: status should tell the failover"))?;
+    print_events(env, ns, part, seen)?;
+    finish_and_verify(env, ns, password, load, part)
+}
+
+fn run(env: &Env, ns: &str) -> Result<()> {
+    let started = Instant::now();
+    env.apply(ns, &manifest())?;
+    env.wait_condition(ns, NAME, "Ready", "True", READY_TIMEOUT)?;
+    env.check_shape(ns, NAME, 3, 1).context("3x1 after apply")?;
+    let password = env.password(ns, NAME)?;
+    println!(
+        "operator_heal: 3x1 Ready {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    );
+    for (part, f) in [
+        (
+            "a",
+            replica_pod_deleted as fn(&Env, &str, &str) -> Result<()>,
+        ),
+        ("b", primary_pod_deleted),
+        ("c", primary_process_killed),
+    ] {
+        let t = Instant::now();
+        f(env, ns, &password)?;
+        println!(
+            "operator_heal: ({part}) took {:.1}s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn deleted_pods_and_a_killed_primary_heal_to_ready_without_losing_acknowledged_writes() {
+    let Some(env) = Env::or_skip("operator_heal") else {
+        return;
+    };
+    env.install_crd().unwrap();
+    let operator = env.start_operator("heal").unwrap();
+    let ns = env.namespace("e2e-heal").unwrap();
+    if let Err(e) = run(&env, &ns.name) {
+        panic!("{e:#}\n{}", env.diagnostics(&ns.name, NAME, &operator));
+    }
+}

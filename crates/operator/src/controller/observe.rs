@@ -7,7 +7,7 @@ use crate::adapt;
 use api::ValidatedCluster;
 use api::constants::LABEL_CLUSTER;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
@@ -31,6 +31,8 @@ pub struct KubeView {
     pub config_maps: BTreeMap<String, ConfigMap>,
     pub services: BTreeMap<String, Service>,
     pub pdbs: BTreeMap<String, PodDisruptionBudget>,
+    /// The members' volumes (listed only when persistence is on).
+    pub pvcs: BTreeMap<String, PersistentVolumeClaim>,
 }
 
 impl KubeView {
@@ -72,6 +74,11 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
     let config_maps = list::<ConfigMap>(&ctx.client, ns, name).await?;
     let services = list::<Service>(&ctx.client, ns, name).await?;
     let pdbs = list::<PodDisruptionBudget>(&ctx.client, ns, name).await?;
+    let pvcs = if cluster.persistence.is_some() {
+        list::<PersistentVolumeClaim>(&ctx.client, ns, name).await?
+    } else {
+        BTreeMap::new()
+    };
 
     let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| Node::clone(n)).collect();
     let pods: Vec<Arc<Pod>> = ctx.pods.state();
@@ -103,5 +110,6 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
         config_maps,
         services,
         pdbs,
+        pvcs,
     })
 }

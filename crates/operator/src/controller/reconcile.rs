@@ -131,6 +131,7 @@ async fn run(
     );
     apply_objects(ctx, &cluster, &desired, &view, events).await?;
     let replaced = replace_pending_pods(ctx, &cluster, &desired, &view, events).await?;
+    grow_volumes(ctx, &cluster, &view, events, memory).await;
 
     // 5. Valkey
     let password = match &auth {
@@ -682,6 +683,65 @@ where
 async fn delete_pod(ctx: &Context, cluster: &ValidatedCluster, pod: &Pod) -> Result<(), Error> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     delete(ctx, &api, "Pod", &pod.name_any(), pod.metadata.uid.clone()).await
+}
+
+/// `persistence.size` may grow: volumeClaimTemplates are immutable, so the
+/// members' PVCs are patched directly (Kubernetes and the storage class do
+/// the expansion). A class that cannot expand is reported once, not retried
+/// into an error loop.
+async fn grow_volumes(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    events: &Events<'_>,
+    memory: &mut Memory,
+) {
+    let Some(p) = &cluster.persistence else {
+        return;
+    };
+    // A size the API server refused is not asked for again until it changes.
+    if memory.announced.get("volumes-refused") == Some(&p.size.0) {
+        return;
+    }
+    let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let mut failures = Vec::new();
+    for (name, pvc) in &view.pvcs {
+        let current = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .and_then(|q| api::quantity::value(&q.0).ok());
+        if current.is_none_or(|c| c >= p.size_bytes) || pvc.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        ctx.metrics.api_write("PersistentVolumeClaim", "patch");
+        let patch = serde_json::json!({"spec": {"resources": {"requests": {"storage": p.size}}}});
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        match api.patch(name, &pp, &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                events
+                    .normal(
+                        "VolumeExpanding",
+                        "GrowVolume",
+                        format!("asked to grow PersistentVolumeClaim {name} to {}", p.size.0),
+                    )
+                    .await;
+            }
+            Err(error) => failures.push(format!("{name}: {error}")),
+        }
+    }
+    if !failures.is_empty() {
+        events
+            .warning("VolumeExpansionFailed", "GrowVolume", failures.join("; "))
+            .await;
+        memory.announced.insert("volumes-refused", p.size.0.clone());
+    }
 }
 
 /// Pod scheduling rules are immutable: a Pending pod created with rules the

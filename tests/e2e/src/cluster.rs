@@ -250,9 +250,21 @@ impl Env {
         Ok(out)
     }
 
-    /// The password clients use, from the `<cluster>-auth` Secret.
+    /// The password clients use: from the Secret `spec.auth.passwordSecret`
+    /// names, else from the generated `<cluster>-auth` Secret (key `password`).
     pub fn password(&self, ns: &str, cluster: &str) -> Result<String> {
-        let secret = format!("{cluster}-auth");
+        let given = self
+            .cluster(ns, cluster)
+            .ok()
+            .map(|c| c["spec"]["auth"]["passwordSecret"].clone())
+            .filter(|s| s["name"].is_string());
+        let (secret, key) = match given {
+            Some(s) => (
+                str_of(&s["name"]),
+                s["key"].as_str().unwrap_or("password").to_string(),
+            ),
+            None => (format!("{cluster}-auth"), "password".to_string()),
+        };
         let b64 = self.kubectl(&[
             "get",
             "secret",
@@ -260,7 +272,7 @@ impl Env {
             "-n",
             ns,
             "-o",
-            "jsonpath={.data.password}",
+            &format!("jsonpath={{.data.{key}}}"),
         ])?;
         let out = Command::new("base64")
             .arg("-d")

@@ -7,6 +7,11 @@
 //! (c) a primary's valkey-server process is killed (SIGKILL, no goodbye): Valkey
 //!     fails over, the cluster heals to Ready, an Event tells it, and no write
 //!     confirmed by a replica (`WAIT 1`) is lost.
+//! And with persistence: a primary's valkey-server is killed and its container
+//! restarts at once (before Valkey's node timeout) with nodes.conf and the AOF
+//! on its volume: it keeps its node identity, the cluster heals to Ready with
+//! the right shape, and no write confirmed by a replica is lost (a primary
+//! coming back with less data than its replica must not win).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
@@ -43,8 +48,8 @@ fn wait_load_running(load: &mut Load) -> Result<()> {
     .context("judge load acknowledged no writes")
 }
 
-fn member(env: &Env, ns: &str, shard: u32, role: &str) -> Result<MemberPod> {
-    env.members(ns, NAME)?
+fn member(env: &Env, ns: &str, name: &str, shard: u32, role: &str) -> Result<MemberPod> {
+    env.members(ns, name)?
         .into_iter()
         .find(|m| m.shard == shard && m.role == role)
         .with_context(|| format!("shard {shard} has no pod labelled {role}"))
@@ -64,6 +69,7 @@ fn node_id(env: &Env, ip: &str, password: &str) -> Result<String> {
 fn wait_healed(
     env: &Env,
     ns: &str,
+    name: &str,
     what: &str,
     mut noticed: impl FnMut() -> Result<bool>,
 ) -> Result<Duration> {
@@ -75,14 +81,14 @@ fn wait_healed(
         HEAL_TIMEOUT.saturating_sub(started.elapsed()),
         Duration::from_secs(1),
         || {
-            let obj = env.cluster(ns, NAME)?;
+            let obj = env.cluster(ns, name)?;
             let ready = condition_status(&obj, "Ready").as_deref() == Some("True")
                 && obj["status"]["observedGeneration"] == obj["metadata"]["generation"];
             if !ready {
                 last_err = "Ready is not True".into();
                 return Ok(false);
             }
-            match env.check_shape(ns, NAME, 3, 1) {
+            match env.check_shape(ns, name, 3, 1) {
                 Ok(_) => Ok(true),
                 Err(e) => {
                     last_err = format!("{e:#}");
@@ -97,21 +103,28 @@ fn wait_healed(
     Ok(started.elapsed())
 }
 
-fn events_since(env: &Env, ns: &str, seen: usize) -> Result<Vec<ObjectEvent>> {
-    let all = env.object_events(ns, "ValkeyCluster", NAME)?;
+fn events_since(env: &Env, ns: &str, name: &str, seen: usize) -> Result<Vec<ObjectEvent>> {
+    let all = env.object_events(ns, "ValkeyCluster", name)?;
     Ok(all.into_iter().skip(seen).collect())
 }
 
-fn event_count(env: &Env, ns: &str) -> Result<usize> {
-    Ok(env.object_events(ns, "ValkeyCluster", NAME)?.len())
+fn event_count(env: &Env, ns: &str, name: &str) -> Result<usize> {
+    Ok(env.object_events(ns, "ValkeyCluster", name)?.len())
 }
 
 /// Waits (bounded) for an Event `reason` whose message mentions `needle`
 /// among the events after the first `seen`.
-fn wait_event(env: &Env, ns: &str, seen: usize, reason: &str, needle: &str) -> Result<()> {
+fn wait_event(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    seen: usize,
+    reason: &str,
+    needle: &str,
+) -> Result<()> {
     let mut last = Vec::new();
     wait_until(Duration::from_secs(60), Duration::from_secs(1), || {
-        last = events_since(env, ns, seen)?;
+        last = events_since(env, ns, name, seen)?;
         Ok(last
             .iter()
             .any(|e| e.reason == reason && e.message.contains(needle)))
@@ -121,14 +134,14 @@ fn wait_event(env: &Env, ns: &str, seen: usize, reason: &str, needle: &str) -> R
     })
 }
 
-fn print_events(env: &Env, ns: &str, part: &str, seen: usize) -> Result<()> {
-    for e in events_since(env, ns, seen)? {
+fn print_events(env: &Env, ns: &str, name: &str, part: &str, seen: usize) -> Result<()> {
+    for e in events_since(env, ns, name, seen)? {
         println!(
             "operator_heal: {part}: event {} {}: {}",
             e.type_, e.reason, e.message
         );
     }
-    let obj = env.cluster(ns, NAME)?;
+    let obj = env.cluster(ns, name)?;
     println!(
         "operator_heal: {part}: status.lastAction {}",
         obj["status"]["lastAction"]
@@ -139,6 +152,7 @@ fn print_events(env: &Env, ns: &str, part: &str, seen: usize) -> Result<()> {
 fn finish_and_verify(
     env: &Env,
     ns: &str,
+    name: &str,
     password: &str,
     mut load: Load,
     part: &str,
@@ -150,7 +164,7 @@ fn finish_and_verify(
         summary["acked"].as_u64().unwrap_or(0) > 0,
         "{part}: the load acknowledged nothing: {summary}"
     );
-    let verified = env.verify_keys(&env.member_ips(ns, NAME)?, password, &load.keys)?;
+    let verified = env.verify_keys(&env.member_ips(ns, name)?, password, &load.keys)?;
     println!(
         "operator_heal: {part}: load {summary}; verify {verified}; longest_gap_ms {}",
         summary["longest_gap_ms"]
@@ -165,13 +179,13 @@ fn replica_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
     let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
     let mut load = env.start_load(&host_refs, password, &dir, "a", &["--interval-ms", "5"])?;
     wait_load_running(&mut load)?;
-    let seen = event_count(env, ns)?;
+    let seen = event_count(env, ns, NAME)?;
 
-    let victim = member(env, ns, 0, "replica")?;
+    let victim = member(env, ns, NAME, 0, "replica")?;
     let old_uid = env.pod_identities(ns, NAME)?[&victim.name].uid.clone();
     let old_id = node_id(env, &victim.ip, password)?;
     env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
-    let took = wait_healed(env, ns, part, || {
+    let took = wait_healed(env, ns, NAME, part, || {
         Ok(env
             .pod_identities(ns, NAME)?
             .get(&victim.name)
@@ -190,8 +204,8 @@ fn replica_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
         victim.name,
         took.as_secs_f64()
     );
-    print_events(env, ns, part, seen)?;
-    finish_and_verify(env, ns, password, load, part)
+    print_events(env, ns, NAME, part, seen)?;
+    finish_and_verify(env, ns, NAME, password, load, part)
 }
 
 fn primary_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
@@ -201,20 +215,20 @@ fn primary_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
     let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
     let mut load = env.start_load(&host_refs, password, &dir, "b", &["--interval-ms", "5"])?;
     wait_load_running(&mut load)?;
-    let seen = event_count(env, ns)?;
+    let seen = event_count(env, ns, NAME)?;
 
     let shard = 1;
-    let victim = member(env, ns, shard, "primary")?;
-    let replica = member(env, ns, shard, "replica")?;
+    let victim = member(env, ns, NAME, shard, "primary")?;
+    let replica = member(env, ns, NAME, shard, "replica")?;
     let old_uid = env.pod_identities(ns, NAME)?[&victim.name].uid.clone();
     env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
-    let took = wait_healed(env, ns, part, || {
+    let took = wait_healed(env, ns, NAME, part, || {
         Ok(env
             .pod_identities(ns, NAME)?
             .get(&victim.name)
             .is_some_and(|p| p.uid != old_uid))
     })?;
-    let now = member(env, ns, shard, "primary")?;
+    let now = member(env, ns, NAME, shard, "primary")?;
     println!(
         "operator_heal: {part}: {} deleted, shard {shard} primary now {} (was {}), healed in {:.1}s",
         victim.name,
@@ -225,6 +239,7 @@ fn primary_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
     wait_event(
         env,
         ns,
+        NAME,
         seen,
         "PrimaryChanged",
         &format!(
@@ -233,8 +248,8 @@ fn primary_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
         ),
     )
     .with_context(|| format!("{part}: status should tell the failover"))?;
-    print_events(env, ns, part, seen)?;
-    finish_and_verify(env, ns, password, load, part)
+    print_events(env, ns, NAME, part, seen)?;
+    finish_and_verify(env, ns, NAME, password, load, part)
 }
 
 fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
@@ -250,11 +265,11 @@ fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
         &["--interval-ms", "5", "--wait-replicas", "1"],
     )?;
     wait_load_running(&mut load)?;
-    let seen = event_count(env, ns)?;
+    let seen = event_count(env, ns, NAME)?;
 
     let shard = 2;
-    let victim = member(env, ns, shard, "primary")?;
-    let replica = member(env, ns, shard, "replica")?;
+    let victim = member(env, ns, NAME, shard, "primary")?;
+    let replica = member(env, ns, NAME, shard, "replica")?;
     let old_restarts = env.pod_identities(ns, NAME)?[&victim.name].restarts;
     let old_id = node_id(env, &victim.ip, password)?;
     let pid = env.valkey_pid(&victim.ip)?;
@@ -267,7 +282,7 @@ fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
         victim.name, victim.ip
     );
     let replica_ip = replica.ip.clone();
-    let took = wait_healed(env, ns, part, || {
+    let took = wait_healed(env, ns, NAME, part, || {
         // Valkey's own failover: the replica says it is a primary now.
         let role = env
             .valkey_cli(&replica_ip, password, &["role"])
@@ -275,7 +290,7 @@ fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
         Ok(role.starts_with("master"))
     })?;
     let ids = env.pod_identities(ns, NAME)?;
-    let now = member(env, ns, shard, "primary")?;
+    let now = member(env, ns, NAME, shard, "primary")?;
     println!(
         "operator_heal: {part}: shard {shard} primary now {}; {} restarts {} -> {}; healed in {:.1}s",
         now.name,
@@ -294,6 +309,7 @@ fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
     wait_event(
         env,
         ns,
+        NAME,
         seen,
         "PrimaryChanged",
         &format!(
@@ -302,8 +318,8 @@ fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
         ),
     )
     .with_context(|| format!("{part}: status should tell the failover"))?;
-    print_events(env, ns, part, seen)?;
-    finish_and_verify(env, ns, password, load, part)
+    print_events(env, ns, NAME, part, seen)?;
+    finish_and_verify(env, ns, NAME, password, load, part)
 }
 
 fn run(env: &Env, ns: &str) -> Result<()> {
@@ -345,4 +361,105 @@ fn deleted_pods_and_a_killed_primary_heal_to_ready_without_losing_acknowledged_w
     if let Err(e) = run(&env, &ns.name) {
         panic!("{e:#}\n{}", env.diagnostics(&ns.name, NAME, &operator));
     }
+}
+
+const PV_NAME: &str = "healpv";
+
+fn persistent_manifest() -> String {
+    format!(
+        "apiVersion: valkey.rs/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: {PV_NAME}
+spec:
+  shards: 3
+  replicas: 1
+  resources:
+    requests: {{cpu: 100m, memory: 64Mi}}
+  persistence:
+    size: 64Mi
+    storageClassName: testbed-local
+    reclaimPolicy: Delete
+"
+    )
+}
+
+fn persistent_primary_killed(env: &Env, ns: &str) -> Result<()> {
+    let part = "(d) persistent primary process killed";
+    let started = Instant::now();
+    env.apply(ns, &persistent_manifest())?;
+    env.wait_condition(ns, PV_NAME, "Ready", "True", READY_TIMEOUT)?;
+    env.check_shape(ns, PV_NAME, 3, 1)
+        .context("3x1 with persistence after apply")?;
+    println!(
+        "operator_heal: 3x1 with persistence Ready {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    );
+    let password = env.password(ns, PV_NAME)?;
+    let dir = env.work_dir("operator_heal-d")?;
+    let hosts = env.member_ips(ns, PV_NAME)?;
+    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let mut load = env.start_load(
+        &host_refs,
+        &password,
+        &dir,
+        "d",
+        &["--interval-ms", "5", "--wait-replicas", "1"],
+    )?;
+    wait_load_running(&mut load)?;
+    let seen = event_count(env, ns, PV_NAME)?;
+
+    let shard = 0;
+    let victim = member(env, ns, PV_NAME, shard, "primary")?;
+    let old_restarts = env.pod_identities(ns, PV_NAME)?[&victim.name].restarts;
+    let old_id = node_id(env, &victim.ip, &password)?;
+    let pid = env.valkey_pid(&victim.ip)?;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()?;
+    ensure!(killed.success(), "kill -KILL {pid} failed");
+    let victim_name = victim.name.clone();
+    let took = wait_healed(env, ns, PV_NAME, part, || {
+        Ok(env
+            .pod_identities(ns, PV_NAME)?
+            .get(&victim_name)
+            .is_some_and(|p| p.restarts > old_restarts))
+    })?;
+    let now = member(env, ns, PV_NAME, shard, "primary")?;
+    println!(
+        "operator_heal: {part}: killed pid {pid} of {}; shard {shard} primary now {}; healed in {:.1}s",
+        victim.name,
+        now.name,
+        took.as_secs_f64()
+    );
+    // nodes.conf is on the volume: the restarted member is the same node.
+    let ip = env
+        .members(ns, PV_NAME)?
+        .into_iter()
+        .find(|m| m.name == victim.name)
+        .map(|m| m.ip)
+        .context("victim pod gone")?;
+    let id = node_id(env, &ip, &password)?;
+    ensure!(
+        id == old_id,
+        "{part}: {} came back as node {id}, was {old_id} (nodes.conf is on its volume)",
+        victim.name
+    );
+    print_events(env, ns, PV_NAME, part, seen)?;
+    finish_and_verify(env, ns, PV_NAME, &password, load, part)
+}
+
+#[test]
+fn a_killed_primary_with_persistence_keeps_its_identity_and_every_confirmed_write() {
+    let Some(env) = Env::or_skip("operator_heal") else {
+        return;
+    };
+    env.install_crd().unwrap();
+    let operator = env.start_operator("heal-persistent").unwrap();
+    let ns = env.namespace("e2e-heal-pv").unwrap();
+    let t = Instant::now();
+    if let Err(e) = persistent_primary_killed(&env, &ns.name) {
+        panic!("{e:#}\n{}", env.diagnostics(&ns.name, PV_NAME, &operator));
+    }
+    println!("operator_heal: (d) took {:.1}s", t.elapsed().as_secs_f64());
 }

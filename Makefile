@@ -27,10 +27,13 @@ fmt:
 
 crd: build
 	$(OPERATOR) crd > deploy/crd/valkeycluster.yaml
+	cp deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
 
 # The committed CRD must equal what the Rust types generate.
 crd-check: build
-	@diff -u deploy/crd/valkeycluster.yaml <($(OPERATOR) crd) && echo "crd: deploy/crd/valkeycluster.yaml is up to date"
+	@diff -u deploy/crd/valkeycluster.yaml <($(OPERATOR) crd)
+	@diff -u deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
+	@echo "crd: deploy/crd and the Helm chart's copy are up to date"
 
 unit: build
 	$(CARGO) test $(CARGO_PROFILE) --workspace --exclude e2e

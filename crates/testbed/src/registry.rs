@@ -128,6 +128,12 @@ impl Registry {
         Err(RegistryError::Exhausted(self.dir.clone()))
     }
 
+    /// Whether another testbed directory than `dir` holds the claim on `id`
+    /// (e.g. `dir` has a stale state file whose id was handed out again).
+    pub fn held_by_other(&self, id: u8, dir: &Path) -> bool {
+        self.claimant(id).is_some_and(|other| other != dir)
+    }
+
     /// Gives back every id `dir` holds.
     pub fn release(&self, dir: &Path) {
         while let Some(id) = self.id_of(dir) {
@@ -168,6 +174,25 @@ mod tests {
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         p
+    }
+
+    #[test]
+    fn an_id_handed_to_another_directory_is_not_ours_any_more() {
+        let root = scratch("other");
+        let reg = Registry::at(root.join("reg"));
+        let a = root.join("a");
+        let b = root.join("b");
+        assert_eq!(reg.claim(&a, &[]).unwrap(), 1);
+        assert!(!reg.held_by_other(1, &a));
+        assert!(
+            reg.held_by_other(1, &b),
+            "b's stale state file must not tear down a's network"
+        );
+        assert!(
+            !reg.held_by_other(2, &b),
+            "an unclaimed id is nobody else's"
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

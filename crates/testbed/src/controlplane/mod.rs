@@ -640,10 +640,13 @@ pub fn down(dir: &Path) -> DownReport {
     };
     let sup = Supervisor::new(&dir);
     let registry = Registry::at(registry_dir());
+    // A stale state file may name an id that has since been handed to another
+    // testbed: its network objects are not ours to remove.
     let id = TestbedState::load(&dir)
         .ok()
         .map(|s| s.id)
-        .or_else(|| registry.id_of(&dir));
+        .or_else(|| registry.id_of(&dir))
+        .filter(|id| !registry.held_by_other(*id, &dir));
 
     // Others' processes recorded here first (the demo's operator), then the
     // agent, so it can stop its pods, then the control plane top-down.

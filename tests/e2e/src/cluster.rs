@@ -1128,3 +1128,32 @@ impl Env {
         Ok(summary)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_nodes_lines_give_roles_primaries_health_and_slot_counts() {
+        let text = "\
+ca996b80cc9607b6d805151c0b0df3db702ee5f2 10.102.4.4:6379@16379 slave 7965a55cc27f5856ffb900eef366f4c652b681d7 0 1796235533565 8 connected
+96d290061af6036d648edce8b9d44e195ae5c086 10.102.7.5:6379@16379,host myself,master - 0 0 12 connected 0-5460 5461 [5462->-7965a55cc27f5856ffb900eef366f4c652b681d7]
+7965a55cc27f5856ffb900eef366f4c652b681d7 10.102.3.4:6379@16379 master,fail - 0 1796235533061 8 disconnected 5462-10922
+not a node line
+";
+        let nodes = parse_cluster_nodes(text);
+        assert_eq!(nodes.len(), 3);
+        assert!(!nodes[0].is_primary());
+        assert_eq!(
+            nodes[0].primary_id.as_deref(),
+            Some("7965a55cc27f5856ffb900eef366f4c652b681d7")
+        );
+        assert_eq!(nodes[0].slots, 0);
+        assert!(nodes[1].is_primary() && nodes[1].has_flag("myself"));
+        assert_eq!(nodes[1].ip, "10.102.7.5");
+        assert_eq!(nodes[1].slots, 5462, "a range, a single slot, no marker");
+        assert!(!nodes[1].unhealthy() && nodes[1].connected);
+        assert!(nodes[2].unhealthy() && !nodes[2].connected);
+        assert_eq!(nodes[2].slots, 5461);
+    }
+}

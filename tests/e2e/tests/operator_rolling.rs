@@ -163,6 +163,7 @@ fn rolling_image_recreates_one_member_at_a_time(env: &Env, ns: &str, password: &
     let mut load = env.start_load(&host_refs, password, &dir, "image", &["--interval-ms", "5"])?;
     wait_load_running(&mut load)?;
 
+    let events_before = env.object_events(ns, "ValkeyCluster", NAME)?.len();
     let started = Instant::now();
     env.patch_cluster(
         ns,
@@ -281,6 +282,22 @@ fn rolling_image_recreates_one_member_at_a_time(env: &Env, ns: &str, password: &
         "Ready=True and Progressing not True for the new generation while pods still ran the old spec: {:?}",
         watch.ready_while_stale
     );
+    // Each primary was handed over with a graceful CLUSTER FAILOVER before
+    // its pod went (not left to the SIGTERM of the pod's deletion).
+    let events: Vec<_> = env
+        .object_events(ns, "ValkeyCluster", NAME)?
+        .into_iter()
+        .skip(events_before)
+        .collect();
+    for shard in 0..3 {
+        let needle = format!("shard {shard} ");
+        ensure!(
+            events
+                .iter()
+                .any(|e| e.reason == "Failover" && e.message.contains(&needle)),
+            "no Failover event for shard {shard} during the rolling update: {events:#?}"
+        );
+    }
     let after = env.pod_identities(ns, NAME)?;
     for (name, id) in &after {
         ensure!(

@@ -233,3 +233,184 @@ fn scaling_shards_and_replicas_out_and_in_under_load_keeps_every_acknowledged_ke
         panic!("{e:#}\n{}", env.diagnostics(&ns.name, NAME, &operator));
     }
 }
+
+const PV_NAME: &str = "scalepv";
+
+fn persistent_manifest(shards: u32, reclaim: &str) -> String {
+    format!(
+        "apiVersion: valkey.rs/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: {PV_NAME}
+spec:
+  shards: {shards}
+  replicas: 1
+  resources:
+    requests: {{cpu: 100m, memory: 64Mi}}
+  persistence:
+    size: 64Mi
+    storageClassName: testbed-local
+    reclaimPolicy: {reclaim}
+"
+    )
+}
+
+fn claims(env: &Env, ns: &str) -> Result<std::collections::BTreeMap<String, String>> {
+    let list = env.kubectl_json(&["get", "persistentvolumeclaims", "-n", ns])?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
+        .map(|c| {
+            (
+                c["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                c["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect())
+}
+
+fn retained_scale_in_and_out(env: &Env, ns: &str) -> Result<()> {
+    let dir = env.work_dir("operator_scale-retain")?;
+    let started = Instant::now();
+    env.apply(ns, &persistent_manifest(3, "Retain"))?;
+    env.wait_condition(ns, PV_NAME, "Ready", "True", READY_TIMEOUT)?;
+    env.check_shape(ns, PV_NAME, 3, 1)
+        .context("3x1 with persistence after apply")?;
+    println!(
+        "operator_scale: retained: 3x1 Ready {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    );
+    let password = env.password(ns, PV_NAME)?;
+    let hosts = env.member_ips(ns, PV_NAME)?;
+    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    // Keys on every shard, shard 2's among them, before it is removed.
+    let mut load = env.start_load(
+        &host_refs,
+        &password,
+        &dir,
+        "before",
+        &["--interval-ms", "1"],
+    )?;
+    wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+        Ok(load.acked_so_far() >= 2000 || !load.alive())
+    })?;
+    let summary = load.finish(Duration::from_secs(30))?;
+    let claims_before = claims(env, ns)?;
+    ensure!(claims_before.len() == 6, "want 6 claims: {claims_before:?}");
+
+    // Shard 2 goes: its slots and keys move to shards 0 and 1; with Retain its
+    // members' claims stay.
+    env.patch_cluster(ns, PV_NAME, r#"{"spec":{"shards":2}}"#)?;
+    env.wait_condition(ns, PV_NAME, "Ready", "True", READY_TIMEOUT)
+        .context("Ready at 2 shards")?;
+    env.wait_pods(ns, PV_NAME, 4, Duration::from_secs(90))?;
+    env.check_shape(ns, PV_NAME, 2, 1)
+        .context("2x1 after the scale-in")?;
+    let claims_mid = claims(env, ns)?;
+    ensure!(
+        claims_mid == claims_before,
+        "reclaimPolicy Retain: the removed members' claims should stay: before {claims_before:?}, after {claims_mid:?}"
+    );
+    let hosts = env.member_ips(ns, PV_NAME)?;
+    env.verify_keys(&hosts, &password, &load.keys)?;
+
+    // Delete 300 of the keys while shard 2 is away: they must not come back
+    // from the retained volumes when shard 2 returns.
+    let keys_text = std::fs::read_to_string(&load.keys)?;
+    let all: Vec<&str> = keys_text.lines().filter(|l| !l.is_empty()).collect();
+    let deleted: Vec<&str> = all.iter().copied().step_by(5).take(300).collect();
+    let deleted_set: std::collections::BTreeSet<&str> = deleted.iter().copied().collect();
+    for key in &deleted {
+        let out = std::process::Command::new("redis-cli")
+            .args([
+                "-c",
+                "-h",
+                &hosts[0],
+                "-a",
+                &password,
+                "--no-auth-warning",
+                "del",
+                key,
+            ])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        ensure!(text.trim() == "1", "DEL {key}: {text}");
+    }
+    let kept: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|k| !deleted_set.contains(k))
+        .collect();
+    let kept_file = dir.join("kept.keys");
+    std::fs::write(&kept_file, kept.join("\n") + "\n")?;
+
+    // Shard 2 returns on its retained volumes (same claim names).
+    let t = Instant::now();
+    env.patch_cluster(ns, PV_NAME, r#"{"spec":{"shards":3}}"#)?;
+    env.wait_condition(ns, PV_NAME, "Ready", "True", READY_TIMEOUT)
+        .context("Ready at 3 shards again, on retained volumes")?;
+    env.wait_pods(ns, PV_NAME, 6, Duration::from_secs(90))?;
+    let shape = env
+        .check_shape(ns, PV_NAME, 3, 1)
+        .context("3x1 after the scale-out on retained volumes")?;
+    let claims_after = claims(env, ns)?;
+    println!(
+        "operator_scale: retained: back to 3 shards in {:.1}s; slots {:?}; claims reused: {}",
+        t.elapsed().as_secs_f64(),
+        shape.slots,
+        claims_after == claims_before
+    );
+    let hosts = env.member_ips(ns, PV_NAME)?;
+    let verified = env.verify_keys(&hosts, &password, &kept_file)?;
+    let mut back = Vec::new();
+    for key in &deleted {
+        let out = std::process::Command::new("redis-cli")
+            .args([
+                "-c",
+                "-h",
+                &hosts[0],
+                "-a",
+                &password,
+                "--no-auth-warning",
+                "exists",
+                key,
+            ])
+            .output()?;
+        if String::from_utf8_lossy(&out.stdout).trim() != "0" {
+            back.push(key.to_string());
+        }
+    }
+    ensure!(
+        back.is_empty(),
+        "{} of {} keys deleted while shard 2 was away came back from its retained volumes: {:?}",
+        back.len(),
+        deleted.len(),
+        &back[..back.len().min(5)]
+    );
+    println!(
+        "operator_scale: retained: load {summary}; verify {verified}; {} deleted keys stayed deleted",
+        deleted.len()
+    );
+    Ok(())
+}
+
+#[test]
+fn scaling_in_and_out_again_on_retained_volumes_brings_back_no_stale_data() {
+    let Some(env) = Env::or_skip("operator_scale") else {
+        return;
+    };
+    env.install_crd().unwrap();
+    let operator: Operator = env.start_operator("scale-retain").unwrap();
+    let ns = env.namespace("e2e-scale-pv").unwrap();
+    if let Err(e) = retained_scale_in_and_out(&env, &ns.name) {
+        panic!("{e:#}\n{}", env.diagnostics(&ns.name, PV_NAME, &operator));
+    }
+}

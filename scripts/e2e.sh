@@ -17,4 +17,5 @@ trap cleanup EXIT
 export TESTBED_DIR=$dir
 export KUBECONFIG=$dir/kubeconfig
 cd "$root"
-cargo test --release -p e2e -- --test-threads=1 --nocapture
+# E2E_TEST picks one suite; E2E_IGNORED=1 runs the suites not yet in `make test`.
+cargo test --release -p e2e ${E2E_TEST:+--test "$E2E_TEST"} -- --test-threads=1 --nocapture ${E2E_IGNORED:+--ignored}

@@ -780,13 +780,11 @@ fn run_scenario(suite: &str, name: &str, f: fn(&Env, &str, &str, &mut Undo) -> R
 }
 
 #[test]
-#[ignore = "issue-3 suite, run by `make e2e-topology`; it joins `make test` with the chaos run"]
 fn zone_loss_keeps_slots_served_and_heals_to_full_membership_and_balanced_primaries() {
     run_scenario("topo-zone", "zl", zone_loss);
 }
 
 #[test]
-#[ignore = "issue-3 suite, run by `make e2e-topology`; it joins `make test` with the chaos run"]
 fn a_killed_primary_fails_over_and_balance_is_restored_after_the_quiet_period() {
     run_scenario("topo-kill", "pk", |env, ns, name, _undo| {
         primary_killed(env, ns, name)
@@ -794,7 +792,6 @@ fn a_killed_primary_fails_over_and_balance_is_restored_after_the_quiet_period() 
 }
 
 #[test]
-#[ignore = "issue-3 suite, run by `make e2e-topology`; it joins `make test` with the chaos run"]
 fn node_loss_with_preferred_zone_moves_the_member_away_and_back_after_heal() {
     run_scenario("topo-node", "nl", node_loss);
 }

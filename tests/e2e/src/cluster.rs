@@ -398,6 +398,15 @@ impl Operator {
         }
     }
 
+    /// Kills the operator at once (SIGKILL: no lease release, no cleanup),
+    /// as a crash or an OOM kill would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Whether the process is still alive.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))

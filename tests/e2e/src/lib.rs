@@ -1,3 +1,4 @@
 //! Support for end-to-end suites on the testbed.
 
 pub mod cluster;
+pub mod topology;

@@ -314,9 +314,11 @@ fn container(c: &ValidatedCluster) -> Container {
 /// and its replicas would resync from it and drop every key of the shard. So
 /// the container forgets nodes.conf before it starts: it rejoins as a new,
 /// empty node, the shard fails over to a replica, and the operator attaches
-/// the new node as a replica. With persistence nodes.conf and the data stay
-/// together on the volume.
-pub const FORGET_IDENTITY_SCRIPT: &str = "rm -f /data/nodes.conf && exec valkey-server \"$@\"";
+/// the new node as a replica. It forgets the rest of the emptyDir too: a
+/// replica keeps the RDB of its last full sync there (`dump.rdb`), which it
+/// would load on start and come back as a stranger holding keys. With
+/// persistence nodes.conf and the data stay together on the volume.
+pub const FORGET_IDENTITY_SCRIPT: &str = "rm -rf /data/* /data/.[!.]* && exec valkey-server \"$@\"";
 
 fn command(c: &ValidatedCluster) -> Vec<String> {
     if c.persistence.is_some() {
@@ -565,7 +567,7 @@ mod tests {
         let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
         let command = container.command.clone().unwrap();
         assert_eq!(command[0], "sh");
-        assert!(command[2].starts_with("rm -f /data/nodes.conf && exec valkey-server"));
+        assert!(command[2].starts_with("rm -rf /data/* /data/.[!.]* && exec valkey-server"));
         let p = crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
         let s = build(&p, &placed("n1"));
         let container = &s.spec.unwrap().template.spec.unwrap().containers[0];

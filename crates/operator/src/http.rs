@@ -1,6 +1,8 @@
 //! The operator's HTTP endpoints: `/metrics` (Prometheus text format),
 //! `/healthz` (the process serves requests) and `/readyz` (the controller's
-//! caches are synced, or the process is a standby waiting for the lease).
+//! caches are synced, or the process is a standby waiting for the lease). The
+//! body of `/readyz` names the process's role (leader, standby, or running
+//! without leader election), so a person can tell which replica acts.
 
 use crate::metrics::Metrics;
 use axum::Router;
@@ -10,16 +12,81 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use thiserror::Error;
+
+/// What the process does, as `/readyz` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Not yet known (before leader election starts).
+    #[default]
+    Starting,
+    /// Waiting for the leader Lease; it does not act.
+    Standby,
+    /// Holds the leader Lease and runs the controller.
+    Leader,
+    /// Runs the controller without leader election.
+    Single,
+}
+
+impl Role {
+    fn from_u8(v: u8) -> Role {
+        match v {
+            1 => Role::Standby,
+            2 => Role::Leader,
+            3 => Role::Single,
+            _ => Role::Starting,
+        }
+    }
+
+    fn as_u8(self) -> u8 {
+        match self {
+            Role::Starting => 0,
+            Role::Standby => 1,
+            Role::Leader => 2,
+            Role::Single => 3,
+        }
+    }
+
+    /// How `/readyz` names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Role::Starting => "starting",
+            Role::Standby => "standby, waiting for the leader Lease",
+            Role::Leader => "leader",
+            Role::Single => "no leader election",
+        }
+    }
+}
 
 /// Readiness shared between the controller and the HTTP server.
 #[derive(Debug, Default)]
 pub struct Health {
     ready: AtomicBool,
+    role: AtomicU8,
 }
 
 impl Health {
+    /// Records what the process does now.
+    pub fn set_role(&self, role: Role) {
+        self.role.store(role.as_u8(), Ordering::Relaxed);
+    }
+
+    /// What the process does now.
+    pub fn role(&self) -> Role {
+        Role::from_u8(self.role.load(Ordering::Relaxed))
+    }
+
+    /// The body of `/readyz`: `ready (ROLE)` or `not ready (ROLE)`.
+    pub fn describe(&self) -> String {
+        let state = if self.is_ready() {
+            "ready"
+        } else {
+            "not ready"
+        };
+        format!("{state} ({})\n", self.role().describe())
+    }
+
     /// Marks the process ready (caches synced, or standing by for the lease).
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
@@ -98,11 +165,12 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.health.is_ready() {
-        (StatusCode::OK, "ready\n")
+    let code = if state.health.is_ready() {
+        StatusCode::OK
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-    }
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, state.health.describe())
 }
 
 #[cfg(test)]
@@ -140,9 +208,9 @@ mod tests {
         .unwrap();
         let task = tokio::spawn(server);
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         health.set_ready(true);
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
-        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         assert!(
             get(addr, "/metrics")
                 .await
@@ -150,5 +218,58 @@ mod tests {
         );
         tx.send(()).unwrap();
         task.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn readyz_names_the_role_so_the_acting_replica_can_be_told_apart() {
+        let health = Arc::new(Health::default());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (addr, server) = bind(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::new(Metrics::new()),
+            health.clone(),
+            async move {
+                let _ = rx.await;
+            },
+        )
+        .await
+        .unwrap();
+        let task = tokio::spawn(server);
+        assert!(
+            get(addr, "/readyz")
+                .await
+                .ends_with("not ready (starting)\n")
+        );
+        health.set_role(Role::Standby);
+        health.set_ready(true);
+        let standby = get(addr, "/readyz").await;
+        assert!(standby.starts_with("HTTP/1.1 200"), "{standby}");
+        assert!(
+            standby.ends_with("ready (standby, waiting for the leader Lease)\n"),
+            "{standby}"
+        );
+        // A new leader is not ready until its caches have synced.
+        health.set_role(Role::Leader);
+        health.set_ready(false);
+        let syncing = get(addr, "/readyz").await;
+        assert!(syncing.starts_with("HTTP/1.1 503"), "{syncing}");
+        assert!(syncing.ends_with("not ready (leader)\n"), "{syncing}");
+        health.set_ready(true);
+        assert!(get(addr, "/readyz").await.ends_with("ready (leader)\n"));
+        health.set_role(Role::Single);
+        assert!(
+            get(addr, "/readyz")
+                .await
+                .ends_with("ready (no leader election)\n")
+        );
+        tx.send(()).unwrap();
+        task.await.unwrap().unwrap();
+    }
+
+    #[test]
+    fn every_role_survives_the_round_trip_through_the_atomic() {
+        for role in [Role::Starting, Role::Standby, Role::Leader, Role::Single] {
+            assert_eq!(Role::from_u8(role.as_u8()), role);
+        }
     }
 }

@@ -26,6 +26,19 @@ enum Command {
     Topology(topology_cmd::TopologyArgs),
 }
 
+/// Reports panics through the log (one JSON object) instead of the default
+/// plain-text message, which would break `--log-format json`.
+fn json_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        tracing::error!(
+            thread = thread.name().unwrap_or("unnamed"),
+            panic = %info,
+            "panic"
+        );
+    }));
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -37,13 +50,24 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Run(args) => match run::run(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("{e}");
-                ExitCode::from(1)
+        Command::Run(args) => {
+            if args.log_format == run::LogFormat::Json {
+                json_panics();
             }
-        },
+            match run::run(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    // Through the log, so that with `--log-format json` every
+                    // line the operator writes is a JSON object.
+                    if tracing::dispatcher::has_been_set() {
+                        tracing::error!(error = %e, "valkey-operator run stopped");
+                    } else {
+                        eprintln!("{e}");
+                    }
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Crd => match crd_cmd::write(&mut std::io::stdout().lock()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

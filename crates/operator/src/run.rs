@@ -4,7 +4,7 @@
 //! then stops gracefully (running reconciles finish, the lease is released).
 
 use crate::controller::{self, Settings};
-use crate::http::{self, Health};
+use crate::http::{self, Health, Role};
 use crate::leader::{self, LeaseConfig};
 use crate::metrics::Metrics;
 use std::net::SocketAddr;
@@ -206,6 +206,7 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
     };
 
     let elect = args.leader_election && !args.no_leader_election;
+    health.set_role(if elect { Role::Standby } else { Role::Single });
     let mut leadership = None;
     if elect {
         let cfg = LeaseConfig {
@@ -225,6 +226,7 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
             }
         }
         health.set_ready(false);
+        health.set_role(Role::Leader);
     }
 
     let (lost_tx, lost_rx) = watch::channel(false);

@@ -141,15 +141,30 @@ impl Env {
 
     /// [`Env::start_operator`] with extra `run` flags.
     pub fn start_operator_with(&self, name: &str, extra: &[&str]) -> Result<Operator> {
+        let mut args = vec!["run", "--no-leader-election"];
+        args.extend_from_slice(extra);
+        self.spawn_operator(name, &args, &[])
+    }
+
+    /// Starts `valkey-operator ARGS...` as given (no flag added), with
+    /// KUBECONFIG set to the testbed's and then the extra environment `envs`
+    /// (which may override it). Its stdout and stderr go to
+    /// `TESTBED_DIR/logs/operator-<name>.log`; it stops when the guard drops.
+    pub fn spawn_operator(
+        &self,
+        name: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Result<Operator> {
         let logs = self.testbed_dir.join("logs");
         std::fs::create_dir_all(&logs)?;
         let log_path = logs.join(format!("operator-{name}.log"));
         let log = std::fs::File::create(&log_path)?;
         let child = Command::new(&self.operator_bin)
-            .args(["run", "--no-leader-election"])
-            .args(extra)
+            .args(args)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info,operator=debug,valkey=debug")
+            .envs(envs.iter().copied())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
@@ -382,20 +397,7 @@ impl Operator {
 
     /// Stops the operator (SIGTERM, then SIGKILL after 10 s).
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let _ = self.stop_with_code();
     }
 
     /// Kills the operator at once (SIGKILL: no lease release, no cleanup),
@@ -405,6 +407,25 @@ impl Operator {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Stops the operator (SIGTERM, then SIGKILL after 10 s) and returns its
+    /// exit code (`None` when it had to be killed or was not running).
+    pub fn stop_with_code(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     /// Whether the process is still alive.

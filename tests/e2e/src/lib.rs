@@ -1,4 +1,6 @@
 //! Support for end-to-end suites on the testbed.
 
 pub mod cluster;
+pub mod manifest;
+pub mod suite;
 pub mod topology;

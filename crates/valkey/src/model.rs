@@ -21,6 +21,25 @@ pub struct ShardIndex(pub u32);
 #[serde(transparent)]
 pub struct MemberIndex(pub u32);
 
+impl MemberIndex {
+    /// Indices from here on name a member's *new copy* while the operator
+    /// moves it: member `m`'s new copy is `SURGE_BASE + m`. It is a desired
+    /// replica like any other to the planner (met, attached to the primary,
+    /// failed over to when asked), and the operator swaps it in for member `m`
+    /// once it is in sync.
+    pub const SURGE_BASE: u32 = 1 << 30;
+
+    /// The index of member `member`'s new copy.
+    pub fn surge_of(member: u32) -> MemberIndex {
+        MemberIndex(Self::SURGE_BASE.saturating_add(member))
+    }
+
+    /// The member this index is the new copy of, when it is one.
+    pub fn surge_for(self) -> Option<u32> {
+        self.0.checked_sub(Self::SURGE_BASE)
+    }
+}
+
 impl fmt::Display for ShardIndex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
@@ -52,7 +71,10 @@ impl MemberRef {
 
 impl fmt::Display for MemberRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "shard {} member {}", self.shard, self.member)
+        match self.member.surge_for() {
+            Some(m) => write!(f, "shard {} member {m} (new copy)", self.shard),
+            None => write!(f, "shard {} member {}", self.shard, self.member),
+        }
     }
 }
 
@@ -286,6 +308,19 @@ mod tests {
             desired.config_keys(),
             vec!["availability-zone", "maxmemory-policy"]
         );
+    }
+
+    #[test]
+    fn a_members_new_copy_has_its_own_index_and_says_whose_it_is() {
+        let surge = MemberIndex::surge_of(2);
+        assert_eq!(surge.surge_for(), Some(2));
+        assert_eq!(MemberIndex(2).surge_for(), None);
+        let r = MemberRef {
+            shard: ShardIndex(1),
+            member: surge,
+        };
+        assert_eq!(r.to_string(), "shard 1 member 2 (new copy)");
+        assert_eq!(MemberRef::new(1, 2).to_string(), "shard 1 member 2");
     }
 
     #[test]

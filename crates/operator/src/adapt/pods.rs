@@ -1,6 +1,11 @@
 //! Which pods are members of a cluster, where they run, and what every other
 //! pod already takes of its node.
 //!
+//! A member may have two pods for a while: when it moves, its new copy runs
+//! beside the old one until it is in sync (pod `<sts>-<k+1>` beside
+//! `<sts>-<k>`). The newest (highest pod index) bound pod is where the member
+//! is; the other one still takes room on its node like any other pod.
+//!
 //! A member is a pod in the cluster's namespace labelled `valkey.rs/cluster=<name>`,
 //! `valkey.rs/shard=<s>` and `valkey.rs/member=<i>` (the labels the operator
 //! puts on its pods). Every other pod bound to a node that is not Succeeded or
@@ -15,7 +20,7 @@ use api::quantity;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use placement::{Capacity, MemberIndex, RunningMember, ShardIndex};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// What the pods tell the planner.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,6 +47,27 @@ pub fn member_of(cluster: &ValidatedCluster, pod: &Pod) -> Option<(ShardIndex, M
     let shard = labels.get(LABEL_SHARD)?.parse().ok()?;
     let member = labels.get(LABEL_MEMBER)?.parse().ok()?;
     Some((shard, member))
+}
+
+/// The label the StatefulSet controller puts on every pod it creates.
+pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+
+/// A StatefulSet pod's ordinal: its `apps.kubernetes.io/pod-index` label,
+/// else the number after the last `-` of its name.
+pub fn pod_index(pod: &Pod) -> Option<u32> {
+    let labelled = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(POD_INDEX_LABEL))
+        .and_then(|v| v.parse().ok());
+    labelled.or_else(|| {
+        pod.metadata
+            .name
+            .as_deref()
+            .and_then(|n| n.rsplit_once('-'))
+            .and_then(|(_, i)| i.parse().ok())
+    })
 }
 
 /// Pods in phase Succeeded or Failed hold no resources.
@@ -172,8 +198,9 @@ pub fn census(cluster: &ValidatedCluster, pods: &[Pod]) -> Result<Census, AdaptE
     ordered.sort_by_key(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()));
 
     let mut census = Census::default();
-    let mut seen: BTreeSet<(ShardIndex, MemberIndex)> = BTreeSet::new();
-    let mut labelled_primary: BTreeMap<ShardIndex, MemberIndex> = BTreeMap::new();
+    // Per member, its bound, live pods in the spec's shape: the newest is
+    // where the member is.
+    let mut copies: BTreeMap<(ShardIndex, MemberIndex), Vec<(&Pod, &str)>> = BTreeMap::new();
     for pod in ordered {
         if is_finished(pod) {
             continue;
@@ -191,22 +218,10 @@ pub fn census(cluster: &ValidatedCluster, pods: &[Pod]) -> Result<Census, AdaptE
                 let in_shape = shard < cluster.shards && member <= cluster.replicas;
                 let terminating = pod.metadata.deletion_timestamp.is_some();
                 let Some(node) = node else { continue };
-                if !in_shape || terminating || !seen.insert((shard, member)) {
+                if !in_shape || terminating {
                     continue;
                 }
-                census.running.push(RunningMember {
-                    shard,
-                    member,
-                    node: node.to_string(),
-                });
-                let labels = pod.metadata.labels.as_ref();
-                if labels.and_then(|l| l.get(LABEL_ROLE)).map(String::as_str) == Some(ROLE_PRIMARY)
-                {
-                    labelled_primary
-                        .entry(shard)
-                        .and_modify(|m| *m = (*m).min(member))
-                        .or_insert(member);
-                }
+                copies.entry((shard, member)).or_default().push((pod, node));
             }
             None => {
                 let Some(node) = node else { continue };
@@ -214,6 +229,42 @@ pub fn census(cluster: &ValidatedCluster, pods: &[Pod]) -> Result<Census, AdaptE
                 let used = census.used_by_others.entry(node.to_string()).or_default();
                 *used = add(*used, request);
             }
+        }
+    }
+    let mut labelled_primary: BTreeMap<ShardIndex, MemberIndex> = BTreeMap::new();
+    for ((shard, member), mut pods) in copies {
+        pods.sort_by_key(|(p, _)| std::cmp::Reverse(pod_index(p)));
+        let mut pods = pods.into_iter();
+        let Some((newest, node)) = pods.next() else {
+            continue;
+        };
+        census.running.push(RunningMember {
+            shard,
+            member,
+            node: node.to_string(),
+        });
+        // Either copy may be the shard's primary (the old one until the new
+        // one has taken over).
+        let labelled = |p: &Pod| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_ROLE))
+                .map(String::as_str)
+                == Some(ROLE_PRIMARY)
+        };
+        let rest: Vec<(&Pod, &str)> = pods.collect();
+        if labelled(newest) || rest.iter().any(|(p, _)| labelled(p)) {
+            labelled_primary
+                .entry(shard)
+                .and_modify(|m| *m = (*m).min(member))
+                .or_insert(member);
+        }
+        // The copy that is about to go still holds its room.
+        for (pod, node) in rest {
+            let request = effective_request(pod)?;
+            let used = census.used_by_others.entry(node.to_string()).or_default();
+            *used = add(*used, request);
         }
     }
     census.running.sort_by_key(|m| (m.shard, m.member));
@@ -281,6 +332,45 @@ mod tests {
         );
         assert!(census.used_by_others.is_empty());
         assert_eq!(census.primaries, BTreeMap::from([(0, 0), (1, 0)]));
+    }
+
+    #[test]
+    fn a_moving_member_is_where_its_new_copy_runs_and_its_old_copy_still_takes_room() {
+        let c = cluster("shards: 1\nreplicas: 1");
+        let mut old = member_pod("cache-0-1-0", 0, 1, "n1", "replica");
+        let mut new = member_pod("cache-0-1-1", 0, 1, "n4", "replica");
+        for (p, i) in [(&mut old, "0"), (&mut new, "1")] {
+            if let Some(l) = p.metadata.labels.as_mut() {
+                l.insert(POD_INDEX_LABEL.into(), i.into());
+            }
+        }
+        let pods = [
+            member_pod("cache-0-0-0", 0, 0, "n2", "primary"),
+            old.clone(),
+            new,
+        ];
+        let census = census(&c, &pods).unwrap();
+        assert_eq!(census.running[1].node, "n4");
+        assert_eq!(census.used_by_others["n1"].cpu_millis, 1000);
+        assert!(!census.used_by_others.contains_key("n4"));
+        // Until the new copy is bound, the member is where the old one is.
+        let mut pending = member_pod("cache-0-1-1", 0, 1, "n4", "replica");
+        if let Some(s) = pending.spec.as_mut() {
+            s.node_name = None;
+        }
+        let census = super::census(&c, &[old, pending]).unwrap();
+        assert_eq!(census.running[0].node, "n1");
+        assert!(census.used_by_others.is_empty());
+    }
+
+    #[test]
+    fn the_pod_index_comes_from_the_label_else_the_name() {
+        let mut p = member_pod("cache-0-1-7", 0, 1, "n1", "replica");
+        assert_eq!(pod_index(&p), Some(7));
+        if let Some(l) = p.metadata.labels.as_mut() {
+            l.insert(POD_INDEX_LABEL.into(), "9".into());
+        }
+        assert_eq!(pod_index(&p), Some(9));
     }
 
     #[test]

@@ -117,12 +117,15 @@ pub struct Desired {
 
 /// Builds [`Desired`]. `placement(shard, member)` says where the plan puts each
 /// member; `claim_templates(name)` gives the volumeClaimTemplates of an
-/// existing StatefulSet (kept as they are: Kubernetes forbids changing them).
+/// existing StatefulSet (kept as they are: Kubernetes forbids changing them);
+/// `ordinals(name)` the pods an existing StatefulSet runs (a new one starts
+/// at [`statefulset::Ordinals::INITIAL`]).
 pub fn desired<'a>(
     c: &ValidatedCluster,
     owner: &OwnerReference,
     placement: impl Fn(u32, u32) -> MemberPlacement,
     claim_templates: impl Fn(&str) -> Option<&'a [PersistentVolumeClaim]>,
+    ordinals: impl Fn(&str) -> Option<statefulset::Ordinals>,
 ) -> Desired {
     let mut statefulsets = Vec::new();
     for shard in 0..c.shards {
@@ -136,6 +139,7 @@ pub fn desired<'a>(
                 member,
                 placement: &p,
                 existing_claim_templates: claim_templates(&name),
+                ordinals: ordinals(&name).unwrap_or(statefulset::Ordinals::INITIAL),
             }));
         }
     }
@@ -221,7 +225,13 @@ mod tests {
     #[test]
     fn a_cluster_owns_one_statefulset_per_member_and_one_budget_per_shard() {
         let c = cluster("cache", 3, 2);
-        let d = desired(&c, &owner(), |_, _| MemberPlacement::Unplanned, |_| None);
+        let d = desired(
+            &c,
+            &owner(),
+            |_, _| MemberPlacement::Unplanned,
+            |_| None,
+            |_| None,
+        );
         let names: Vec<_> = d
             .statefulsets
             .iter()
@@ -238,7 +248,13 @@ mod tests {
     fn budgets_can_be_turned_off() {
         let mut c = cluster("cache", 3, 1);
         c.pod_disruption_budget = false;
-        let d = desired(&c, &owner(), |_, _| MemberPlacement::Unplanned, |_| None);
+        let d = desired(
+            &c,
+            &owner(),
+            |_, _| MemberPlacement::Unplanned,
+            |_| None,
+            |_| None,
+        );
         assert!(d.pdbs.is_empty());
     }
 }

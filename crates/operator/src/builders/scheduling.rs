@@ -5,7 +5,9 @@
 //!   for that key (the scheduler cannot put the pod in another domain); for
 //!   `maxReplicas: 1` also required pod anti-affinity against the other members
 //!   of the shard on that key, which holds even if the plan was made on stale
-//!   data.
+//!   data. The member's own pods are left out of these terms: while a member
+//!   moves, its new copy runs beside the old one, which goes once the new one
+//!   is in sync, so the two must not keep each other out of a domain.
 //! - Preferred constraint: preferred node affinity to the planned domain, and
 //!   for `maxReplicas: 1` preferred pod anti-affinity against the shard.
 //!   (Anti-affinity says "no other member of my shard there", i.e. a limit of
@@ -20,13 +22,13 @@
 //! satisfies (key [`UNPLACEABLE_KEY`]), so its pod stays Pending and the status
 //! says why, instead of the scheduler putting it somewhere the plan forbids.
 
-use api::constants::{LABEL_CLUSTER, LABEL_SHARD};
+use api::constants::{LABEL_CLUSTER, LABEL_MEMBER, LABEL_SHARD};
 use api::v1alpha1::{ResolvedSpreadConstraint, SpreadMode};
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     PodAffinityTerm, PodAntiAffinity, PreferredSchedulingTerm, WeightedPodAffinityTerm,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use std::collections::BTreeMap;
 
 /// A node label no node carries: required node affinity on it keeps an
@@ -60,6 +62,7 @@ pub enum MemberPlacement {
 pub fn affinity(
     cluster: &str,
     shard: u32,
+    member: u32,
     constraints: &[ResolvedSpreadConstraint],
     placement: &MemberPlacement,
     user: Option<&Affinity>,
@@ -115,7 +118,7 @@ pub fn affinity(
         Unplanned => {}
     }
     for c in constraints.iter().filter(|c| c.max_replicas == 1) {
-        let term = shard_term(cluster, shard, &c.topology_key);
+        let term = shard_term(cluster, shard, member, &c.topology_key);
         match c.mode {
             SpreadMode::Required => required_anti.push(term),
             SpreadMode::Preferred => preferred_anti.push(WeightedPodAffinityTerm {
@@ -222,14 +225,19 @@ fn requirement(key: &str, value: &str) -> NodeSelectorRequirement {
 }
 
 /// "Pods of this cluster's shard `shard`, in the same `topology_key` domain."
-fn shard_term(cluster: &str, shard: u32, topology_key: &str) -> PodAffinityTerm {
+/// The other members of the shard (never the member's own pods).
+fn shard_term(cluster: &str, shard: u32, member: u32, topology_key: &str) -> PodAffinityTerm {
     PodAffinityTerm {
         label_selector: Some(LabelSelector {
             match_labels: Some(BTreeMap::from([
                 (LABEL_CLUSTER.to_string(), cluster.to_string()),
                 (LABEL_SHARD.to_string(), shard.to_string()),
             ])),
-            match_expressions: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: LABEL_MEMBER.to_string(),
+                operator: "NotIn".into(),
+                values: Some(vec![member.to_string()]),
+            }]),
         }),
         topology_key: topology_key.into(),
         ..Default::default()
@@ -294,7 +302,7 @@ mod tests {
     #[test]
     fn a_required_constraint_pins_the_pod_to_its_planned_domain() {
         let cs = [constraint(ZONE_KEY, 2, SpreadMode::Required)];
-        let a = affinity("c", 0, &cs, &placed("n1", Some("a")), None).unwrap();
+        let a = affinity("c", 0, 0, &cs, &placed("n1", Some("a")), None).unwrap();
         assert_eq!(
             required_exprs(&a),
             vec![vec![(
@@ -310,7 +318,7 @@ mod tests {
     #[test]
     fn required_max_one_adds_required_anti_affinity_against_the_shard() {
         let cs = [constraint(HOSTNAME_KEY, 1, SpreadMode::Required)];
-        let a = affinity("c", 2, &cs, &placed("n1", None), None).unwrap();
+        let a = affinity("c", 2, 0, &cs, &placed("n1", None), None).unwrap();
         let anti = a.pod_anti_affinity.unwrap();
         let terms = anti
             .required_during_scheduling_ignored_during_execution
@@ -333,9 +341,31 @@ mod tests {
     }
 
     #[test]
+    fn anti_affinity_leaves_out_the_members_own_pods_so_its_new_copy_may_share_a_domain() {
+        let cs = [constraint(ZONE_KEY, 1, SpreadMode::Required)];
+        let a = affinity("c", 0, 3, &cs, &placed("n1", Some("a")), None).unwrap();
+        let terms = a
+            .pod_anti_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap();
+        let exprs = terms[0]
+            .label_selector
+            .as_ref()
+            .unwrap()
+            .match_expressions
+            .clone()
+            .unwrap();
+        assert_eq!(exprs.len(), 1);
+        assert_eq!(exprs[0].key, LABEL_MEMBER);
+        assert_eq!(exprs[0].operator, "NotIn");
+        assert_eq!(exprs[0].values, Some(vec!["3".to_string()]));
+    }
+
+    #[test]
     fn a_preferred_constraint_only_gives_preferred_terms() {
         let cs = [constraint(ZONE_KEY, 1, SpreadMode::Preferred)];
-        let a = affinity("c", 0, &cs, &placed("n1", Some("a")), None).unwrap();
+        let a = affinity("c", 0, 0, &cs, &placed("n1", Some("a")), None).unwrap();
         assert!(required_exprs(&a).is_empty());
         let node = a.node_affinity.unwrap();
         let prefs = node
@@ -363,7 +393,7 @@ mod tests {
     #[test]
     fn a_preferred_constraint_planned_onto_nodes_without_the_key_prefers_no_domain() {
         let cs = [constraint(ZONE_KEY, 2, SpreadMode::Preferred)];
-        let a = affinity("c", 0, &cs, &placed("n1", None), None).unwrap();
+        let a = affinity("c", 0, 0, &cs, &placed("n1", None), None).unwrap();
         let prefs = a
             .node_affinity
             .unwrap()
@@ -393,7 +423,7 @@ mod tests {
             ..Default::default()
         };
         let cs = [constraint(ZONE_KEY, 1, SpreadMode::Required)];
-        let a = affinity("c", 0, &cs, &placed("n1", Some("a")), Some(&user)).unwrap();
+        let a = affinity("c", 0, 0, &cs, &placed("n1", Some("a")), Some(&user)).unwrap();
         let zone = (
             ZONE_KEY.to_string(),
             "In".to_string(),
@@ -415,7 +445,7 @@ mod tests {
     fn user_pod_affinity_and_preferred_terms_are_kept() {
         let user_term = WeightedPodAffinityTerm {
             weight: 7,
-            pod_affinity_term: shard_term("other", 0, "rack"),
+            pod_affinity_term: shard_term("other", 0, 0, "rack"),
         };
         let user = Affinity {
             pod_affinity: Some(Default::default()),
@@ -426,7 +456,7 @@ mod tests {
             node_affinity: None,
         };
         let cs = [constraint(ZONE_KEY, 1, SpreadMode::Preferred)];
-        let a = affinity("c", 0, &cs, &placed("n1", Some("a")), Some(&user)).unwrap();
+        let a = affinity("c", 0, 0, &cs, &placed("n1", Some("a")), Some(&user)).unwrap();
         assert!(a.pod_affinity.is_some());
         let preferred = a
             .pod_anti_affinity
@@ -443,7 +473,7 @@ mod tests {
         let p = Unplaced {
             reason: "no zone left".into(),
         };
-        let a = affinity("c", 0, &cs, &p, None).unwrap();
+        let a = affinity("c", 0, 0, &cs, &p, None).unwrap();
         assert_eq!(
             required_exprs(&a),
             vec![vec![(
@@ -458,6 +488,6 @@ mod tests {
 
     #[test]
     fn without_constraints_plan_or_user_rules_there_is_no_affinity() {
-        assert_eq!(affinity("c", 0, &[], &Unplanned, None), None);
+        assert_eq!(affinity("c", 0, 0, &[], &Unplanned, None), None);
     }
 }

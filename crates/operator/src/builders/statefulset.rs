@@ -2,7 +2,14 @@
 //!
 //! Why one StatefulSet per member: each pod gets its own scheduling rules (the
 //! planned domain), a stable name and its own PVC, and the operator can delete
-//! exactly the member it means to. `updateStrategy: OnDelete`: a template
+//! exactly the member it means to.
+//!
+//! A member's StatefulSet normally runs one pod, `<name>-<k>` with
+//! `ordinals.start: k` (0 at creation). To move a member without ever having
+//! one copy less, the operator runs a second pod for a while ([`Ordinals`]):
+//! `{start: k, replicas: 2}` adds `<name>-<k+1>` where the new template puts
+//! it, and `{start: k+1, replicas: 1}` then removes `<name>-<k>` (see the
+//! controller's `surge` module). `updateStrategy: OnDelete`: a template
 //! change never restarts a pod by itself; the operator deletes pods one at a
 //! time, replicas first, after a graceful failover (see the controller's
 //! rolling update).
@@ -23,8 +30,8 @@ use api::ValidatedCluster;
 use api::constants::{CLUSTER_BUS_PORT, VALKEY_PORT, member_name};
 use api::v1alpha1::ReclaimPolicy;
 use k8s_openapi::api::apps::v1::{
-    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
-    StatefulSetUpdateStrategy,
+    StatefulSet, StatefulSetOrdinals, StatefulSetPersistentVolumeClaimRetentionPolicy,
+    StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
@@ -47,6 +54,86 @@ pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
 /// Name of the data volume (and of the PVC template: PVCs are `data-<pod>`).
 pub const DATA_VOLUME: &str = "data";
 
+/// Which pod ordinals a member's StatefulSet runs: `start`, and `replicas`
+/// pods from there (1; 2 while a move runs a new copy beside the old one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ordinals {
+    pub start: u32,
+    pub replicas: u32,
+}
+
+impl Ordinals {
+    /// A new member: pod `<name>-0` alone.
+    pub const INITIAL: Ordinals = Ordinals {
+        start: 0,
+        replicas: 1,
+    };
+
+    /// What a live StatefulSet runs (`spec.ordinals.start`, `spec.replicas`;
+    /// absent fields are Kubernetes' defaults, 0 and 1).
+    pub fn of(sts: &StatefulSet) -> Ordinals {
+        let spec = sts.spec.as_ref();
+        let start = spec
+            .and_then(|s| s.ordinals.as_ref())
+            .and_then(|o| o.start)
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(0);
+        let replicas = spec
+            .and_then(|s| s.replicas)
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(1);
+        Ordinals { start, replicas }
+    }
+
+    /// The pod index of the member proper (the old copy during a move).
+    pub fn member(self) -> u32 {
+        self.start
+    }
+
+    /// The pod index of the new copy while a move runs one.
+    pub fn surge(self) -> Option<u32> {
+        (self.replicas >= 2).then(|| self.start.saturating_add(1))
+    }
+
+    /// The ordinals that add a new copy beside the member.
+    pub fn with_surge(self) -> Ordinals {
+        Ordinals {
+            start: self.start,
+            replicas: 2,
+        }
+    }
+
+    /// The ordinals that keep only the new copy (the move is done).
+    pub fn completed(self) -> Ordinals {
+        Ordinals {
+            start: self.start.saturating_add(1),
+            replicas: 1,
+        }
+    }
+
+    /// The ordinals that keep only the old copy (the move is given up).
+    pub fn aborted(self) -> Ordinals {
+        Ordinals {
+            start: self.start,
+            replicas: 1,
+        }
+    }
+}
+
+/// Sets the pods `sts` runs (the operator's only change to a member's
+/// StatefulSet during a move).
+pub fn set_ordinals(sts: &mut StatefulSet, ordinals: Ordinals) {
+    if let Some(spec) = sts.spec.as_mut() {
+        spec.replicas = Some(i32::try_from(ordinals.replicas).unwrap_or(1));
+        // Left out at 0 (Kubernetes' default), so StatefulSets created
+        // before moves existed stay as they are; once above 0 it is always
+        // set (ordinals only grow).
+        spec.ordinals = (ordinals.start > 0).then(|| StatefulSetOrdinals {
+            start: i32::try_from(ordinals.start).ok(),
+        });
+    }
+}
+
 /// Everything one member's StatefulSet depends on.
 #[derive(Debug, Clone, Copy)]
 pub struct MemberInput<'a> {
@@ -59,6 +146,9 @@ pub struct MemberInput<'a> {
     /// Kubernetes, so a grown `persistence.size` is applied to the PVCs
     /// directly and the templates stay as created.
     pub existing_claim_templates: Option<&'a [PersistentVolumeClaim]>,
+    /// The pods to run (the live StatefulSet's, [`Ordinals::INITIAL`] for a
+    /// new one): the operator changes them only to move the member.
+    pub ordinals: Ordinals,
 }
 
 /// The member's StatefulSet.
@@ -77,6 +167,7 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     pod_spec.affinity = scheduling::affinity(
         &c.name,
         input.shard,
+        input.member,
         &c.spread,
         input.placement,
         c.affinity.as_ref(),
@@ -125,12 +216,13 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
         };
         StatefulSetPersistentVolumeClaimRetentionPolicy {
             when_deleted: Some(policy.into()),
-            // Always 1 replica: scaling never happens.
+            // Only a move scales (2 pods, then 1): the operator deletes the
+            // claim of the copy it removes itself, once that pod is gone.
             when_scaled: Some("Retain".into()),
         }
     });
 
-    StatefulSet {
+    let mut sts = StatefulSet {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some(c.namespace.clone()),
@@ -163,7 +255,9 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
             ..Default::default()
         }),
         status: None,
-    }
+    };
+    set_ordinals(&mut sts, input.ordinals);
+    sts
 }
 
 /// The pod spec without scheduling rules (those are added by the caller, out
@@ -362,6 +456,7 @@ mod tests {
             member: 2,
             placement,
             existing_claim_templates: None,
+            ordinals: Ordinals::INITIAL,
         })
     }
 
@@ -540,6 +635,31 @@ mod tests {
     }
 
     #[test]
+    fn a_moving_member_runs_two_pods_from_its_start_ordinal() {
+        let c = cluster("cache", 1, 1);
+        let mut s = build(&c, &MemberPlacement::Unplanned);
+        assert_eq!(s.spec.as_ref().unwrap().ordinals, None);
+        set_ordinals(
+            &mut s,
+            Ordinals {
+                start: 3,
+                replicas: 2,
+            },
+        );
+        let spec = s.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(2));
+        assert_eq!(spec.ordinals.as_ref().unwrap().start, Some(3));
+        assert_eq!(
+            Ordinals::of(&s),
+            Ordinals {
+                start: 3,
+                replicas: 2
+            }
+        );
+        assert_eq!(Ordinals::of(&StatefulSet::default()), Ordinals::INITIAL);
+    }
+
+    #[test]
     fn existing_claim_templates_are_kept_because_kubernetes_forbids_changing_them() {
         let c = crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
         let old = vec![PersistentVolumeClaim {
@@ -556,6 +676,7 @@ mod tests {
             member: 0,
             placement: &placed("n1"),
             existing_claim_templates: Some(&old),
+            ordinals: Ordinals::INITIAL,
         });
         assert_eq!(s.spec.unwrap().volume_claim_templates, Some(old));
     }

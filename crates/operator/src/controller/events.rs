@@ -28,6 +28,7 @@ pub mod reason {
     pub const MEMBER_LOST: &str = "MemberLost";
     pub const MEMBER_REPLACED: &str = "MemberReplaced";
     pub const MEMBER_MOVED: &str = "MemberMoved";
+    pub const MEMBER_MOVE_ABORTED: &str = "MemberMoveAborted";
 }
 
 /// The event reason of a Valkey action.

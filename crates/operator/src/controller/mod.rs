@@ -24,6 +24,7 @@ pub mod observe;
 pub mod reconcile;
 pub mod rolling;
 pub mod status;
+pub mod surge;
 pub mod topology;
 pub mod valkey_io;
 

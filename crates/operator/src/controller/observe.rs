@@ -1,11 +1,18 @@
 //! Observe, Kubernetes side: the cluster's owned objects (listed by label),
 //! its member pods, and every Node and Pod of the cluster-wide caches (other
 //! pods use node room the planner must count).
+//!
+//! A member's pods are told apart by ordinal against its live StatefulSet
+//! (see [`super::surge`]): the member proper, the new copy of a move in
+//! flight, and copies on their way out.
 
+use super::surge::{Slot, slot};
 use super::{Context, Error};
 use crate::adapt;
+use crate::builders::statefulset::Ordinals;
 use api::ValidatedCluster;
 use api::constants::LABEL_CLUSTER;
+use api::constants::member_name;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -24,8 +31,14 @@ pub struct KubeView {
     /// Every Pod of every namespace (from the cache), for the planner.
     pub all_pods: Vec<Pod>,
     /// This cluster's member pods by (shard, member), in or out of the spec's
-    /// shape; a live pod wins over a terminating one.
+    /// shape: the pod at its StatefulSet's `ordinals.start` (a live pod wins
+    /// over a terminating one).
     pub members: BTreeMap<(u32, u32), Pod>,
+    /// The new copies of moves in flight, by the member they move.
+    pub surges: BTreeMap<(u32, u32), Pod>,
+    /// Copies outside their StatefulSet's ordinals (the old copy of a
+    /// finished move, the new copy of a move given up), on their way out.
+    pub condemned: Vec<((u32, u32), Pod)>,
     /// Owned objects by name.
     pub statefulsets: BTreeMap<String, StatefulSet>,
     pub config_maps: BTreeMap<String, ConfigMap>,
@@ -66,6 +79,69 @@ where
     Ok(list.items.into_iter().map(|o| (o.name_any(), o)).collect())
 }
 
+/// A cluster's member pods, sorted by what they are.
+#[derive(Debug, Default)]
+pub struct Sorted {
+    pub members: BTreeMap<(u32, u32), Pod>,
+    pub surges: BTreeMap<(u32, u32), Pod>,
+    pub condemned: Vec<((u32, u32), Pod)>,
+}
+
+/// Sorts `pods` of `cluster` by their ordinal against their member's live
+/// StatefulSet in `statefulsets`. A member whose StatefulSet is gone (scale-in)
+/// counts its lowest ordinal as the member.
+pub fn sort_members(
+    cluster: &ValidatedCluster,
+    statefulsets: &BTreeMap<String, StatefulSet>,
+    pods: &[Pod],
+) -> Sorted {
+    let mut by_member: BTreeMap<(u32, u32), Vec<&Pod>> = BTreeMap::new();
+    for pod in pods {
+        if adapt::pods::is_finished(pod) {
+            continue;
+        }
+        if let Some(key) = adapt::pods::member_of(cluster, pod) {
+            by_member.entry(key).or_default().push(pod);
+        }
+    }
+    let mut out = Sorted::default();
+    for ((s, m), pods) in by_member {
+        let ordinals = statefulsets
+            .get(&member_name(&cluster.name, s, m))
+            .map(Ordinals::of)
+            .unwrap_or(Ordinals {
+                start: pods
+                    .iter()
+                    .filter_map(|p| adapt::pods::pod_index(p))
+                    .min()
+                    .unwrap_or(0),
+                replicas: 1,
+            });
+        for pod in pods {
+            let index = adapt::pods::pod_index(pod).unwrap_or(0);
+            let target = match slot(ordinals, index) {
+                Slot::Member => &mut out.members,
+                Slot::Surge => &mut out.surges,
+                Slot::Condemned => {
+                    out.condemned.push(((s, m), Pod::clone(pod)));
+                    continue;
+                }
+            };
+            let replace = match target.get(&(s, m)) {
+                None => true,
+                Some(existing) => {
+                    existing.metadata.deletion_timestamp.is_some()
+                        && pod.metadata.deletion_timestamp.is_none()
+                }
+            };
+            if replace {
+                target.insert((s, m), Pod::clone(pod));
+            }
+        }
+    }
+    out
+}
+
 /// Reads everything the reconcile needs from Kubernetes.
 pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<KubeView, Error> {
     let ns = cluster.namespace.as_str();
@@ -82,34 +158,75 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
 
     let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| Node::clone(n)).collect();
     let pods: Vec<Arc<Pod>> = ctx.pods.state();
-    let mut members: BTreeMap<(u32, u32), Pod> = BTreeMap::new();
-    for pod in &pods {
-        if adapt::pods::is_finished(pod) {
-            continue;
-        }
-        let Some(key) = adapt::pods::member_of(cluster, pod) else {
-            continue;
-        };
-        let replace = match members.get(&key) {
-            None => true,
-            Some(existing) => {
-                existing.metadata.deletion_timestamp.is_some()
-                    && pod.metadata.deletion_timestamp.is_none()
-            }
-        };
-        if replace {
-            members.insert(key, Pod::clone(pod));
-        }
-    }
-    let all_pods = pods.iter().map(|p| Pod::clone(p)).collect();
+    let all_pods: Vec<Pod> = pods.iter().map(|p| Pod::clone(p)).collect();
+    let sorted = sort_members(cluster, &statefulsets, &all_pods);
     Ok(KubeView {
         nodes,
         all_pods,
-        members,
+        members: sorted.members,
+        surges: sorted.surges,
+        condemned: sorted.condemned,
         statefulsets,
         config_maps,
         services,
         pdbs,
         pvcs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapt::fixtures::{cluster, pod};
+    use k8s_openapi::api::apps::v1::{StatefulSetOrdinals, StatefulSetSpec};
+
+    fn member_pod(name: &str, shard: u32, member: u32, index: u32) -> Pod {
+        pod(&format!(
+            "metadata:
+               name: {name}
+               namespace: prod
+               labels: {{valkey.rs/cluster: cache, valkey.rs/shard: '{shard}', valkey.rs/member: '{member}', apps.kubernetes.io/pod-index: '{index}'}}
+             spec: {{nodeName: n1, containers: [{{name: valkey}}]}}"
+        ))
+    }
+
+    fn sts(start: i32, replicas: i32) -> StatefulSet {
+        StatefulSet {
+            spec: Some(StatefulSetSpec {
+                replicas: Some(replicas),
+                ordinals: Some(StatefulSetOrdinals { start: Some(start) }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn names(pods: &BTreeMap<(u32, u32), Pod>) -> Vec<String> {
+        pods.values()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn the_member_is_the_pod_at_the_statefulsets_start_the_next_one_its_new_copy() {
+        let c = cluster("shards: 1\nreplicas: 1");
+        let pods = [
+            member_pod("cache-0-1-3", 0, 1, 3),
+            member_pod("cache-0-1-4", 0, 1, 4),
+            member_pod("cache-0-0-0", 0, 0, 0),
+        ];
+        let moving = BTreeMap::from([("cache-0-1".to_string(), sts(3, 2))]);
+        let sorted = sort_members(&c, &moving, &pods);
+        assert_eq!(names(&sorted.members), ["cache-0-0-0", "cache-0-1-3"]);
+        assert_eq!(names(&sorted.surges), ["cache-0-1-4"]);
+        assert!(sorted.condemned.is_empty());
+
+        // Done: the old copy is outside the range until the controller removes it.
+        let done = BTreeMap::from([("cache-0-1".to_string(), sts(4, 1))]);
+        let sorted = sort_members(&c, &done, &pods);
+        assert_eq!(names(&sorted.members), ["cache-0-0-0", "cache-0-1-4"]);
+        assert!(sorted.surges.is_empty());
+        assert_eq!(sorted.condemned.len(), 1);
+        assert_eq!(sorted.condemned[0].0, (0, 1));
+    }
 }

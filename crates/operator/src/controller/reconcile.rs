@@ -11,7 +11,9 @@
 //!    topology (rolling-update failover, primary balancing), let the Valkey
 //!    planner pick the next commands and send them; delete members the
 //!    planner says are safe to remove; keep the role labels true;
-//! 6. **restart** the next out-of-date member when the cluster is Ready;
+//! 6. **restart** the next out-of-date member when the cluster is Ready, or
+//!    take the next step of a member's move (surge-first: its new copy in
+//!    sync before the old one goes, see [`super::surge`]);
 //! 7. **status** and events.
 //!
 //! Every step is idempotent: a reconcile cut short anywhere starts again from
@@ -22,11 +24,13 @@ use super::members::{PodFacts, needs_restart, placement_outdated};
 use super::observe::KubeView;
 use super::rolling::{RollMember, RollStep};
 use super::status::{Activity, BalanceState, ClusterState, Observations, SpreadState, StatusInput};
+use super::surge::{self, Surge, SurgePod, SurgeStep};
 use super::topology::{self, Candidate, ShardView};
 use super::valkey_io::{self, Session};
 use super::{Context, Error, Memory, apply, observe, rolling, status};
 use crate::adapt;
 use crate::builders::scheduling::MemberPlacement;
+use crate::builders::statefulset::{Ordinals, set_ordinals};
 use crate::builders::{self, Desired, config, pdb_name, secret};
 use api::ValidatedCluster;
 use api::ValkeyCluster;
@@ -128,6 +132,12 @@ async fn run(
                 .and_then(|s| s.spec.as_ref())
                 .and_then(|s| s.volume_claim_templates.as_deref())
         },
+        |name| {
+            view.statefulsets
+                .get(name)
+                .map(Ordinals::of)
+                .or_else(|| retained_start(&view, name))
+        },
     );
     apply_objects(ctx, &cluster, &desired, &view, events).await?;
     let replaced = replace_pending_pods(ctx, &cluster, &desired, &view, events).await?;
@@ -155,7 +165,10 @@ async fn run(
     let views = shard_views(&cluster, &view, &obs, &keys);
     let mut desired_topology = desired_topology(&cluster, &view, &views, &keys);
     let opts = PlannerOptions::default();
-    let health0 = planner::health(&desired_topology, &obs.observed, &opts)?;
+    // The members alone make the cluster Ready: a move's new copy is one
+    // copy more, not one the shard is missing while it syncs.
+    let health0 = without_surges(planner::health(&desired_topology, &obs.observed, &opts)?);
+    let surges = surges_in_flight(&cluster, &view, &obs, &placement);
     let all_pods_ready = desired_members(&cluster).all(|(s, m)| {
         view.members
             .get(&(s, m))
@@ -167,7 +180,7 @@ async fn run(
     let preference: BTreeMap<u32, Vec<u32>> = (0..cluster.shards)
         .map(|s| (s, topology::failover_preference(&views, s, &keys)))
         .collect();
-    let roll = rolling_step(
+    let mut roll = rolling_step(
         &cluster,
         &desired,
         &view,
@@ -176,14 +189,32 @@ async fn run(
         &preference,
         cluster_ready,
     );
+    // One move at a time, and no restart or balancing failover in the
+    // middle of one.
+    if let Some(why) = move_in_flight(&surges, &view) {
+        roll.step = RollStep::Wait(why);
+    }
     let stale = roll.stale;
     let mut balance = BalanceState::Aligned;
     let now_i = Instant::now();
     // The quiet period also starts when the operator first sees the cluster.
     memory.last_disturbance.get_or_insert(now_i);
+    // The topology the planner works towards: the members, and the new
+    // copies of moves in flight as extra replicas.
+    let mut plan_topology = with_surges(&desired_topology, &view, &surges);
+    for (surge, step) in &surges {
+        if *step == SurgeStep::Promote {
+            set_primary(
+                &mut plan_topology,
+                surge.shard,
+                MemberIndex::surge_of(surge.member).0,
+            );
+        }
+    }
     match &roll.step {
         RollStep::Failover { shard, to } => {
             set_primary(&mut desired_topology, *shard, *to);
+            set_primary(&mut plan_topology, *shard, *to);
         }
         RollStep::Done => {
             balance = balancing(
@@ -193,14 +224,14 @@ async fn run(
                 cluster_ready,
                 memory,
                 now_i,
-                &mut desired_topology,
+                &mut plan_topology,
             );
         }
         _ => {}
     }
 
     let mut plan = if blocker.is_none() {
-        planner::next_actions(&desired_topology, &obs.observed, &opts)?
+        planner::next_actions(&plan_topology, &obs.observed, &opts)?
     } else {
         Default::default()
     };
@@ -219,42 +250,49 @@ async fn run(
     let healed = heal_lost_members(ctx, &cluster, &view, &obs.observed, events, memory).await?;
     notice_failovers(&views, memory, events, now_i).await;
 
-    // 6. rolling restart
-    let mut last_action = executed.first().cloned();
+    let condemned_gone = remove_condemned_on_lost_nodes(ctx, &cluster, &view).await?;
+
+    // 6. rolling restart, moves
+    let mut last_action = executed.last().cloned();
+    for (surge, step) in &surges {
+        if let Some(done) = surge_step(
+            ctx,
+            &cluster,
+            &desired,
+            &view,
+            surge,
+            step,
+            plan.actions.is_empty(),
+            events,
+        )
+        .await?
+        {
+            memory.last_disturbance = Some(now_i);
+            last_action = Some(done);
+        }
+    }
+    sweep_moved_volumes(ctx, &cluster, &view).await?;
     match &roll.step {
+        RollStep::Surge { shard, member } if plan.actions.is_empty() => {
+            if let Some(done) = start_surge(
+                ctx, &cluster, &desired, &view, &placement, *shard, *member, events,
+            )
+            .await?
+            {
+                memory.last_disturbance = Some(now_i);
+                last_action = Some(done);
+            }
+        }
         RollStep::Restart { shard, member } if plan.actions.is_empty() => {
             if let Some(pod) = view.members.get(&(*shard, *member)) {
-                let moving = placement.moved(*shard, *member);
-                if moving && cluster.persistence.is_some() {
-                    // The volume is local to the old node: the member starts
-                    // over where the plan puts it and is reseeded.
-                    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
-                        Api::namespaced(ctx.client.clone(), &cluster.namespace);
-                    let claim = format!(
-                        "{}-{}",
-                        crate::builders::statefulset::DATA_VOLUME,
-                        pod.name_any()
-                    );
-                    delete(ctx, &pvcs, "PersistentVolumeClaim", &claim, None).await?;
-                }
                 delete_pod(ctx, &cluster, pod).await?;
-                let msg = if moving {
-                    format!(
-                        "moving shard {shard} member {member} (pod {}) to where the placement plan puts it",
-                        pod.name_any()
-                    )
-                } else {
-                    format!(
-                        "restarting shard {shard} member {member} (pod {}) to apply a new spec",
-                        pod.name_any()
-                    )
-                };
-                let (r, action) = if moving {
-                    (reason::MEMBER_MOVED, "MoveMember")
-                } else {
-                    (reason::ROLLING_RESTART, "RollingRestart")
-                };
-                events.normal(r, action, &msg).await;
+                let msg = format!(
+                    "restarting shard {shard} member {member} (pod {}) to apply a new spec",
+                    pod.name_any()
+                );
+                events
+                    .normal(reason::ROLLING_RESTART, "RollingRestart", &msg)
+                    .await;
                 memory.last_disturbance = Some(now_i);
                 last_action = Some(msg);
             }
@@ -291,11 +329,13 @@ async fn run(
     if let RollStep::Blocked(why) = &roll.step {
         blocked.push(why.clone());
     }
+    let moves = move_lines(&cluster, &view, &placement, &surges);
+    let spread = spread_now(&placement, &moves);
     let activity = Activity {
         bootstrapping: is_bootstrapping(&obs.observed, old_status),
         actions: executed.clone(),
         pending_restarts: stale,
-        pending_moves: roll.moving,
+        pending_moves: moves.len(),
         scaling: leaving
             || (new_members && !is_bootstrapping(&obs.observed, old_status))
             || !removed.is_empty(),
@@ -304,7 +344,7 @@ async fn run(
     let input = StatusInput {
         generation: cluster.generation,
         cluster: cluster_state(&health0, all_pods_ready, blocked),
-        spread: placement.spread_state(),
+        spread: spread.clone(),
         balance,
         activity,
         blocker,
@@ -315,7 +355,7 @@ async fn run(
         &view,
         &obs.observed,
         &health0,
-        &placement,
+        &spread,
         last_action.clone(),
     );
     let new = status::build(old_status, &conds, cluster.generation, observations, &now);
@@ -327,6 +367,9 @@ async fn run(
         || !cluster_ready
         || stale > 0
         || roll.moving > 0
+        || !moves.is_empty()
+        || !view.condemned.is_empty()
+        || condemned_gone > 0
         || replaced > 0
         || healed > 0
         || !removed.is_empty();
@@ -379,6 +422,19 @@ async fn write_status(
     Ok(())
 }
 
+/// Where a member StatefulSet that is (re-)created starts: at the volume a
+/// removed member left behind (the highest ordinal claimed), so a member
+/// added back finds its data as before moves existed; else at 0.
+fn retained_start(view: &KubeView, sts: &str) -> Option<Ordinals> {
+    let prefix = claim_of(&format!("{sts}-"));
+    view.pvcs
+        .iter()
+        .filter(|(_, pvc)| pvc.metadata.deletion_timestamp.is_none())
+        .filter_map(|(claim, _)| claim.strip_prefix(&prefix)?.parse::<u32>().ok())
+        .max()
+        .map(|start| Ordinals { start, replicas: 1 })
+}
+
 /// Every (shard, member) of the spec.
 fn desired_members(c: &ValidatedCluster) -> impl Iterator<Item = (u32, u32)> + '_ {
     (0..c.shards).flat_map(move |s| (0..=c.replicas).map(move |m| (s, m)))
@@ -386,10 +442,22 @@ fn desired_members(c: &ValidatedCluster) -> impl Iterator<Item = (u32, u32)> + '
 
 // ---------------------------------------------------------------- placement
 
+/// At most this many branch-and-bound nodes per placement plan (only when
+/// constraint keys cross; nesting keys are planned exactly at once). Real
+/// topologies finish far below it; an adversarial one gets the best plan
+/// found so far instead of holding the reconcile (and the cores) for seconds.
+const PLACEMENT_SEARCH_LIMIT: u64 = 20_000;
+
+/// Said of a plan the search limit cut short.
+const NOT_PROVEN_OPTIMAL: &str =
+    "the best placement found within the planner's search limit, not proven optimal";
+
 /// The placement plan, or why there is none.
 struct Placement {
     plan: Option<placement::Plan>,
     error: Option<String>,
+    /// False when the search limit cut the planner short.
+    optimal: bool,
 }
 
 impl Placement {
@@ -400,17 +468,31 @@ impl Placement {
                 return Placement {
                     plan: None,
                     error: Some(e.to_string()),
+                    optimal: true,
                 };
             }
         };
-        match placement::plan(&problem) {
-            Ok(plan) => Placement {
-                plan: Some(plan),
-                error: None,
-            },
+        let options = placement::PlanOptions {
+            search_limit: Some(PLACEMENT_SEARCH_LIMIT),
+        };
+        match placement::plan_with(&problem, &options) {
+            Ok(planned) => {
+                if !planned.optimal {
+                    tracing::info!(
+                        search_limit = PLACEMENT_SEARCH_LIMIT,
+                        "placement plan not proven optimal: the search limit cut it short"
+                    );
+                }
+                Placement {
+                    plan: Some(planned.plan),
+                    error: None,
+                    optimal: planned.optimal,
+                }
+            }
             Err(e) => Placement {
                 plan: None,
                 error: Some(e.to_string()),
+                optimal: true,
             },
         }
     }
@@ -451,6 +533,22 @@ impl Placement {
     }
 
     fn spread_state(&self) -> SpreadState {
+        let state = self.plan_state();
+        if self.optimal {
+            return state;
+        }
+        let mark = |mut lines: Vec<String>| {
+            lines.push(format!("({NOT_PROVEN_OPTIMAL})"));
+            lines
+        };
+        match state {
+            SpreadState::Unplaceable(r) => SpreadState::Unplaceable(mark(r)),
+            SpreadState::Exceeded(v) => SpreadState::Exceeded(mark(v)),
+            other => other,
+        }
+    }
+
+    fn plan_state(&self) -> SpreadState {
         match (&self.plan, &self.error) {
             (Some(plan), _) if !plan.unplaced.is_empty() => SpreadState::Unplaceable(
                 plan.unplaced
@@ -481,13 +579,28 @@ impl Placement {
 }
 
 async fn announce_placement(p: &Placement, events: &Events<'_>, memory: &mut Memory) {
+    if p.optimal {
+        memory.announced.remove("placement-unproven");
+    } else if !memory.announced.contains_key("placement-unproven") {
+        events
+            .normal(
+                "PlacementNotProvenOptimal",
+                "Plan",
+                format!(
+                    "using {NOT_PROVEN_OPTIMAL} ({PLACEMENT_SEARCH_LIMIT} search nodes); \
+                     its Required constraints hold, but a plan with less Preferred excess or fewer moves may exist"
+                ),
+            )
+            .await;
+        memory.announced.insert("placement-unproven", String::new());
+    }
     let (key, text, warn_reason) = match p.spread_state() {
         SpreadState::Unplaceable(r) => {
             ("placement", r.join("; "), Some(reason::MEMBER_UNPLACEABLE))
         }
         SpreadState::Exceeded(v) => ("placement", v.join("; "), Some(reason::SPREAD_VIOLATED)),
         SpreadState::Unknown(m) => ("placement", m, Some(reason::MEMBER_UNPLACEABLE)),
-        SpreadState::Met => ("placement", String::new(), None),
+        SpreadState::Met | SpreadState::Moving(_) => ("placement", String::new(), None),
     };
     if memory.announced.get(key).map(String::as_str) == Some(text.as_str()) {
         return;
@@ -755,10 +868,14 @@ async fn replace_pending_pods(
     events: &Events<'_>,
 ) -> Result<usize, Error> {
     let mut replaced = Vec::new();
-    for (s, m) in desired_members(cluster) {
-        let Some(pod) = view.members.get(&(s, m)) else {
-            continue;
-        };
+    // A move's new copy is Pending under the same rules as its member.
+    let mut pods: Vec<((u32, u32), &Pod)> = Vec::new();
+    for k in desired_members(cluster) {
+        for p in view.members.get(&k).into_iter().chain(view.surges.get(&k)) {
+            pods.push((k, p));
+        }
+    }
+    for ((s, m), pod) in pods {
         let facts = PodFacts::of(pod);
         let name = member_name(&cluster.name, s, m);
         let Some(sts) = desired.statefulsets.iter().find(|x| x.name_any() == name) else {
@@ -856,6 +973,16 @@ async fn observe_valkey(
             }
         })
         .collect();
+    // The new copies of moves in flight, under their own index.
+    let mut targets = targets;
+    targets.extend(view.surges.iter().map(|(&(s, m), pod)| Target {
+        member: MemberRef {
+            shard: ShardIndex(s),
+            member: MemberIndex::surge_of(m),
+        },
+        addr: pod_addr(pod).filter(|_| enabled),
+        known_node_id: None,
+    }));
     let (observed, session) = valkey_io::observe(
         &targets,
         password,
@@ -1081,6 +1208,454 @@ struct Roll {
     moving: usize,
 }
 
+// ---------------------------------------------------------------- moves
+
+/// The health of the members: what the new copies of moves in flight add
+/// (observed, but not members) is left out.
+fn without_surges(mut h: Health) -> Health {
+    h.issues.retain_mut(|i| match i {
+        planner::HealthIssue::LeavingMembers { members } => {
+            members.retain(|m| m.member.surge_for().is_none());
+            !members.is_empty()
+        }
+        _ => true,
+    });
+    h
+}
+
+/// Whether the node of `pod` is lost past the grace after which members
+/// are re-created elsewhere.
+fn on_lost_node(view: &KubeView, facts: &PodFacts) -> bool {
+    facts
+        .node
+        .as_deref()
+        .and_then(|n| node_lost_for(view, n))
+        .is_some_and(|d| d.is_none_or(|d| d >= super::heal::NODE_LOST_GRACE))
+}
+
+/// Every move in flight (a member's StatefulSet runs a second pod), read
+/// again from the live objects and what Valkey says, with its next step.
+fn surges_in_flight(
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    obs: &ValkeyObservation,
+    placement: &Placement,
+) -> Vec<(Surge, SurgeStep)> {
+    let primaries = live_primaries(cluster, &obs.observed);
+    let max_lag = PlannerOptions::default().max_replica_lag_bytes;
+    let mut out = Vec::new();
+    for (s, m) in desired_members(cluster) {
+        let Some(sts) = view.statefulsets.get(&member_name(&cluster.name, s, m)) else {
+            continue;
+        };
+        let ordinals = Ordinals::of(sts);
+        if ordinals.surge().is_none() {
+            continue;
+        }
+        let primary_report = primaries
+            .get(&s)
+            .and_then(|p| report_of(&obs.observed, s, *p));
+        let pod = view.surges.get(&(s, m)).map(|p| {
+            let facts = PodFacts::of(p);
+            let report = report_of(&obs.observed, s, MemberIndex::surge_of(m).0);
+            let in_sync = match (report, primary_report) {
+                (Some(r), Some(p)) => {
+                    r.nodes.myself().primary_id.as_ref() == Some(p.node_id())
+                        && planner::replica_sync(&p.replication, &r.replication, max_lag)
+                            .is_in_sync()
+                }
+                _ => false,
+            };
+            SurgePod {
+                scheduled: !facts.unscheduled(),
+                terminating: facts.terminating,
+                node_lost: on_lost_node(view, &facts),
+                in_sync,
+                primary: report.is_some_and(|r| {
+                    r.role() == Role::Primary && !r.nodes.myself().slots.is_empty()
+                }),
+            }
+        });
+        let surge = Surge {
+            shard: s,
+            member: m,
+            ordinals,
+            pod,
+            old_is_primary: primaries.get(&s) == Some(&m),
+            still_wanted: placement.moved(s, m),
+        };
+        let step = surge::next(&surge);
+        out.push((surge, step));
+    }
+    out
+}
+
+/// Why no other move or restart may start now, if one is under way.
+fn move_in_flight(surges: &[(Surge, SurgeStep)], view: &KubeView) -> Option<String> {
+    if let Some((s, step)) = surges.first() {
+        let detail = match step {
+            SurgeStep::Wait(w) | SurgeStep::Abort(w) => w.clone(),
+            SurgeStep::Promote => format!(
+                "shard {} member {}: handing the primary over to its new copy",
+                s.shard, s.member
+            ),
+            SurgeStep::Complete => format!(
+                "shard {} member {}: its new copy is in sync, the old one goes",
+                s.shard, s.member
+            ),
+        };
+        return Some(format!("a member is moving ({detail})"));
+    }
+    view.condemned.first().map(|((s, m), pod)| {
+        format!(
+            "a member is moving (shard {s} member {m}: its old copy, pod {}, is going)",
+            pod.name_any()
+        )
+    })
+}
+
+/// `members` plus the new copy of every move in flight as one more replica
+/// of its shard (met, attached to the primary, promoted when asked).
+fn with_surges(
+    members: &DesiredCluster,
+    view: &KubeView,
+    surges: &[(Surge, SurgeStep)],
+) -> DesiredCluster {
+    let mut out = members.clone();
+    for (surge, step) in surges {
+        if matches!(step, SurgeStep::Abort(_)) {
+            continue;
+        }
+        let Some(pod) = view.surges.get(&(surge.shard, surge.member)) else {
+            continue;
+        };
+        let zone = PodFacts::of(pod).node.and_then(|n| {
+            view.node_labels(&n)
+                .and_then(|l| l.get(placement::ZONE_KEY))
+                .cloned()
+        });
+        if let Some(shard) = out.shards.iter_mut().find(|d| d.index.0 == surge.shard) {
+            shard.members.push(DesiredMember {
+                index: MemberIndex::surge_of(surge.member),
+                config: zone
+                    .map(|z| BTreeMap::from([("availability-zone".to_string(), z)]))
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    out
+}
+
+/// Applies member StatefulSet `name` as desired, running `ordinals`.
+async fn apply_ordinals(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    desired: &Desired,
+    view: &KubeView,
+    name: &str,
+    ordinals: Ordinals,
+) -> Result<bool, Error> {
+    let Some(want) = desired.statefulsets.iter().find(|x| x.name_any() == name) else {
+        return Ok(false);
+    };
+    let mut want = want.clone();
+    set_ordinals(&mut want, ordinals);
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    apply::apply(&api, view.statefulsets.get(name), &want, &ctx.metrics).await?;
+    Ok(true)
+}
+
+fn claim_of(pod_name: &str) -> String {
+    format!("{}-{pod_name}", crate::builders::statefulset::DATA_VOLUME)
+}
+
+fn node_of(pod: Option<&Pod>) -> String {
+    pod.and_then(|p| PodFacts::of(p).node)
+        .unwrap_or_else(|| "<none>".to_string())
+}
+
+/// Starts moving member `(s, m)`: its StatefulSet runs a second pod, created
+/// from the template that already carries the new placement. Returns what
+/// was done.
+#[allow(clippy::too_many_arguments)]
+async fn start_surge(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    desired: &Desired,
+    view: &KubeView,
+    placement: &Placement,
+    s: u32,
+    m: u32,
+    events: &Events<'_>,
+) -> Result<Option<String>, Error> {
+    let name = member_name(&cluster.name, s, m);
+    let Some(live) = view.statefulsets.get(&name) else {
+        return Ok(None);
+    };
+    let ordinals = Ordinals::of(live);
+    let surging = ordinals.with_surge();
+    let Some(next) = surging.surge() else {
+        return Ok(None);
+    };
+    let new_pod = format!("{name}-{next}");
+    if cluster.persistence.is_some() {
+        // A claim left under the new ordinal (a move given up, a member
+        // removed and added back) would bring stale data, and pin the new
+        // copy to the old volume's node: it goes first.
+        let claim = claim_of(&new_pod);
+        if view.pvcs.contains_key(&claim) {
+            let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+                Api::namespaced(ctx.client.clone(), &cluster.namespace);
+            delete(ctx, &pvcs, "PersistentVolumeClaim", &claim, None).await?;
+            return Ok(None);
+        }
+    }
+    if !apply_ordinals(ctx, cluster, desired, view, &name, surging).await? {
+        return Ok(None);
+    }
+    let old = view.members.get(&(s, m));
+    let to = match placement.member(s, m) {
+        MemberPlacement::Placed { node, .. } => node,
+        _ => "<unplanned>".to_string(),
+    };
+    let msg = format!(
+        "moving shard {s} member {m} off node {}: its new copy (pod {new_pod}) starts where the placement plan puts it (node {to}); the old copy (pod {}) stays until the new one is in sync",
+        node_of(old),
+        old.map(ResourceExt::name_any).unwrap_or_default()
+    );
+    tracing::info!(shard = s, member = m, "{msg}");
+    events
+        .normal(reason::MEMBER_MOVED, "MoveMember", &msg)
+        .await;
+    Ok(Some(msg))
+}
+
+/// Carries out the next step of a move in flight. `quiet`: no Valkey
+/// command was sent this reconcile. Returns what was done.
+#[allow(clippy::too_many_arguments)]
+async fn surge_step(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    desired: &Desired,
+    view: &KubeView,
+    surge: &Surge,
+    step: &SurgeStep,
+    quiet: bool,
+    events: &Events<'_>,
+) -> Result<Option<String>, Error> {
+    let (s, m) = (surge.shard, surge.member);
+    let name = member_name(&cluster.name, s, m);
+    let old = view.members.get(&(s, m));
+    let new = view.surges.get(&(s, m));
+    let pod_name = |p: Option<&Pod>| p.map(ResourceExt::name_any).unwrap_or_default();
+    match step {
+        SurgeStep::Complete if quiet => {
+            // The old pod goes; its claim is deleted by sweep_moved_volumes
+            // (kept by Kubernetes until the pod is gone).
+            apply_ordinals(
+                ctx,
+                cluster,
+                desired,
+                view,
+                &name,
+                surge.ordinals.completed(),
+            )
+            .await?;
+            let msg = format!(
+                "moved shard {s} member {m}: its new copy (pod {} on node {}) is in sync; removing the old copy (pod {} on node {})",
+                pod_name(new),
+                node_of(new),
+                pod_name(old),
+                node_of(old)
+            );
+            tracing::info!(shard = s, member = m, "{msg}");
+            events
+                .normal(reason::MEMBER_MOVED, "MoveMember", &msg)
+                .await;
+            Ok(Some(msg))
+        }
+        SurgeStep::Abort(why) => {
+            apply_ordinals(ctx, cluster, desired, view, &name, surge.ordinals.aborted()).await?;
+            if let Some(pod) = new {
+                if cluster.persistence.is_some() {
+                    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+                        Api::namespaced(ctx.client.clone(), &cluster.namespace);
+                    let claim = claim_of(&pod.name_any());
+                    delete(ctx, &pvcs, "PersistentVolumeClaim", &claim, None).await?;
+                }
+                if on_lost_node(view, &PodFacts::of(pod)) {
+                    // Nobody on that node can finish the deletion.
+                    force_delete_pod(ctx, cluster, pod).await?;
+                }
+            }
+            let msg = format!(
+                "gave up moving shard {s} member {m} ({why}); it stays on node {} (pod {})",
+                node_of(old),
+                pod_name(old)
+            );
+            tracing::warn!(shard = s, member = m, "{msg}");
+            events
+                .warning(reason::MEMBER_MOVE_ABORTED, "MoveMember", &msg)
+                .await;
+            Ok(Some(msg))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Deletes the claims of copies a finished move removed: ordinals below the
+/// StatefulSet's start are never used again (ordinals only grow).
+async fn sweep_moved_volumes(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+) -> Result<(), Error> {
+    if cluster.persistence.is_none() {
+        return Ok(());
+    }
+    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    for (s, m) in desired_members(cluster) {
+        let name = member_name(&cluster.name, s, m);
+        let Some(live) = view.statefulsets.get(&name) else {
+            continue;
+        };
+        let start = Ordinals::of(live).start;
+        let prefix = claim_of(&format!("{name}-"));
+        for (claim, pvc) in &view.pvcs {
+            let index = claim
+                .strip_prefix(&prefix)
+                .and_then(|i| i.parse::<u32>().ok());
+            if index.is_some_and(|i| i < start) && pvc.metadata.deletion_timestamp.is_none() {
+                delete(
+                    ctx,
+                    &pvcs,
+                    "PersistentVolumeClaim",
+                    claim,
+                    pvc.metadata.uid.clone(),
+                )
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Force-deletes copies a move removed whose node is lost (the kubelet
+/// that would finish their deletion is gone; the member lives on in its
+/// other copy). Returns how many.
+async fn remove_condemned_on_lost_nodes(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+) -> Result<usize, Error> {
+    let mut done = 0;
+    for (_, pod) in &view.condemned {
+        if on_lost_node(view, &PodFacts::of(pod)) {
+            force_delete_pod(ctx, cluster, pod).await?;
+            done += 1;
+        }
+    }
+    Ok(done)
+}
+
+/// Deletes `pod` at once (grace period 0), if it is still the same pod.
+async fn force_delete_pod(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    pod: &Pod,
+) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let name = pod.name_any();
+    ctx.metrics.api_write("Pod", "delete");
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: pod.metadata.uid.clone().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match pods.delete(&name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(source) => Err(Error::Delete {
+            kind: "Pod",
+            name,
+            source,
+        }),
+    }
+}
+
+/// One line per member the plan moves or that is moving, for the status.
+fn move_lines(
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    placement: &Placement,
+    surges: &[(Surge, SurgeStep)],
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut busy: BTreeSet<(u32, u32)> = BTreeSet::new();
+    for (surge, step) in surges {
+        let key = (surge.shard, surge.member);
+        busy.insert(key);
+        let state = match step {
+            SurgeStep::Wait(w) => w
+                .split_once(": ")
+                .map(|(_, w)| w.to_string())
+                .unwrap_or_else(|| w.clone()),
+            SurgeStep::Promote => "handing the primary over to its new copy".to_string(),
+            SurgeStep::Complete => "its new copy is in sync".to_string(),
+            SurgeStep::Abort(_) => "giving the move up".to_string(),
+        };
+        lines.push(format!(
+            "shard {} member {}: moving from node {} to {} ({state})",
+            surge.shard,
+            surge.member,
+            node_of(view.members.get(&key)),
+            match view.surges.get(&key).and_then(|p| PodFacts::of(p).node) {
+                Some(n) => format!("node {n}"),
+                None => "where the plan puts it".to_string(),
+            }
+        ));
+    }
+    for ((s, m), pod) in &view.condemned {
+        if busy.insert((*s, *m)) {
+            lines.push(format!(
+                "shard {s} member {m}: its old copy (pod {} on node {}) is going",
+                pod.name_any(),
+                node_of(Some(pod))
+            ));
+        }
+    }
+    for (s, m) in desired_members(cluster) {
+        let running = view
+            .members
+            .get(&(s, m))
+            .is_some_and(|p| !PodFacts::of(p).unscheduled());
+        if running && placement.moved(s, m) && !busy.contains(&(s, m)) {
+            let to = match placement.member(s, m) {
+                MemberPlacement::Placed { node, .. } => node,
+                _ => "<unplanned>".to_string(),
+            };
+            lines.push(format!(
+                "shard {s} member {m}: on node {}, the plan puts it on node {to}",
+                node_of(view.members.get(&(s, m)))
+            ));
+        }
+    }
+    lines
+}
+
+/// The TopologySpread state: the plan's, but not "met" while members still
+/// have to get there.
+fn spread_now(placement: &Placement, moves: &[String]) -> SpreadState {
+    match placement.spread_state() {
+        SpreadState::Met if !moves.is_empty() => SpreadState::Moving(moves.to_vec()),
+        other => other,
+    }
+}
+
 /// Primary balancing: after the quiet period, one shard at a time, only
 /// while the cluster is Ready, move one primary to an in-sync replica in a
 /// better domain.
@@ -1247,8 +1822,16 @@ async fn update_role_labels(
     obs: &ObservedCluster,
 ) -> Result<(), Error> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
-    for ((s, m), pod) in &view.members {
-        let Some(report) = report_of(obs, *s, *m) else {
+    let mut pods: Vec<(u32, u32, &Pod)> = view
+        .members
+        .iter()
+        .map(|(k, pod)| (k.0, k.1, pod))
+        .collect();
+    for (k, pod) in &view.surges {
+        pods.push((k.0, MemberIndex::surge_of(k.1).0, pod));
+    }
+    for (s, m, pod) in pods {
+        let Some(report) = report_of(obs, s, m) else {
             continue;
         };
         let Some(want) = role_label(report) else {
@@ -1528,7 +2111,7 @@ fn observations(
     view: &KubeView,
     obs: &ObservedCluster,
     h: &Health,
-    placement: &Placement,
+    spread: &SpreadState,
     last_action: Option<String>,
 ) -> Observations {
     let primaries = live_primaries(cluster, obs);
@@ -1569,10 +2152,21 @@ fn observations(
         let ready = facts.as_ref().is_some_and(|f| f.ready)
             && report.is_some()
             && !not_ready.contains(&member_ref(s, m));
+        // The live pod's name: a member that moved runs under a later ordinal.
+        let pod_name = pod.map(ResourceExt::name_any).unwrap_or_else(|| {
+            let sts = member_name(&cluster.name, s, m);
+            let start = view
+                .statefulsets
+                .get(&sts)
+                .map(Ordinals::of)
+                .unwrap_or(Ordinals::INITIAL)
+                .start;
+            format!("{sts}-{start}")
+        });
         members.push(MemberStatus {
             shard: s as i32,
             member: m as i32,
-            pod: format!("{}-0", member_name(&cluster.name, s, m)),
+            pod: pod_name,
             node: node.clone(),
             zone: zone.clone(),
             region: region.clone(),
@@ -1605,10 +2199,11 @@ fn observations(
         })
         .collect();
     let zones: BTreeSet<&String> = members.iter().filter_map(|m| m.zone.as_ref()).collect();
-    let spread = match placement.spread_state() {
+    let spread = match spread {
         SpreadState::Met => "spread ok".to_string(),
         SpreadState::Unplaceable(r) => format!("{} member(s) unplaceable", r.len()),
         SpreadState::Exceeded(v) => format!("{} preferred violation(s)", v.len()),
+        SpreadState::Moving(v) => format!("{} member(s) moving", v.len()),
         SpreadState::Unknown(_) => "placement unknown".to_string(),
     };
     let summary = format!(

@@ -8,6 +8,13 @@
 //! Valkey planner makes it once the target is in sync) and the old primary is
 //! restarted as a replica. Between steps the restarted member must be back,
 //! Ready and in sync, which the Ready gate above enforces.
+//!
+//! A member the placement plan moves is not restarted but moved surge-first
+//! ([`RollStep::Surge`], see [`super::surge`]): its new copy comes up and
+//! syncs beside it before it goes, so a move never costs the shard a copy.
+//! A moving primary with an in-sync replica hands over to it first, like a
+//! restart; a lone primary moves too (its new copy is made the primary once
+//! in sync).
 
 use std::collections::BTreeMap;
 
@@ -24,8 +31,8 @@ pub struct RollMember {
     /// wants it (see `moving`): either way the pod must be re-created.
     pub stale: bool,
     /// The plan puts it on another node (a Preferred constraint can be met
-    /// again, a Required one changed): re-creating it moves it, and with
-    /// persistence gives up its volume (it is reseeded by its primary).
+    /// again, a Required one changed): it is moved surge-first (a new copy
+    /// where the plan wants it, seeded by its primary, then the old one goes).
     pub moving: bool,
     /// Valkey says it is the primary of its shard.
     pub primary: bool,
@@ -41,6 +48,9 @@ pub enum RollStep {
     /// Delete this member's pod (a replica, or a primary with no replica whose
     /// data survives on its volume).
     Restart { shard: u32, member: u32 },
+    /// Start moving this member: run its new copy beside it (see
+    /// [`super::surge`]).
+    Surge { shard: u32, member: u32 },
     /// Move the primary of `shard` to `to` first (graceful failover).
     Failover { shard: u32, to: u32 },
     /// A restart would lose data: the shard has no replica and no volume.
@@ -70,9 +80,16 @@ pub fn next_step(
         return RollStep::Wait("waiting for the cluster to be Ready between restarts".into());
     }
     if let Some(r) = stale.iter().find(|m| !m.primary) {
-        return RollStep::Restart {
-            shard: r.shard,
-            member: r.member,
+        return if r.moving {
+            RollStep::Surge {
+                shard: r.shard,
+                member: r.member,
+            }
+        } else {
+            RollStep::Restart {
+                shard: r.shard,
+                member: r.member,
+            }
         };
     }
     // Only out-of-date primaries are left.
@@ -83,9 +100,14 @@ pub fn next_step(
         .map(|m| m.member)
         .collect();
     if replicas.is_empty() {
-        // A lone primary survives a restart only with its volume, and a move
-        // gives the volume up.
-        return if persistent && !p.moving {
+        // A lone primary moves by its new copy (which takes over once in
+        // sync), and survives a restart only with its volume.
+        return if p.moving {
+            RollStep::Surge {
+                shard: p.shard,
+                member: p.member,
+            }
+        } else if persistent {
             RollStep::Restart {
                 shard: p.shard,
                 member: p.member,
@@ -202,12 +224,53 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_primary_that_must_move_is_blocked_even_with_a_volume() {
+    fn a_lone_primary_that_must_move_moves_by_its_new_copy_with_or_without_a_volume() {
         let mut p = m(0, 0, true, true);
         p.moving = true;
+        for persistent in [false, true] {
+            assert_eq!(
+                next_step(std::slice::from_ref(&p), true, &none(), persistent),
+                RollStep::Surge {
+                    shard: 0,
+                    member: 0
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_moving_replica_is_moved_surge_first_not_restarted() {
+        let mut r = m(0, 1, false, true);
+        r.moving = true;
+        let ms = [m(0, 0, true, false), r];
+        assert_eq!(
+            next_step(&ms, true, &none(), false),
+            RollStep::Surge {
+                shard: 0,
+                member: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_moving_primary_with_a_replica_hands_over_before_it_moves() {
+        let mut p = m(0, 0, true, true);
+        p.moving = true;
+        let ms = [p, m(0, 1, false, false)];
+        assert_eq!(
+            next_step(&ms, true, &none(), false),
+            RollStep::Failover { shard: 0, to: 1 }
+        );
+    }
+
+    #[test]
+    fn no_move_starts_while_the_cluster_is_not_ready() {
+        let mut r = m(0, 1, false, true);
+        r.moving = true;
+        let ms = [m(0, 0, true, false), r];
         assert!(matches!(
-            next_step(&[p], true, &none(), true),
-            RollStep::Blocked(_)
+            next_step(&ms, false, &none(), false),
+            RollStep::Wait(_)
         ));
     }
 

@@ -7,7 +7,8 @@
 //! - `Degraded`: something is wrong the operator cannot fix right now;
 //! - `TopologySpread`: every replicaSpreadConstraint holds (False with the
 //!   planner's reason when a Required one cannot be met or a Preferred one is
-//!   exceeded);
+//!   exceeded, and `MovePending` while members still have to move, or are
+//!   moving, to where the plan meets them);
 //! - `PrimaryPlacementAligned`: live primaries are spread as balancing wants.
 
 use api::v1alpha1::{
@@ -51,6 +52,9 @@ pub enum SpreadState {
     Unplaceable(Vec<String>),
     /// Preferred constraints exceeded (one line per violation).
     Exceeded(Vec<String>),
+    /// The plan meets every constraint, but members are not there yet (one
+    /// line per member to move or moving).
+    Moving(Vec<String>),
     /// The planner failed; the message says why.
     Unknown(String),
 }
@@ -210,6 +214,12 @@ pub fn conditions(input: &StatusInput) -> Vec<Cond> {
             CONDITION_TOPOLOGY_SPREAD,
             false,
             "PreferredConstraintExceeded",
+            v.join("; "),
+        ),
+        SpreadState::Moving(v) => Cond::new(
+            CONDITION_TOPOLOGY_SPREAD,
+            false,
+            "MovePending",
             v.join("; "),
         ),
         SpreadState::Unknown(m) => Cond::new(
@@ -441,6 +451,23 @@ mod tests {
             .find(|c| c.type_ == CONDITION_PROGRESSING)
             .unwrap();
         assert_eq!(p.reason, "RollingUpdate");
+    }
+
+    #[test]
+    fn a_member_still_moving_keeps_topology_spread_false_until_it_is_there() {
+        let mut i = healthy();
+        i.spread = SpreadState::Moving(vec!["shard 0 member 2: moving from n1 to n4".into()]);
+        i.activity.pending_moves = 1;
+        let cs = conditions(&i);
+        let spread = find(&cs, CONDITION_TOPOLOGY_SPREAD);
+        assert!(!spread.status);
+        assert_eq!(spread.reason, "MovePending");
+        assert!(spread.message.contains("n4"));
+        assert_eq!(
+            find(&cs, CONDITION_PROGRESSING).reason,
+            "RestoringPlacement"
+        );
+        assert!(find(&cs, CONDITION_READY).status);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 const FAULTS: usize = 10;
-const DEFAULT_SEED: u64 = 20261202;
+const DEFAULT_SEED: u64 = 34;
 const NAME: &str = "chaos";
 /// Quiet period given to `spec.primaryBalancing`.
 const QUIET_SECONDS: u64 = 10;

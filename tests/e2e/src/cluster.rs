@@ -960,7 +960,8 @@ pub struct Shape {
 impl Env {
     /// Checks that the cluster is exactly `shards` x (1 + `replicas`), as
     /// Kubernetes and Valkey both see it: every member pod Ready with the
-    /// contract name and one `primary` role label per shard; every member's
+    /// contract name (`<cluster>-<shard>-<member>-<ordinal>`) and one
+    /// `primary` role label per shard; every member's
     /// CLUSTER NODES lists exactly the member pods (no stale or failed node),
     /// each shard's labelled primary is a Valkey primary with slots and its
     /// other members replicate it; the 16384 slots are spread over the shards
@@ -986,7 +987,13 @@ impl Env {
                 else {
                     bail!("no pod for shard {shard} member {member}: {}", listing());
                 };
-                if m.name != format!("{name}-{shard}-{member}-0") {
+                // `<cluster>-<shard>-<member>-<ordinal>`: a member that moved
+                // runs under a later ordinal of its StatefulSet.
+                let ordinal = m
+                    .name
+                    .strip_prefix(&format!("{name}-{shard}-{member}-"))
+                    .and_then(|o| o.parse::<u32>().ok());
+                if ordinal.is_none() {
                     bail!("pod of shard {shard} member {member} is named {}", m.name);
                 }
                 if !m.ready || m.deleting || m.ip.is_empty() {

@@ -12,8 +12,12 @@
 //! 3. Node loss with zone Preferred 1 and node Required 1: the other nodes of
 //!    the lost replica's zone are cordoned, so its replacement has to share a
 //!    zone with another member of its shard (`PreferredConstraintExceeded`);
-//!    when the node heals the member moves back into its zone and
-//!    `TopologySpread` is True again.
+//!    when the node heals the member moves back into its zone, surge-first:
+//!    a sampler reads the shard primary's INFO replication every 150 ms and
+//!    the shard never has fewer in-sync replicas than before the move (and
+//!    one more while the new copy runs beside the old); the member ends on
+//!    the healed zone under a later pod ordinal, MemberMoved events mark the
+//!    start and the end, and `TopologySpread` is True again.
 //!
 //! Every fault is undone by a guard, also when the scenario fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -620,6 +624,127 @@ fn node_required_holds(members: &[MemberPod]) -> Result<()> {
     Ok(())
 }
 
+/// In-sync replicas of a shard's primary at `ip`, from its INFO replication:
+/// replicas `state=online`, heard from within 3 s, within 1 MiB of the
+/// primary's offset (the bound the operator uses). `Ok(None)` when `ip` is not a primary (any more).
+fn in_sync_replicas(env: &Env, ip: &str, password: &str) -> Result<Option<(u32, String)>> {
+    let info = env.valkey_cli(ip, password, &["info", "replication"])?;
+    let field = |k: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(k).map(str::to_string))
+    };
+    if field("role:").as_deref() != Some("master") {
+        return Ok(None);
+    }
+    let offset: i64 = field("master_repl_offset:")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut count = 0;
+    let mut who = Vec::new();
+    for line in info
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("slave"))
+    {
+        let Some((_, kv)) = line.split_once(':') else {
+            continue;
+        };
+        let get = |k: &str| {
+            kv.split(',')
+                .find_map(|p| p.strip_prefix(k).map(str::to_string))
+                .unwrap_or_default()
+        };
+        let online = get("state=") == "online";
+        let behind = offset - get("offset=").parse::<i64>().unwrap_or(0);
+        // Replicas acknowledge every second: one silent for longer is gone
+        // (a partitioned node stays `online` until repl-timeout, 60 s).
+        let acked = get("lag=").parse::<u64>().is_ok_and(|l| l <= 3);
+        if online && acked && behind <= 1 << 20 {
+            count += 1;
+            who.push(get("ip="));
+        }
+    }
+    Ok(Some((count, who.join(","))))
+}
+
+/// What the sampler saw of one shard during the move back.
+#[derive(Debug, Default, Clone)]
+struct ShardSamples {
+    /// In-sync replicas when the node healed.
+    before: u32,
+    min: Option<u32>,
+    max: Option<u32>,
+    samples: u32,
+    /// Samples that could not be read (primary unreachable or changing).
+    unread: u32,
+    /// The first sample below `before`, with the replicas seen.
+    first_dip: Option<String>,
+}
+
+/// Samples, every 150 ms until `stop`, the in-sync replicas of each shard in
+/// `primaries` (shard -> primary IP, followed when the primary changes).
+fn sample_shards(
+    env: Env,
+    password: String,
+    primaries: BTreeMap<u32, String>,
+    before: BTreeMap<u32, u32>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> BTreeMap<u32, ShardSamples> {
+    let mut out: BTreeMap<u32, ShardSamples> = before
+        .iter()
+        .map(|(s, b)| {
+            (
+                *s,
+                ShardSamples {
+                    before: *b,
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+    let mut primaries = primaries;
+    let started = Instant::now();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for (shard, ip) in primaries.iter_mut() {
+            let Some(seen) = out.get_mut(shard) else {
+                continue;
+            };
+            seen.samples += 1;
+            match in_sync_replicas(&env, ip, &password) {
+                Ok(Some((n, who))) => {
+                    seen.min = Some(seen.min.map_or(n, |m| m.min(n)));
+                    seen.max = Some(seen.max.map_or(n, |m| m.max(n)));
+                    if n < seen.before && seen.first_dip.is_none() {
+                        seen.first_dip = Some(format!(
+                            "{n} in-sync replica(s) [{who}] at {:.1}s",
+                            started.elapsed().as_secs_f64()
+                        ));
+                    }
+                }
+                Ok(None) => {
+                    // A replica now: follow its primary.
+                    seen.unread += 1;
+                    if let Ok(info) = env.valkey_cli(ip, &password, &["info", "replication"])
+                        && let Some(host) = info
+                            .lines()
+                            .find_map(|l| l.trim().strip_prefix("master_host:"))
+                    {
+                        *ip = host.to_string();
+                    }
+                }
+                Err(_) => seen.unread += 1,
+            }
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    out
+}
+
+/// The ordinal of a member pod's name (`<cluster>-<shard>-<member>-<ordinal>`).
+fn ordinal(pod: &str) -> Option<u32> {
+    pod.rsplit_once('-').and_then(|(_, o)| o.parse().ok())
+}
+
 fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
     let zones = zones_of_nodes(env)?;
     create(env, ns, name, "Preferred", &zones)?;
@@ -640,8 +765,13 @@ fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
         .context("no replica")?;
     let node = victim.node.clone();
     let zone = zones.get(&node).cloned().context("zone of the node")?;
-    let lost: Vec<MemberPod> = members.iter().filter(|m| m.node == node).cloned().collect();
-    let lost_names: BTreeSet<String> = lost.iter().map(|m| m.name.clone()).collect();
+    // Members are followed by (shard, member): a member that moves surge-first
+    // comes back under a later pod ordinal.
+    let lost: BTreeSet<(u32, u32)> = members
+        .iter()
+        .filter(|m| m.node == node)
+        .map(|m| (m.shard, m.member))
+        .collect();
     let others: Vec<String> = zones
         .iter()
         .filter(|(n, z)| **z == zone && **n != node)
@@ -651,7 +781,7 @@ fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
         undo.cordon(n)?;
     }
     println!(
-        "topology_live: node loss: failing {node} ({zone}) with {lost_names:?}; cordoned {others:?} so the replacement must leave {zone}"
+        "topology_live: node loss: failing {node} ({zone}) with (shard, member) {lost:?}; cordoned {others:?} so the replacement must leave {zone}"
     );
     let fault_at = Instant::now();
     undo.node_fail(&node)?;
@@ -661,6 +791,11 @@ fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
     let mut last_err = String::new();
     let mut saw_exceeded = false;
     let mut last = Value::Null;
+    let live = |ms: &[MemberPod], k: &(u32, u32)| -> Option<MemberPod> {
+        ms.iter()
+            .find(|m| (m.shard, m.member) == *k && m.ready && !m.deleting)
+            .cloned()
+    };
     let res = wait_until(Duration::from_secs(240), Duration::from_secs(1), || {
         let Ok(obj) = env.cluster(ns, name) else {
             return Ok(false);
@@ -673,10 +808,9 @@ fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
         let ready = condition_status(&obj, "Ready").as_deref() == Some("True") && current(&obj);
         last = obj;
         let ms = env.members(ns, name).unwrap_or_default();
-        let moved = lost_names.iter().all(|n| {
-            ms.iter()
-                .any(|m| &m.name == n && m.ready && !m.deleting && m.node != node)
-        });
+        let moved = lost
+            .iter()
+            .all(|k| live(&ms, k).is_some_and(|m| m.node != node));
         if !(moved && ready) {
             last_err = format!(
                 "moved={moved} {}; members: {ms:#?}",
@@ -694,24 +828,48 @@ fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
     });
     if res.is_err() {
         bail!(
-            "node loss: {lost_names:?} not re-created off {node} and Ready with PreferredConstraintExceeded reported (seen: {saw_exceeded}) within 240 s: {last_err}; {}",
+            "node loss: {lost:?} not re-created off {node} and Ready with PreferredConstraintExceeded reported (seen: {saw_exceeded}) within 240 s: {last_err}; {}",
             cond_brief(&last, "TopologySpread")
         );
     }
     let ms = env.members(ns, name)?;
     node_required_holds(&ms)?;
+    let away: BTreeMap<(u32, u32), MemberPod> = lost
+        .iter()
+        .filter_map(|k| live(&ms, k).map(|m| (*k, m)))
+        .collect();
     println!(
-        "topology_live: FIGURE node loss to replacement in sync: {:.1}s; {}; now on {:?}",
+        "topology_live: FIGURE node loss to replacement in sync: {:.1}s; {}; now {:?}",
         fault_at.elapsed().as_secs_f64(),
         cond_brief(&last, "TopologySpread"),
-        ms.iter()
-            .filter(|m| lost_names.contains(&m.name))
+        away.values()
             .map(|m| format!("{} on {} ({})", m.name, m.node, zones[&m.node]))
             .collect::<Vec<_>>()
     );
 
+    // Before the node heals: each affected shard's in-sync replicas, then a
+    // sampler watches them through the move back.
+    let password = env.password(ns, name)?;
+    let shards: BTreeSet<u32> = lost.iter().map(|(s, _)| *s).collect();
+    let mut primaries = BTreeMap::new();
+    let mut before = BTreeMap::new();
+    for s in &shards {
+        let p = member_of(&ms, *s, "primary")?;
+        let (n, who) = in_sync_replicas(env, &p.ip, &password)?
+            .with_context(|| format!("{} labelled primary is not one", p.name))?;
+        println!("topology_live: shard {s}: {n} in-sync replica(s) [{who}] before the move back");
+        primaries.insert(*s, p.ip.clone());
+        before.insert(*s, n);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (env, password, stop) = (env.clone(), password.clone(), stop.clone());
+        let before = before.clone();
+        std::thread::spawn(move || sample_shards(env, password, primaries, before, stop))
+    };
+
     // The node comes back: the members move back into their zone (its only
-    // schedulable node) and the constraint holds again.
+    // schedulable node), surge-first, and the constraint holds again.
     let heal_at = Instant::now();
     undo.node_heal(&node)?;
     let mut last_err = String::new();
@@ -725,10 +883,9 @@ fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
             && condition_status(&obj, "Ready").as_deref() == Some("True")
             && current(&obj)
             && spread.values().all(|z| z.len() == 3)
-            && lost_names.iter().all(|n| {
-                ms.iter()
-                    .any(|m| &m.name == n && m.ready && zones.get(&m.node) == Some(&zone))
-            });
+            && lost
+                .iter()
+                .all(|k| live(&ms, k).is_some_and(|m| zones.get(&m.node) == Some(&zone)));
         if !ok {
             last_err = format!(
                 "{}; {}; zones per shard {spread:?}; members {ms:#?}",
@@ -745,14 +902,76 @@ fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
             }
         }
     });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let samples = sampler
+        .join()
+        .map_err(|_| anyhow::anyhow!("the sampler thread panicked"))?;
     if res.is_err() {
-        bail!("node loss: after node heal the members did not move back into {zone}: {last_err}");
+        bail!(
+            "node loss: after node heal the members did not move back into {zone}: {last_err}; samples {samples:?}"
+        );
     }
-    node_required_holds(&env.members(ns, name)?)?;
+    let ms = env.members(ns, name)?;
+    node_required_holds(&ms)?;
     println!(
-        "topology_live: FIGURE node heal to constraint met again: {:.1}s",
+        "topology_live: FIGURE node heal to constraint met again: {:.1}s; in-sync replicas during the move back: {samples:?}",
         heal_at.elapsed().as_secs_f64()
     );
+
+    // Never a copy less: every sample of every affected shard had at least
+    // the in-sync replicas it had before, and the new copy was in sync beside
+    // the old one at some point (one more than before).
+    for (s, seen) in &samples {
+        ensure!(
+            seen.first_dip.is_none(),
+            "shard {s} dropped below its {} in-sync replica(s) during the move back: {seen:?}",
+            seen.before
+        );
+        ensure!(
+            seen.samples > 0 && seen.unread * 10 <= seen.samples,
+            "shard {s}: too few readable samples during the move back: {seen:?}"
+        );
+        let moving = lost.iter().filter(|(ls, _)| ls == s).count() as u32;
+        ensure!(
+            seen.max.unwrap_or(0) > seen.before || moving == 0,
+            "shard {s}: never saw the new copy in sync beside the old one ({seen:?})"
+        );
+    }
+    // Each moved member came back on the healed zone under a later ordinal
+    // (its new copy), and the operator said so when the move started and
+    // when the old copy went.
+    let events = env.object_events(ns, "ValkeyCluster", name)?;
+    for k in &lost {
+        let now = live(&ms, k).with_context(|| format!("{k:?} has no Ready pod"))?;
+        ensure!(
+            zones.get(&now.node) == Some(&zone),
+            "{k:?} is on {} ({:?}), not back in {zone}",
+            now.node,
+            zones.get(&now.node)
+        );
+        let was = away.get(k).map(|m| m.name.clone()).unwrap_or_default();
+        ensure!(
+            ordinal(&now.name) > ordinal(&was),
+            "{k:?}: pod {} is not a new copy of {was} (surge-first moves use the next ordinal)",
+            now.name
+        );
+        let about = format!("shard {} member {}", k.0, k.1);
+        let moved: Vec<&str> = events
+            .iter()
+            .filter(|e| e.reason == "MemberMoved" && e.message.contains(&about))
+            .map(|e| e.message.as_str())
+            .collect();
+        ensure!(
+            moved
+                .iter()
+                .any(|m| m.contains("new copy") && m.contains("starts"))
+                && moved.iter().any(|m| m.contains("removing the old copy")),
+            "{about}: MemberMoved events for the start and the end of the move are missing: {moved:?}"
+        );
+    }
+    let obj = env.cluster(ns, name)?;
+    let last_action = obj["status"]["lastAction"].as_str().unwrap_or_default();
+    println!("topology_live: node loss: status.lastAction: {last_action}");
     undo.uncordon_all()?;
     Ok(())
 }

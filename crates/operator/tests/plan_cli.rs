@@ -11,7 +11,12 @@ use std::process::Command;
 const ZONE: &str = "topology.kubernetes.io/zone";
 const HOST: &str = "kubernetes.io/hostname";
 
+/// The path of fixture `name`; an absolute path is taken as is (a file
+/// that does not exist, for the error tests).
 fn fixture(name: &str) -> String {
+    if name.starts_with('/') {
+        return name.to_string();
+    }
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
@@ -41,16 +46,22 @@ fn run(args: &[&str]) -> Run {
     }
 }
 
+/// `plan --cluster C --nodes N EXTRA...` with fixtures C and N.
+fn run_fixtures(cluster: &str, nodes: &str, extra: &[&str]) -> Run {
+    let (c, n) = (fixture(cluster), fixture(nodes));
+    let mut args = vec!["--cluster", c.as_str(), "--nodes", n.as_str()];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 /// `plan --output json` over fixtures; the JSON on stdout.
 fn plan_json(cluster: &str, nodes: &str, pods: Option<&str>) -> (i32, Value) {
-    let (c, n) = (fixture(cluster), fixture(nodes));
-    let mut args = vec!["--cluster", &c, "--nodes", &n, "--output", "json"];
-    let p;
-    if let Some(pods) = pods {
-        p = fixture(pods);
-        args.extend(["--pods", &p]);
+    let p = pods.map(fixture);
+    let mut extra = vec!["--output", "json"];
+    if let Some(p) = &p {
+        extra.extend(["--pods", p.as_str()]);
     }
-    let r = run(&args);
+    let r = run_fixtures(cluster, nodes, &extra);
     assert!(
         r.code == 0 || r.code == 2,
         "exit {}; stderr: {}",
@@ -62,10 +73,11 @@ fn plan_json(cluster: &str, nodes: &str, pods: Option<&str>) -> (i32, Value) {
     (r.code, json)
 }
 
-/// A bad-input run: exit 1, nothing on stdout, exactly one line on stderr that
-/// contains every one of `expected`.
-fn assert_bad_input(args: &[&str], expected: &[&str]) {
-    let r = run(args);
+/// A bad-input run of `plan --cluster C --nodes N` (fixtures): exit 1,
+/// nothing on stdout, exactly one line on stderr that contains every one of
+/// `expected`.
+fn assert_refused(cluster: &str, nodes: &str, expected: &[&str]) {
+    let r = run_fixtures(cluster, nodes, &[]);
     assert_eq!(r.code, 1, "stdout: {}\nstderr: {}", r.stdout, r.stderr);
     assert!(r.stdout.is_empty(), "stdout: {}", r.stdout);
     let lines: Vec<&str> = r.stderr.trim_end().lines().collect();
@@ -74,6 +86,15 @@ fn assert_bad_input(args: &[&str], expected: &[&str]) {
         assert!(lines[0].contains(e), "{:?} should contain {e:?}", lines[0]);
     }
     assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+}
+
+/// The keys of a JSON object.
+fn keys(v: &Value) -> BTreeSet<&str> {
+    v.as_object()
+        .expect("a JSON object")
+        .keys()
+        .map(String::as_str)
+        .collect()
 }
 
 fn members(plan: &Value) -> &Vec<Value> {
@@ -97,10 +118,9 @@ fn by_shard(plan: &Value) -> BTreeMap<u64, Vec<&Value>> {
 
 #[test]
 fn max_replicas_zero_is_refused_naming_file_and_field() {
-    let c = fixture("cluster-bad-max-replicas.yaml");
-    let n = fixture("nodes-3x3.yaml");
-    assert_bad_input(
-        &["--cluster", &c, "--nodes", &n],
+    assert_refused(
+        "cluster-bad-max-replicas.yaml",
+        "nodes-3x3.yaml",
         &[
             "cluster-bad-max-replicas.yaml: spec.replicaSpreadConstraints[0].maxReplicas: must be >= 1",
         ],
@@ -109,20 +129,18 @@ fn max_replicas_zero_is_refused_naming_file_and_field() {
 
 #[test]
 fn shards_zero_is_refused() {
-    let c = fixture("cluster-bad-shards.yaml");
-    let n = fixture("nodes-3x3.yaml");
-    assert_bad_input(
-        &["--cluster", &c, "--nodes", &n],
+    assert_refused(
+        "cluster-bad-shards.yaml",
+        "nodes-3x3.yaml",
         &["cluster-bad-shards.yaml", "spec.shards"],
     );
 }
 
 #[test]
 fn an_alias_and_its_full_key_with_one_mode_are_refused() {
-    let c = fixture("cluster-duplicate-key.yaml");
-    let n = fixture("nodes-3x3.yaml");
-    assert_bad_input(
-        &["--cluster", &c, "--nodes", &n],
+    assert_refused(
+        "cluster-duplicate-key.yaml",
+        "nodes-3x3.yaml",
         &[
             "cluster-duplicate-key.yaml",
             "spec.replicaSpreadConstraints[1].topologyKey",
@@ -132,10 +150,9 @@ fn an_alias_and_its_full_key_with_one_mode_are_refused() {
 
 #[test]
 fn an_unknown_mode_is_refused() {
-    let c = fixture("cluster-bad-mode.yaml");
-    let n = fixture("nodes-3x3.yaml");
-    assert_bad_input(
-        &["--cluster", &c, "--nodes", &n],
+    assert_refused(
+        "cluster-bad-mode.yaml",
+        "nodes-3x3.yaml",
         &[
             "cluster-bad-mode.yaml",
             "spec.replicaSpreadConstraints[0].mode",
@@ -146,20 +163,18 @@ fn an_unknown_mode_is_refused() {
 
 #[test]
 fn an_owned_config_key_is_refused() {
-    let c = fixture("cluster-owned-config.yaml");
-    let n = fixture("nodes-3x3.yaml");
-    assert_bad_input(
-        &["--cluster", &c, "--nodes", &n],
+    assert_refused(
+        "cluster-owned-config.yaml",
+        "nodes-3x3.yaml",
         &["cluster-owned-config.yaml", "spec.config", "port"],
     );
 }
 
 #[test]
 fn a_cluster_file_of_the_wrong_kind_is_refused() {
-    let c = fixture("cluster-wrong-kind.yaml");
-    let n = fixture("nodes-3x3.yaml");
-    assert_bad_input(
-        &["--cluster", &c, "--nodes", &n],
+    assert_refused(
+        "cluster-wrong-kind.yaml",
+        "nodes-3x3.yaml",
         &[
             "cluster-wrong-kind.yaml",
             "kind",
@@ -171,39 +186,36 @@ fn a_cluster_file_of_the_wrong_kind_is_refused() {
 
 #[test]
 fn a_missing_file_is_refused_naming_it() {
-    let c = fixture("cluster-required.yaml");
-    assert_bad_input(
-        &["--cluster", &c, "--nodes", "/nonexistent/nodes.yaml"],
+    assert_refused(
+        "cluster-required.yaml",
+        "/nonexistent/nodes.yaml",
         &["/nonexistent/nodes.yaml", "cannot read"],
     );
 }
 
 #[test]
 fn invalid_yaml_is_refused_naming_the_file() {
-    let c = fixture("cluster-required.yaml");
-    let n = fixture("nodes-invalid-yaml.yaml");
-    assert_bad_input(
-        &["--cluster", &c, "--nodes", &n],
+    assert_refused(
+        "cluster-required.yaml",
+        "nodes-invalid-yaml.yaml",
         &["nodes-invalid-yaml.yaml", "invalid YAML"],
     );
 }
 
 #[test]
 fn a_pod_list_given_as_nodes_is_refused() {
-    let c = fixture("cluster-required.yaml");
-    let n = fixture("pods-members.yaml");
-    assert_bad_input(
-        &["--cluster", &c, "--nodes", &n],
+    assert_refused(
+        "cluster-required.yaml",
+        "pods-members.yaml",
         &["pods-members.yaml", "kind", "Node"],
     );
 }
 
 #[test]
 fn a_bad_allocatable_quantity_names_the_node_and_field() {
-    let c = fixture("cluster-required.yaml");
-    let n = fixture("nodes-bad-quantity.yaml");
-    assert_bad_input(
-        &["--cluster", &c, "--nodes", &n],
+    assert_refused(
+        "cluster-required.yaml",
+        "nodes-bad-quantity.yaml",
         &[
             "nodes-bad-quantity.yaml",
             "node-b2",
@@ -222,9 +234,11 @@ fn a_missing_required_flag_exits_1_not_2() {
 
 #[test]
 fn an_unknown_output_format_exits_1() {
-    let c = fixture("cluster-required.yaml");
-    let n = fixture("nodes-3x3.yaml");
-    let r = run(&["--cluster", &c, "--nodes", &n, "--output", "xml"]);
+    let r = run_fixtures(
+        "cluster-required.yaml",
+        "nodes-3x3.yaml",
+        &["--output", "xml"],
+    );
     assert_eq!(r.code, 1, "{}", r.stderr);
 }
 
@@ -233,31 +247,18 @@ fn an_unknown_output_format_exits_1() {
 #[test]
 fn the_json_has_exactly_the_documented_shape() {
     let (_, plan) = plan_json("cluster-required.yaml", "nodes-3x3.yaml", None);
-    let keys: BTreeSet<&str> = plan
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
     assert_eq!(
-        keys,
+        keys(&plan),
         BTreeSet::from(["cluster", "feasible", "members", "unplaced", "violations"])
     );
     assert_eq!(plan["cluster"], "demo");
     for m in members(&plan) {
-        let keys: BTreeSet<&str> = m.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(
-            keys,
+            keys(m),
             BTreeSet::from(["shard", "member", "node", "primary", "moved", "domains"])
         );
-        let domains: BTreeSet<&str> = m["domains"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
         assert_eq!(
-            domains,
+            keys(&m["domains"]),
             BTreeSet::from([ZONE, HOST]),
             "every constraint's resolved key"
         );
@@ -434,9 +435,7 @@ fn the_same_input_gives_the_same_plan() {
 
 #[test]
 fn text_is_the_default_output_and_draws_the_topology() {
-    let c = fixture("cluster-required.yaml");
-    let n = fixture("nodes-3x3.yaml");
-    let r = run(&["--cluster", &c, "--nodes", &n]);
+    let r = run_fixtures("cluster-required.yaml", "nodes-3x3.yaml", &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
         serde_json::from_str::<Value>(&r.stdout).is_err(),
@@ -449,9 +448,11 @@ fn text_is_the_default_output_and_draws_the_topology() {
 
 #[test]
 fn a_single_node_object_is_accepted() {
-    let c = fixture("cluster-required.yaml");
-    let n = fixture("node-single.yaml");
-    let r = run(&["--cluster", &c, "--nodes", &n, "--output", "json"]);
+    let r = run_fixtures(
+        "cluster-required.yaml",
+        "node-single.yaml",
+        &["--output", "json"],
+    );
     assert_eq!(
         r.code, 2,
         "one node cannot hold 3 members per shard: {}",

@@ -865,6 +865,59 @@ fn kinds(plan: &Plan) -> Vec<&'static str> {
     plan.actions.iter().map(Action::kind).collect()
 }
 
+/// `replica` follows `primary` in the simulated cluster.
+fn assert_follows(sim: &Sim, replica: MemberRef, primary: MemberRef) {
+    let id = sim.node(primary).id.clone();
+    assert_eq!(sim.node(replica).primary.as_ref(), Some(&id));
+}
+
+/// Whether `plan` has an action of `kind`.
+fn has(plan: &Plan, kind: &str) -> bool {
+    plan.actions.iter().any(|a| a.kind() == kind)
+}
+
+/// Whether `plan` makes any member FORGET node `id`.
+fn forgets(plan: &Plan, id: &NodeId) -> bool {
+    plan.actions
+        .iter()
+        .any(|a| matches!(a, Action::Forget { node_id, .. } if node_id == id))
+}
+
+/// Every action of `plans`, in order.
+fn all_actions(plans: &[Plan]) -> impl Iterator<Item = &Action> {
+    plans.iter().flat_map(|p| p.actions.iter())
+}
+
+/// Every member `plans` let go.
+fn removed(plans: &[Plan]) -> BTreeSet<MemberRef> {
+    plans
+        .iter()
+        .flat_map(|p| p.removable.iter().copied())
+        .collect()
+}
+
+/// The first Failover of `plan`.
+fn failover(plan: &Plan) -> &Action {
+    plan.actions
+        .iter()
+        .find(|a| a.kind() == "Failover")
+        .expect("a Failover action")
+}
+
+/// The health of the simulated cluster against `want`.
+fn health_of(sim: &mut Sim, want: &DesiredCluster) -> Health {
+    health(want, &sim.observe(), &PlannerOptions::default()).unwrap()
+}
+
+/// Carries out every action of `plan` (default options), then lets one tick
+/// pass.
+fn step(sim: &mut Sim, plan: &Plan) {
+    for a in &plan.actions {
+        sim.apply(a, &PlannerOptions::default());
+    }
+    sim.tick();
+}
+
 // ---------------------------------------------------------------- bootstrap
 
 #[test]
@@ -898,9 +951,7 @@ fn bootstrap_adds_slots_evenly_to_member_zero_and_replicates_the_others() {
     let mut sim = Sim::cluster(3, 1);
     let want = desired(3, 1);
     let plans = converge(&mut sim, &want, 20);
-    let adds: Vec<(MemberRef, SlotSet)> = plans
-        .iter()
-        .flat_map(|p| p.actions.iter())
+    let adds: Vec<(MemberRef, SlotSet)> = all_actions(&plans)
         .filter_map(|a| match a {
             Action::AddSlotsRange { on, ranges } => Some((*on, ranges.clone())),
             _ => None,
@@ -913,9 +964,7 @@ fn bootstrap_adds_slots_evenly_to_member_zero_and_replicates_the_others() {
             .map(|s| (MemberRef::new(s, 0), SlotSet::from_range(split[s as usize])))
             .collect::<Vec<_>>()
     );
-    let replicates: Vec<MemberRef> = plans
-        .iter()
-        .flat_map(|p| p.actions.iter())
+    let replicates: Vec<MemberRef> = all_actions(&plans)
         .filter(|a| a.kind() == "Replicate")
         .map(Action::on)
         .collect();
@@ -983,10 +1032,7 @@ fn a_desired_member_that_is_down_at_bootstrap_holds_its_shard_but_not_the_others
             .waiting
             .iter()
             .any(|w| matches!(w, Wait::WaitingForPrimary { shard } if shard.0 == 1));
-        for a in &plan.actions {
-            sim.apply(a, &PlannerOptions::default());
-        }
-        sim.tick();
+        step(&mut sim, &plan);
     }
     assert!(saw_primary_wait);
     assert!(sim.node(MemberRef::new(1, 0)).slots.is_empty());
@@ -1006,12 +1052,18 @@ fn healthy(shards: u32, replicas: u32) -> (Sim, DesiredCluster) {
     (sim, want)
 }
 
+/// A healthy cluster of `from` (shards, replicas) whose spec now asks for `to`.
+fn scaled(from: (u32, u32), to: (u32, u32)) -> (Sim, DesiredCluster) {
+    let (sim, _) = healthy(from.0, from.1);
+    (sim, desired(to.0, to.1))
+}
+
 #[test]
 fn a_converged_cluster_gets_no_action() {
     let (mut sim, want) = healthy(3, 1);
     let plan = plan_of(&mut sim, &want);
     assert!(plan.is_converged(), "{plan:#?}");
-    let h = health(&want, &sim.observe(), &PlannerOptions::default()).unwrap();
+    let h = health_of(&mut sim, &want);
     assert!(h.is_ready(), "{h:#?}");
     assert_eq!(h.ready_shards, 3);
 }
@@ -1037,9 +1089,7 @@ fn a_recreated_empty_replica_is_met_attached_and_its_old_id_forgotten_everywhere
     let old = sim.node(MemberRef::new(2, 1)).id.clone();
     sim.recreate(MemberRef::new(2, 1));
     let plans = converge(&mut sim, &want, 20);
-    let forgets: Vec<MemberRef> = plans
-        .iter()
-        .flat_map(|p| p.actions.iter())
+    let forgets: Vec<MemberRef> = all_actions(&plans)
         .filter_map(|a| match a {
             Action::Forget { on, node_id } if *node_id == old => Some(*on),
             _ => None,
@@ -1047,10 +1097,7 @@ fn a_recreated_empty_replica_is_met_attached_and_its_old_id_forgotten_everywhere
         .collect();
     // All five other members forget the old id, in the same plan.
     assert_eq!(forgets.len(), 5);
-    let plan_with_forgets = plans
-        .iter()
-        .filter(|p| p.actions.iter().any(|a| a.kind() == "Forget"))
-        .count();
+    let plan_with_forgets = plans.iter().filter(|p| has(p, "Forget")).count();
     assert_eq!(plan_with_forgets, 1);
     assert_topology(&sim, &want);
 }
@@ -1066,12 +1113,7 @@ fn a_dead_node_nobody_claims_is_forgotten_only_once_marked_failed() {
     sim.nodes[i].dead_ticks = 0;
     sim.add(MemberRef::new(0, 1));
     let plan = plan_of(&mut sim, &want);
-    assert!(
-        !plan
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::Forget { node_id, .. } if *node_id == old))
-    );
+    assert!(!forgets(&plan, &old));
     assert!(plan.waiting.contains(&Wait::WaitingForFailureDetection {
         node_id: old.clone()
     }));
@@ -1118,8 +1160,7 @@ fn a_killed_primary_that_returns_with_its_data_rejoins_as_a_replica() {
             .any(|w| w.reason() == "WaitingForViewsToAgree")
     );
     converge(&mut sim, &want, 20);
-    let new_primary = sim.node(MemberRef::new(1, 1)).id.clone();
-    assert_eq!(sim.node(m0).primary.as_ref(), Some(&new_primary));
+    assert_follows(&sim, m0, MemberRef::new(1, 1));
 }
 
 #[test]
@@ -1131,14 +1172,9 @@ fn a_killed_primary_that_returns_empty_joins_as_a_replica_of_the_promoted_one() 
     sim.tick();
     sim.recreate(m0);
     let plans = converge(&mut sim, &want, 20);
-    assert!(
-        plans
-            .iter()
-            .flat_map(|p| &p.actions)
-            .any(|a| matches!(a, Action::Replicate { on, .. } if *on == m0))
-    );
-    let promoted = sim.node(MemberRef::new(0, 1)).id.clone();
-    assert_eq!(sim.node(m0).primary.as_ref(), Some(&promoted));
+    let replicated = |a: &Action| matches!(a, Action::Replicate { on, .. } if *on == m0);
+    assert!(all_actions(&plans).any(replicated));
+    assert_follows(&sim, m0, MemberRef::new(0, 1));
 }
 
 #[test]
@@ -1149,12 +1185,7 @@ fn a_replaced_primary_is_not_forgotten_while_its_replica_still_follows_it() {
     // The pod comes back empty before Valkey has promoted the replica.
     sim.recreate(m0);
     let plan = plan_of(&mut sim, &want);
-    assert!(
-        !plan
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::Forget { node_id, .. } if *node_id == old))
-    );
+    assert!(!forgets(&plan, &old));
     assert!(plan.waiting.contains(&Wait::WaitingForReplicasToMove {
         node_id: old.clone()
     }));
@@ -1171,12 +1202,7 @@ fn an_unreachable_member_with_an_unknown_id_is_not_forgotten_by_address() {
     sim.kill(m);
     for _ in 0..4 {
         let plan = plan_of(&mut sim, &want);
-        assert!(
-            !plan
-                .actions
-                .iter()
-                .any(|a| matches!(a, Action::Forget { node_id, .. } if *node_id == old))
-        );
+        assert!(!forgets(&plan, &old));
         sim.tick();
     }
 }
@@ -1207,17 +1233,9 @@ fn a_slot_owner_nobody_claims_blocks_instead_of_being_forgotten() {
     sim.add(m);
     for _ in 0..4 {
         let plan = plan_of(&mut sim, &want);
-        assert!(
-            !plan
-                .actions
-                .iter()
-                .any(|a| matches!(a, Action::Forget { node_id, .. } if *node_id == old))
-        );
-        assert!(!plan.actions.iter().any(|a| a.kind() == "AddSlotsRange"));
-        for a in &plan.actions {
-            sim.apply(a, &PlannerOptions::default());
-        }
-        sim.tick();
+        assert!(!forgets(&plan, &old));
+        assert!(!has(&plan, "AddSlotsRange"));
+        step(&mut sim, &plan);
     }
     let plan = plan_of(&mut sim, &want);
     assert!(plan.is_blocked());
@@ -1310,12 +1328,9 @@ fn a_member_with_data_of_another_cluster_is_never_merged() {
                 .iter()
                 .any(|a| matches!(a, Action::Meet { ip, .. } if *ip == addr.ip))
         );
-        assert!(!plan.actions.iter().any(|a| a.kind() == "AddSlotsRange"));
+        assert!(!has(&plan, "AddSlotsRange"));
         assert!(plan.waiting.contains(&Wait::SeparateCluster { member: m }));
-        for a in &plan.actions {
-            sim.apply(a, &PlannerOptions::default());
-        }
-        sim.tick();
+        step(&mut sim, &plan);
     }
 }
 
@@ -1328,7 +1343,7 @@ fn a_primary_without_slots_holding_keys_is_not_replicated_over() {
     sim.nodes[i].stray_keys = 5;
     sim.tick();
     let plan = plan_of(&mut sim, &want);
-    assert!(!plan.actions.iter().any(|a| a.kind() == "Replicate"));
+    assert!(!has(&plan, "Replicate"));
     assert!(plan.waiting.contains(&Wait::MemberHoldsKeys { member: r }));
 }
 
@@ -1336,8 +1351,7 @@ fn a_primary_without_slots_holding_keys_is_not_replicated_over() {
 
 #[test]
 fn scaling_replicas_up_attaches_the_new_members() {
-    let (mut sim, _) = healthy(3, 1);
-    let want = desired(3, 2);
+    let (mut sim, want) = scaled((3, 1), (3, 2));
     for s in 0..3 {
         sim.add(MemberRef::new(s, 2));
     }
@@ -1347,20 +1361,13 @@ fn scaling_replicas_up_attaches_the_new_members() {
 
 #[test]
 fn scaling_replicas_down_removes_replicas_without_touching_primaries() {
-    let (mut sim, _) = healthy(3, 2);
-    let want = desired(3, 1);
+    let (mut sim, want) = scaled((3, 2), (3, 1));
     let plans = converge(&mut sim, &want, 20);
-    assert!(
-        !plans
-            .iter()
-            .flat_map(|p| &p.actions)
-            .any(|a| a.kind() == "Failover")
+    assert!(!all_actions(&plans).any(|a| a.kind() == "Failover"));
+    assert_eq!(
+        removed(&plans),
+        (0..3).map(|s| MemberRef::new(s, 2)).collect()
     );
-    let removed: BTreeSet<MemberRef> = plans
-        .iter()
-        .flat_map(|p| p.removable.iter().copied())
-        .collect();
-    assert_eq!(removed, (0..3).map(|s| MemberRef::new(s, 2)).collect());
     assert_topology(&sim, &want);
 }
 
@@ -1379,12 +1386,7 @@ fn a_leaving_live_primary_hands_over_to_an_in_sync_replica_before_removal() {
         !plan.removable.contains(&m2),
         "removable while it is the live primary"
     );
-    let failover = plan
-        .actions
-        .iter()
-        .find(|a| a.kind() == "Failover")
-        .unwrap();
-    assert_eq!(failover.on(), MemberRef::new(1, 0));
+    assert_eq!(failover(&plan).on(), MemberRef::new(1, 0));
     converge(&mut sim, &want, 20);
     assert_topology(&sim, &want);
 }
@@ -1400,12 +1402,7 @@ fn the_failover_target_follows_the_callers_preference() {
     let mut want = desired(1, 1);
     want.shards[0].failover_preference = vec![MemberIndex(1), MemberIndex(0)];
     let plan = plan_of(&mut sim, &want);
-    let failover = plan
-        .actions
-        .iter()
-        .find(|a| a.kind() == "Failover")
-        .unwrap();
-    assert_eq!(failover.on(), MemberRef::new(0, 1));
+    assert_eq!(failover(&plan).on(), MemberRef::new(0, 1));
 }
 
 #[test]
@@ -1420,7 +1417,7 @@ fn a_leaving_primary_with_no_in_sync_replica_is_kept() {
     sim.nodes[m0].lag = 50 * 1024 * 1024;
     let want = desired(1, 0);
     let plan = plan_of(&mut sim, &want);
-    assert!(!plan.actions.iter().any(|a| a.kind() == "Failover"));
+    assert!(!has(&plan, "Failover"));
     assert!(plan.removable.is_empty());
     assert!(plan.waiting.contains(&Wait::WaitingForSync {
         shard: ShardIndex(0),
@@ -1437,18 +1434,16 @@ fn a_planned_failover_goes_to_the_desired_member_once_in_sync() {
     let r = sim.idx(MemberRef::new(1, 1));
     sim.nodes[r].lag = 10 * 1024 * 1024;
     let plan = plan_of(&mut sim, &want);
-    assert!(!plan.actions.iter().any(|a| a.kind() == "Failover"));
+    assert!(!has(&plan, "Failover"));
     assert!(plan.waiting.contains(&Wait::WaitingForSync {
         shard: ShardIndex(1),
         member: MemberRef::new(1, 1)
     }));
-    let h = health(&want, &sim.observe(), &PlannerOptions::default()).unwrap();
+    let h = health_of(&mut sim, &want);
     assert!(h.issues.iter().any(|i| i.reason() == "PrimaryNotPreferred"));
     sim.nodes[r].lag = 0;
     let plans = converge(&mut sim, &want, 10);
-    let failovers: Vec<&Action> = plans
-        .iter()
-        .flat_map(|p| &p.actions)
+    let failovers: Vec<&Action> = all_actions(&plans)
         .filter(|a| a.kind() == "Failover")
         .collect();
     assert_eq!(
@@ -1541,8 +1536,7 @@ fn choosing_a_target_takes_the_first_in_sync_member_of_the_preference() {
 
 #[test]
 fn scaling_shards_out_migrates_a_balanced_share_to_the_new_shard_after_its_replicas() {
-    let (mut sim, _) = healthy(3, 1);
-    let want = desired(4, 1);
+    let (mut sim, want) = scaled((3, 1), (4, 1));
     sim.add(MemberRef::new(3, 0));
     sim.add(MemberRef::new(3, 1));
     let plans = converge(&mut sim, &want, 40);
@@ -1570,8 +1564,7 @@ fn scaling_shards_out_migrates_a_balanced_share_to_the_new_shard_after_its_repli
 
 #[test]
 fn nothing_moves_while_a_slot_migration_runs() {
-    let (mut sim, _) = healthy(2, 0);
-    let want = desired(3, 0);
+    let (mut sim, want) = scaled((2, 0), (3, 0));
     sim.add(MemberRef::new(2, 0));
     let mut saw_running = false;
     for _ in 0..20 {
@@ -1590,10 +1583,7 @@ fn nothing_moves_while_a_slot_migration_runs() {
                     .any(|w| w.reason() == "WaitingForSlotMigration")
             );
         }
-        for a in &plan.actions {
-            sim.apply(a, &PlannerOptions::default());
-        }
-        sim.tick();
+        step(&mut sim, &plan);
     }
     assert!(saw_running);
     assert_topology(&sim, &want);
@@ -1601,24 +1591,19 @@ fn nothing_moves_while_a_slot_migration_runs() {
 
 #[test]
 fn scaling_shards_in_drains_slots_before_the_members_may_go() {
-    let (mut sim, _) = healthy(4, 1);
-    let want = desired(3, 1);
+    let (mut sim, want) = scaled((4, 1), (3, 1));
     let plans = converge(&mut sim, &want, 40);
     let mut drained = false;
     for p in &plans {
-        if p.actions.iter().any(|a| a.kind() == "MigrateSlots") {
+        if has(p, "MigrateSlots") {
             assert!(p.removable.is_empty() || drained);
         }
         if !p.removable.is_empty() {
             drained = true;
         }
     }
-    let removed: BTreeSet<MemberRef> = plans
-        .iter()
-        .flat_map(|p| p.removable.iter().copied())
-        .collect();
     assert_eq!(
-        removed,
+        removed(&plans),
         [MemberRef::new(3, 0), MemberRef::new(3, 1)]
             .into_iter()
             .collect()
@@ -1628,8 +1613,7 @@ fn scaling_shards_in_drains_slots_before_the_members_may_go() {
 
 #[test]
 fn a_leaving_shards_replica_is_kept_until_the_drain_is_done() {
-    let (mut sim, _) = healthy(3, 1);
-    let want = desired(2, 1);
+    let (mut sim, want) = scaled((3, 1), (2, 1));
     let plan = plan_of(&mut sim, &want);
     assert!(plan.removable.is_empty(), "{:?}", plan.removable);
     assert!(kinds(&plan).contains(&"MigrateSlots"));
@@ -1699,7 +1683,7 @@ fn contradictory_input_is_refused_with_what_is_wrong() {
 fn health_names_what_is_degraded() {
     let (mut sim, want) = healthy(3, 1);
     sim.kill(MemberRef::new(2, 1));
-    let h = health(&want, &sim.observe(), &PlannerOptions::default()).unwrap();
+    let h = health_of(&mut sim, &want);
     assert!(h.is_degraded());
     assert!(h.issues.contains(&HealthIssue::MemberUnreachable {
         member: MemberRef::new(2, 1)
@@ -1707,7 +1691,7 @@ fn health_names_what_is_degraded() {
     assert!(h.issues.iter().any(|i| matches!(i, HealthIssue::ReplicaMissing { member } | HealthIssue::ReplicaNotInSync { member, .. } if *member == MemberRef::new(2, 1))));
     assert_eq!(h.ready_shards, 2);
     sim.kill(MemberRef::new(0, 0));
-    let h = health(&want, &sim.observe(), &PlannerOptions::default()).unwrap();
+    let h = health_of(&mut sim, &want);
     assert!(h.issues.iter().any(|i| i.reason() == "SlotsUncovered"));
     assert!(h.issues.contains(&HealthIssue::ShardWithoutPrimary {
         shard: ShardIndex(0)

@@ -5,41 +5,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use e2e::cluster::{Env, MemberPod, condition};
-use std::collections::{BTreeMap, BTreeSet};
+use e2e::manifest::cluster_manifest;
+use e2e::suite::Suite;
+use std::collections::BTreeSet;
 use std::time::Duration;
-
-fn manifest(name: &str, shards: u32, replicas: u32, extra: &str) -> String {
-    format!(
-        "apiVersion: valkey.rs/v1alpha1
-kind: ValkeyCluster
-metadata:
-  name: {name}
-spec:
-  shards: {shards}
-  replicas: {replicas}
-  resources:
-    requests: {{cpu: 100m, memory: 64Mi}}
-{extra}"
-    )
-}
-
-fn node_zones(env: &Env) -> BTreeMap<String, String> {
-    let nodes = env.kubectl_json(&["get", "nodes"]).unwrap();
-    nodes["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            (
-                n["metadata"]["name"].as_str().unwrap().to_string(),
-                n["metadata"]["labels"]["topology.kubernetes.io/zone"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            )
-        })
-        .collect()
-}
 
 fn assert_healthy(env: &Env, ns: &str, name: &str, shards: u32, replicas: u32) -> Vec<MemberPod> {
     let members = env.members(ns, name).unwrap();
@@ -87,33 +56,31 @@ fn fill_and_read(env: &Env, members: &[MemberPod], password: &str) {
 
 #[test]
 fn a_3x1_and_a_3x2_cluster_go_from_apply_to_ready_and_keep_every_key() {
-    let Some(env) = Env::or_skip("operator_bootstrap") else {
+    let Some(suite) = Suite::start("operator_bootstrap", "bootstrap", "e2e-bootstrap") else {
         return;
     };
-    env.install_crd().unwrap();
-    let _operator = env.start_operator("bootstrap").unwrap();
-    let ns = env.namespace("e2e-bootstrap").unwrap();
+    let (env, ns) = (&suite.env, &suite.ns);
 
-    env.apply(&ns.name, &manifest("one", 3, 1, "")).unwrap();
-    let spread = "  replicaSpreadConstraints:
-    - {topologyKey: zone, maxReplicas: 1, mode: Required}
-    - {topologyKey: node, maxReplicas: 1, mode: Required}
-";
-    env.apply(&ns.name, &manifest("two", 3, 2, spread)).unwrap();
+    let one = cluster_manifest("one", 3, 1);
+    let two = cluster_manifest("two", 3, 2)
+        .spread("zone", 1, "Required")
+        .spread("node", 1, "Required");
+    env.apply(&ns.name, &one.yaml()).unwrap();
+    env.apply(&ns.name, &two.yaml()).unwrap();
 
     for (name, replicas) in [("one", 1), ("two", 2)] {
         let obj = env
             .wait_condition(&ns.name, name, "Ready", "True", Duration::from_secs(240))
-            .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", _operator.tail(60)));
+            .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", suite.operator.tail(60)));
         assert_eq!(obj["status"]["readyShards"], 3, "{}", obj["status"]);
-        let members = assert_healthy(&env, &ns.name, name, 3, replicas);
+        let members = assert_healthy(env, &ns.name, name, 3, replicas);
         let password = env.password(&ns.name, name).unwrap();
-        fill_and_read(&env, &members, &password);
+        fill_and_read(env, &members, &password);
     }
 
     // Required zone 1 + node 1: one member of every shard in every zone, on
     // distinct nodes, as the real kube-scheduler bound them.
-    let zones = node_zones(&env);
+    let zones = env.node_zones().unwrap();
     let members = env.members(&ns.name, "two").unwrap();
     for shard in 0..3 {
         let of_shard: Vec<_> = members.iter().filter(|m| m.shard == shard).collect();

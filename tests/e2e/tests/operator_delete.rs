@@ -8,7 +8,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, ensure};
-use e2e::cluster::{Env, Operator, wait_until};
+use e2e::cluster::{Env, wait_until};
+use e2e::manifest::{ClusterManifest, cluster_manifest};
+use e2e::suite::Suite;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -27,23 +29,9 @@ const KINDS: &[&str] = &[
     "persistentvolumeclaims",
 ];
 
-fn manifest(name: &str, reclaim: &str, auth: &str) -> String {
-    format!(
-        "apiVersion: valkey.rs/v1alpha1
-kind: ValkeyCluster
-metadata:
-  name: {name}
-spec:
-  shards: 2
-  replicas: 1
-  resources:
-    requests: {{cpu: 100m, memory: 64Mi}}
-  persistence:
-    size: 64Mi
-    storageClassName: testbed-local
-    reclaimPolicy: {reclaim}
-{auth}"
-    )
+/// A 2x1 cluster with persistence and `reclaim`.
+fn manifest(name: &str, reclaim: &str) -> ClusterManifest {
+    cluster_manifest(name, 2, 1).persistence("64Mi", reclaim)
 }
 
 /// `kind/name` of every object in `ns` that belongs to cluster `name`: owned
@@ -249,13 +237,12 @@ fn run(env: &Env, ns: &str) -> Result<()> {
     let user_auth = "  auth:
     passwordSecret: {name: user-pass}
 ";
-    env.apply(ns, &manifest("keep", "Retain", user_auth))?;
-    env.apply(ns, &manifest("drop", "Delete", ""))?;
-    for name in ["keep", "drop"] {
-        env.wait_condition(ns, name, "Ready", "True", READY_TIMEOUT)
-            .with_context(|| format!("{name} Ready"))?;
-        env.check_shape(ns, name, 2, 1)
-            .with_context(|| format!("{name} shape"))?;
+    let keep = manifest("keep", "Retain").extra_spec(user_auth);
+    let drop = manifest("drop", "Delete");
+    env.apply(ns, &keep.yaml())?;
+    env.apply(ns, &drop.yaml())?;
+    for m in [&keep, &drop] {
+        env.wait_ready_shape(ns, m, READY_TIMEOUT)?;
     }
     let uid = |name: &str| -> Result<String> {
         Ok(env.cluster(ns, name)?["metadata"]["uid"]
@@ -360,29 +347,27 @@ fn run(env: &Env, ns: &str) -> Result<()> {
 
 #[test]
 fn deleting_a_cluster_removes_what_it_owns_and_keeps_retained_claims() {
-    let Some(env) = Env::or_skip("operator_delete") else {
+    let Some(suite) = Suite::start("operator_delete", "delete", "e2e-delete") else {
         return;
     };
-    env.install_crd().unwrap();
-    let operator: Operator = env.start_operator("delete").unwrap();
-    let ns = env.namespace("e2e-delete").unwrap();
     let started = Instant::now();
-    if let Err(e) = run(&env, &ns.name) {
-        let mut diag = String::new();
-        for name in ["keep", "drop"] {
-            diag.push_str(&env.diagnostics(&ns.name, name, &operator));
-        }
-        let left = env
+    if let Err(e) = run(&suite.env, suite.ns()) {
+        let left = suite
+            .env
             .kubectl(&[
                 "get",
                 "statefulsets,services,configmaps,pdb,secrets,pods,pvc",
                 "-n",
-                &ns.name,
+                suite.ns(),
                 "-o",
                 "wide",
             ])
             .unwrap_or_else(|e| e.to_string());
-        panic!("{e:#}\n--- namespace {}:\n{left}\n{diag}", ns.name);
+        panic!(
+            "{e:#}\n--- namespace {}:\n{left}\n{}",
+            suite.ns(),
+            suite.diagnostics(&["keep", "drop"])
+        );
     }
     println!(
         "operator_delete: done in {:.1}s",

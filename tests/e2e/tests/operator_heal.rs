@@ -15,54 +15,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::cluster::{Env, Load, MemberPod, ObjectEvent, condition_status, wait_until};
+use e2e::cluster::{Env, Load, ObjectEvent, condition_status, wait_until};
+use e2e::manifest::cluster_manifest;
+use e2e::suite::{Suite, finish_load};
 use std::time::{Duration, Instant};
 
 const NAME: &str = "heal";
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// From the fault to a healed cluster.
 const HEAL_TIMEOUT: Duration = Duration::from_secs(240);
-
-fn manifest() -> String {
-    format!(
-        "apiVersion: valkey.rs/v1alpha1
-kind: ValkeyCluster
-metadata:
-  name: {NAME}
-spec:
-  shards: 3
-  replicas: 1
-  resources:
-    requests: {{cpu: 100m, memory: 64Mi}}
-"
-    )
-}
-
-fn wait_load_running(load: &mut Load) -> Result<()> {
-    wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
-        if !load.alive() {
-            bail!("judge load exited early");
-        }
-        Ok(load.acked_so_far() >= 50)
-    })
-    .context("judge load acknowledged no writes")
-}
-
-fn member(env: &Env, ns: &str, name: &str, shard: u32, role: &str) -> Result<MemberPod> {
-    env.members(ns, name)?
-        .into_iter()
-        .find(|m| m.shard == shard && m.role == role)
-        .with_context(|| format!("shard {shard} has no pod labelled {role}"))
-}
-
-/// The Valkey node id of the member at `ip`, from its own CLUSTER NODES.
-fn node_id(env: &Env, ip: &str, password: &str) -> Result<String> {
-    env.cluster_nodes(ip, password)?
-        .into_iter()
-        .find(|n| n.has_flag("myself"))
-        .map(|n| n.id)
-        .with_context(|| format!("{ip}: no myself line"))
-}
 
 /// Waits until `noticed` holds (the fault has had its effect), then until the
 /// cluster is Ready and has the 3x1 shape. Returns the time it took.
@@ -157,14 +118,8 @@ fn finish_and_verify(
     mut load: Load,
     part: &str,
 ) -> Result<()> {
-    // Writes continue a little past the heal.
-    std::thread::sleep(Duration::from_secs(2));
-    let summary = load.finish(Duration::from_secs(30))?;
-    ensure!(
-        summary["acked"].as_u64().unwrap_or(0) > 0,
-        "{part}: the load acknowledged nothing: {summary}"
-    );
-    let verified = env.verify_keys(&env.member_ips(ns, name)?, password, &load.keys)?;
+    let summary = finish_load(&mut load, part)?;
+    let verified = env.verify_cluster_keys(ns, name, password, &load.keys)?;
     println!(
         "operator_heal: {part}: load {summary}; verify {verified}; longest_gap_ms {}",
         summary["longest_gap_ms"]
@@ -175,15 +130,12 @@ fn finish_and_verify(
 fn replica_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
     let part = "(a) replica pod deleted";
     let dir = env.work_dir("operator_heal-a")?;
-    let hosts = env.member_ips(ns, NAME)?;
-    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
-    let mut load = env.start_load(&host_refs, password, &dir, "a", &["--interval-ms", "5"])?;
-    wait_load_running(&mut load)?;
+    let load = env.start_member_load(ns, NAME, password, &dir, "a", &["--interval-ms", "5"])?;
     let seen = event_count(env, ns, NAME)?;
 
-    let victim = member(env, ns, NAME, 0, "replica")?;
+    let victim = env.member_with_role(ns, NAME, 0, "replica")?;
     let old_uid = env.pod_identities(ns, NAME)?[&victim.name].uid.clone();
-    let old_id = node_id(env, &victim.ip, password)?;
+    let old_id = env.node_id(&victim.ip, password)?;
     env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
     let took = wait_healed(env, ns, NAME, part, || {
         Ok(env
@@ -211,15 +163,12 @@ fn replica_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
 fn primary_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
     let part = "(b) primary pod deleted";
     let dir = env.work_dir("operator_heal-b")?;
-    let hosts = env.member_ips(ns, NAME)?;
-    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
-    let mut load = env.start_load(&host_refs, password, &dir, "b", &["--interval-ms", "5"])?;
-    wait_load_running(&mut load)?;
+    let load = env.start_member_load(ns, NAME, password, &dir, "b", &["--interval-ms", "5"])?;
     let seen = event_count(env, ns, NAME)?;
 
     let shard = 1;
-    let victim = member(env, ns, NAME, shard, "primary")?;
-    let replica = member(env, ns, NAME, shard, "replica")?;
+    let victim = env.member_with_role(ns, NAME, shard, "primary")?;
+    let replica = env.member_with_role(ns, NAME, shard, "replica")?;
     let old_uid = env.pod_identities(ns, NAME)?[&victim.name].uid.clone();
     env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
     let took = wait_healed(env, ns, NAME, part, || {
@@ -228,7 +177,7 @@ fn primary_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
             .get(&victim.name)
             .is_some_and(|p| p.uid != old_uid))
     })?;
-    let now = member(env, ns, NAME, shard, "primary")?;
+    let now = env.member_with_role(ns, NAME, shard, "primary")?;
     println!(
         "operator_heal: {part}: {} deleted, shard {shard} primary now {} (was {}), healed in {:.1}s",
         victim.name,
@@ -255,28 +204,22 @@ fn primary_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
 fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
     let part = "(c) primary process killed";
     let dir = env.work_dir("operator_heal-c")?;
-    let hosts = env.member_ips(ns, NAME)?;
-    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
-    let mut load = env.start_load(
-        &host_refs,
+    let load = env.start_member_load(
+        ns,
+        NAME,
         password,
         &dir,
         "c",
         &["--interval-ms", "5", "--wait-replicas", "1"],
     )?;
-    wait_load_running(&mut load)?;
     let seen = event_count(env, ns, NAME)?;
 
     let shard = 2;
-    let victim = member(env, ns, NAME, shard, "primary")?;
-    let replica = member(env, ns, NAME, shard, "replica")?;
+    let victim = env.member_with_role(ns, NAME, shard, "primary")?;
+    let replica = env.member_with_role(ns, NAME, shard, "replica")?;
     let old_restarts = env.pod_identities(ns, NAME)?[&victim.name].restarts;
-    let old_id = node_id(env, &victim.ip, password)?;
-    let pid = env.valkey_pid(&victim.ip)?;
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()?;
-    ensure!(killed.success(), "kill -KILL {pid} failed");
+    let old_id = env.node_id(&victim.ip, password)?;
+    let pid = env.kill_valkey(&victim.ip)?;
     println!(
         "operator_heal: {part}: killed valkey-server pid {pid} of {} ({}), node {old_id}",
         victim.name, victim.ip
@@ -290,7 +233,7 @@ fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
         Ok(role.starts_with("master"))
     })?;
     let ids = env.pod_identities(ns, NAME)?;
-    let now = member(env, ns, NAME, shard, "primary")?;
+    let now = env.member_with_role(ns, NAME, shard, "primary")?;
     println!(
         "operator_heal: {part}: shard {shard} primary now {}; {} restarts {} -> {}; healed in {:.1}s",
         now.name,
@@ -323,14 +266,11 @@ fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
 }
 
 fn run(env: &Env, ns: &str) -> Result<()> {
-    let started = Instant::now();
-    env.apply(ns, &manifest())?;
-    env.wait_condition(ns, NAME, "Ready", "True", READY_TIMEOUT)?;
-    env.check_shape(ns, NAME, 3, 1).context("3x1 after apply")?;
+    let took = env.create_cluster(ns, &cluster_manifest(NAME, 3, 1), READY_TIMEOUT)?;
     let password = env.password(ns, NAME)?;
     println!(
         "operator_heal: 3x1 Ready {:.1}s after apply",
-        started.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     for (part, f) in [
         (
@@ -352,72 +292,41 @@ fn run(env: &Env, ns: &str) -> Result<()> {
 
 #[test]
 fn deleted_pods_and_a_killed_primary_heal_to_ready_without_losing_acknowledged_writes() {
-    let Some(env) = Env::or_skip("operator_heal") else {
+    let Some(suite) = Suite::start("operator_heal", "heal", "e2e-heal") else {
         return;
     };
-    env.install_crd().unwrap();
-    let operator = env.start_operator("heal").unwrap();
-    let ns = env.namespace("e2e-heal").unwrap();
-    if let Err(e) = run(&env, &ns.name) {
-        panic!("{e:#}\n{}", env.diagnostics(&ns.name, NAME, &operator));
-    }
+    suite.run(&[NAME], run);
 }
 
 const PV_NAME: &str = "healpv";
 
-fn persistent_manifest() -> String {
-    format!(
-        "apiVersion: valkey.rs/v1alpha1
-kind: ValkeyCluster
-metadata:
-  name: {PV_NAME}
-spec:
-  shards: 3
-  replicas: 1
-  resources:
-    requests: {{cpu: 100m, memory: 64Mi}}
-  persistence:
-    size: 64Mi
-    storageClassName: testbed-local
-    reclaimPolicy: Delete
-"
-    )
-}
-
 fn persistent_primary_killed(env: &Env, ns: &str) -> Result<()> {
     let part = "(d) persistent primary process killed";
-    let started = Instant::now();
-    env.apply(ns, &persistent_manifest())?;
-    env.wait_condition(ns, PV_NAME, "Ready", "True", READY_TIMEOUT)?;
-    env.check_shape(ns, PV_NAME, 3, 1)
-        .context("3x1 with persistence after apply")?;
+    let manifest = cluster_manifest(PV_NAME, 3, 1).persistence("64Mi", "Delete");
+    let took = env
+        .create_cluster(ns, &manifest, READY_TIMEOUT)
+        .context("with persistence")?;
     println!(
         "operator_heal: 3x1 with persistence Ready {:.1}s after apply",
-        started.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     let password = env.password(ns, PV_NAME)?;
     let dir = env.work_dir("operator_heal-d")?;
-    let hosts = env.member_ips(ns, PV_NAME)?;
-    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
-    let mut load = env.start_load(
-        &host_refs,
+    let load = env.start_member_load(
+        ns,
+        PV_NAME,
         &password,
         &dir,
         "d",
         &["--interval-ms", "5", "--wait-replicas", "1"],
     )?;
-    wait_load_running(&mut load)?;
     let seen = event_count(env, ns, PV_NAME)?;
 
     let shard = 0;
-    let victim = member(env, ns, PV_NAME, shard, "primary")?;
+    let victim = env.member_with_role(ns, PV_NAME, shard, "primary")?;
     let old_restarts = env.pod_identities(ns, PV_NAME)?[&victim.name].restarts;
-    let old_id = node_id(env, &victim.ip, &password)?;
-    let pid = env.valkey_pid(&victim.ip)?;
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()?;
-    ensure!(killed.success(), "kill -KILL {pid} failed");
+    let old_id = env.node_id(&victim.ip, &password)?;
+    let pid = env.kill_valkey(&victim.ip)?;
     let victim_name = victim.name.clone();
     let took = wait_healed(env, ns, PV_NAME, part, || {
         Ok(env
@@ -425,7 +334,7 @@ fn persistent_primary_killed(env: &Env, ns: &str) -> Result<()> {
             .get(&victim_name)
             .is_some_and(|p| p.restarts > old_restarts))
     })?;
-    let now = member(env, ns, PV_NAME, shard, "primary")?;
+    let now = env.member_with_role(ns, PV_NAME, shard, "primary")?;
     println!(
         "operator_heal: {part}: killed pid {pid} of {}; shard {shard} primary now {}; healed in {:.1}s",
         victim.name,
@@ -439,7 +348,7 @@ fn persistent_primary_killed(env: &Env, ns: &str) -> Result<()> {
         .find(|m| m.name == victim.name)
         .map(|m| m.ip)
         .context("victim pod gone")?;
-    let id = node_id(env, &ip, &password)?;
+    let id = env.node_id(&ip, &password)?;
     ensure!(
         id == old_id,
         "{part}: {} came back as node {id}, was {old_id} (nodes.conf is on its volume)",
@@ -451,15 +360,10 @@ fn persistent_primary_killed(env: &Env, ns: &str) -> Result<()> {
 
 #[test]
 fn a_killed_primary_with_persistence_keeps_its_identity_and_every_confirmed_write() {
-    let Some(env) = Env::or_skip("operator_heal") else {
+    let Some(suite) = Suite::start("operator_heal", "heal-persistent", "e2e-heal-pv") else {
         return;
     };
-    env.install_crd().unwrap();
-    let operator = env.start_operator("heal-persistent").unwrap();
-    let ns = env.namespace("e2e-heal-pv").unwrap();
     let t = Instant::now();
-    if let Err(e) = persistent_primary_killed(&env, &ns.name) {
-        panic!("{e:#}\n{}", env.diagnostics(&ns.name, PV_NAME, &operator));
-    }
+    suite.run(&[PV_NAME], persistent_primary_killed);
     println!("operator_heal: (d) took {:.1}s", t.elapsed().as_secs_f64());
 }

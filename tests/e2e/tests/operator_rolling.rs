@@ -11,7 +11,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::cluster::{Env, Load, PodIdentity, condition_status, wait_until};
+use e2e::cluster::{Env, PodIdentity, condition_status, wait_until};
+use e2e::manifest::cluster_manifest;
+use e2e::suite::{Suite, finish_load};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -22,32 +24,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(300);
 const ROLL_TIMEOUT: Duration = Duration::from_secs(600);
 const OLD_IMAGE: &str = "valkey/valkey:9.1";
 const NEW_IMAGE: &str = "valkey/valkey:9.1.2";
-
-fn manifest() -> String {
-    format!(
-        "apiVersion: valkey.rs/v1alpha1
-kind: ValkeyCluster
-metadata:
-  name: {NAME}
-spec:
-  shards: 3
-  replicas: 1
-  image: {OLD_IMAGE}
-  resources:
-    requests: {{cpu: 100m, memory: 64Mi}}
-"
-    )
-}
-
-fn wait_load_running(load: &mut Load) -> Result<()> {
-    wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
-        if !load.alive() {
-            bail!("judge load exited early");
-        }
-        Ok(load.acked_so_far() >= 50)
-    })
-    .context("judge load acknowledged no writes")
-}
 
 /// `CONFIG GET key` on every member: fails naming the members that differ.
 fn config_everywhere(env: &Env, ns: &str, password: &str, key: &str, want: &str) -> Result<()> {
@@ -95,11 +71,9 @@ fn images(env: &Env, ns: &str) -> Result<BTreeMap<String, String>> {
 
 fn live_config_takes_no_restart(env: &Env, ns: &str, password: &str) -> Result<()> {
     let dir = env.work_dir("operator_rolling-live")?;
-    let hosts = env.member_ips(ns, NAME)?;
-    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
     let before = env.pod_identities(ns, NAME)?;
-    let mut load = env.start_load(&host_refs, password, &dir, "live", &["--interval-ms", "5"])?;
-    wait_load_running(&mut load)?;
+    let mut load =
+        env.start_member_load(ns, NAME, password, &dir, "live", &["--interval-ms", "5"])?;
 
     let started = Instant::now();
     env.patch_cluster(
@@ -120,10 +94,10 @@ fn live_config_takes_no_restart(env: &Env, ns: &str, password: &str) -> Result<(
         before == after,
         "a live config change re-created or restarted pods:\nbefore {before:#?}\nafter {after:#?}"
     );
-    let summary = load.finish(Duration::from_secs(30))?;
+    let summary = finish_load(&mut load, "live config")?;
     env.check_shape(ns, NAME, 3, 1)
         .context("shape after the live config change")?;
-    let verified = env.verify_keys(&env.member_ips(ns, NAME)?, password, &load.keys)?;
+    let verified = env.verify_cluster_keys(ns, NAME, password, &load.keys)?;
     println!(
         "operator_rolling: live config: Ready {:.1}s after the patch, no restart; load {summary}; verify {verified}; longest_gap_ms {}",
         to_ready.as_secs_f64(),
@@ -151,8 +125,6 @@ struct RollWatch {
 
 fn rolling_image_recreates_one_member_at_a_time(env: &Env, ns: &str, password: &str) -> Result<()> {
     let dir = env.work_dir("operator_rolling-image")?;
-    let hosts = env.member_ips(ns, NAME)?;
-    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
     let before: BTreeMap<String, PodIdentity> = env.pod_identities(ns, NAME)?;
     let roles_before: BTreeMap<String, String> = env
         .members(ns, NAME)?
@@ -160,8 +132,8 @@ fn rolling_image_recreates_one_member_at_a_time(env: &Env, ns: &str, password: &
         .map(|m| (m.name, m.role))
         .collect();
     let old_uids: BTreeSet<String> = before.values().map(|p| p.uid.clone()).collect();
-    let mut load = env.start_load(&host_refs, password, &dir, "image", &["--interval-ms", "5"])?;
-    wait_load_running(&mut load)?;
+    let mut load =
+        env.start_member_load(ns, NAME, password, &dir, "image", &["--interval-ms", "5"])?;
 
     let events_before = env.object_events(ns, "ValkeyCluster", NAME)?.len();
     let started = Instant::now();
@@ -234,9 +206,7 @@ fn rolling_image_recreates_one_member_at_a_time(env: &Env, ns: &str, password: &
             serde_json::to_string_pretty(&last["status"]).unwrap_or_default()
         );
     }
-    // Writes continue a little past the roll.
-    std::thread::sleep(Duration::from_secs(2));
-    let summary = load.finish(Duration::from_secs(30))?;
+    let summary = finish_load(&mut load, "image roll")?;
     println!(
         "operator_rolling: image roll: done {:.1}s after the patch; order {:?}; load {summary}; longest_gap_ms {}",
         roll_time.as_secs_f64(),
@@ -316,20 +286,18 @@ fn rolling_image_recreates_one_member_at_a_time(env: &Env, ns: &str, password: &
     config_everywhere(env, ns, password, "tcp-backlog", "256")?;
     config_everywhere(env, ns, password, "maxmemory-policy", "allkeys-lru")?;
     config_everywhere(env, ns, password, "slowlog-max-len", "256")?;
-    let verified = env.verify_keys(&env.member_ips(ns, NAME)?, password, &load.keys)?;
+    let verified = env.verify_cluster_keys(ns, NAME, password, &load.keys)?;
     println!("operator_rolling: image roll: verify {verified}");
     Ok(())
 }
 
 fn run(env: &Env, ns: &str) -> Result<()> {
-    let started = Instant::now();
-    env.apply(ns, &manifest())?;
-    env.wait_condition(ns, NAME, "Ready", "True", READY_TIMEOUT)?;
-    env.check_shape(ns, NAME, 3, 1).context("3x1 after apply")?;
+    let manifest = cluster_manifest(NAME, 3, 1).image(OLD_IMAGE);
+    let took = env.create_cluster(ns, &manifest, READY_TIMEOUT)?;
     let password = env.password(ns, NAME)?;
     println!(
         "operator_rolling: 3x1 Ready {:.1}s after apply",
-        started.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     let t = Instant::now();
     live_config_takes_no_restart(env, ns, &password)?;
@@ -348,13 +316,8 @@ fn run(env: &Env, ns: &str) -> Result<()> {
 
 #[test]
 fn live_config_needs_no_restart_and_an_image_change_rolls_one_member_at_a_time() {
-    let Some(env) = Env::or_skip("operator_rolling") else {
+    let Some(suite) = Suite::start("operator_rolling", "rolling", "e2e-rolling") else {
         return;
     };
-    env.install_crd().unwrap();
-    let operator = env.start_operator("rolling").unwrap();
-    let ns = env.namespace("e2e-rolling").unwrap();
-    if let Err(e) = run(&env, &ns.name) {
-        panic!("{e:#}\n{}", env.diagnostics(&ns.name, NAME, &operator));
-    }
+    suite.run(&[NAME], run);
 }

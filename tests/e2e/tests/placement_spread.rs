@@ -6,42 +6,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use e2e::cluster::{Env, MemberPod, condition, wait_until};
-use std::collections::{BTreeMap, BTreeSet};
+use e2e::manifest::cluster_manifest;
+use e2e::suite::Suite;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 const ZONE: &str = "topology.kubernetes.io/zone";
 
+/// 3 shards x 3 members, zone 1 in `zone_mode`, node Required 1.
 fn manifest(name: &str, zone_mode: &str) -> String {
-    format!(
-        "apiVersion: valkey.rs/v1alpha1
-kind: ValkeyCluster
-metadata:
-  name: {name}
-spec:
-  shards: 3
-  replicas: 2
-  resources:
-    requests: {{cpu: 100m, memory: 64Mi}}
-  replicaSpreadConstraints:
-    - {{topologyKey: zone, maxReplicas: 1, mode: {zone_mode}}}
-    - {{topologyKey: node, maxReplicas: 1, mode: Required}}
-"
-    )
-}
-
-fn zones_of_nodes(env: &Env) -> BTreeMap<String, String> {
-    let nodes = env.kubectl_json(&["get", "nodes"]).unwrap();
-    nodes["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            (
-                n["metadata"]["name"].as_str().unwrap().to_string(),
-                n["metadata"]["labels"][ZONE].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    cluster_manifest(name, 3, 2)
+        .spread("zone", 1, zone_mode)
+        .spread("node", 1, "Required")
+        .yaml()
 }
 
 /// Cordons the nodes of a zone for the life of the guard.
@@ -52,7 +29,9 @@ struct Cordon<'a> {
 
 impl<'a> Cordon<'a> {
     fn zone(env: &'a Env, zone: &str) -> Self {
-        let nodes: Vec<String> = zones_of_nodes(env)
+        let nodes: Vec<String> = env
+            .node_zones()
+            .unwrap()
             .into_iter()
             .filter(|(_, z)| z == zone)
             .map(|(n, _)| n)
@@ -84,17 +63,19 @@ fn scheduled(members: &[MemberPod]) -> Vec<&MemberPod> {
 #[test]
 fn a_cordoned_zone_leaves_required_members_pending_with_a_reason_and_preferred_reports_a_violation()
 {
-    let Some(env) = Env::or_skip("placement_spread") else {
+    let Some(suite) = Suite::start("placement_spread", "placement", "e2e-placement") else {
         return;
     };
-    env.install_crd().unwrap();
-    let operator = env.start_operator("placement").unwrap();
-    let ns = env.namespace("e2e-placement").unwrap();
-    let zones = zones_of_nodes(&env);
+    let (env, ns, operator) = (&suite.env, &suite.ns, &suite.operator);
+    let zones = env.node_zones().unwrap();
+    assert!(
+        zones.values().all(|z| !z.is_empty()),
+        "every node has a zone: {zones:?}"
+    );
     let all_zones: BTreeSet<String> = zones.values().cloned().collect();
     assert_eq!(all_zones.len(), 3, "the suite needs a 3-zone testbed");
     let cordoned = all_zones.iter().last().unwrap().clone();
-    let mut cordon = Cordon::zone(&env, &cordoned);
+    let mut cordon = Cordon::zone(env, &cordoned);
 
     env.apply(&ns.name, &manifest("req", "Required")).unwrap();
     env.apply(&ns.name, &manifest("pref", "Preferred")).unwrap();

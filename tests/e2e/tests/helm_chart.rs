@@ -1,0 +1,235 @@
+//! The Helm chart (deploy/helm/valkey-operator) on the testbed:
+//! 1. `helm lint` passes and `helm template` renders objects the API server
+//!    accepts (server-side dry run);
+//! 2. `helm install` creates the ServiceAccount, RBAC, Deployment and metrics
+//!    Service (the Deployment scaled to 0: the testbed runs no operator
+//!    image);
+//! 3. the operator, run with a token of the chart's ServiceAccount and no
+//!    other rights, takes the Lease in the release namespace and brings a 3x1
+//!    cluster to Ready: the chart's RBAC is enough for the operator's work;
+//! 4. `helm uninstall` removes what it installed and keeps the CRD.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::cluster::{Env, wait_until};
+use e2e::manifest::cluster_manifest;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+const HELM_VERSION: &str = "v4.3.2";
+const RELEASE: &str = "vko";
+/// The chart's name: ServiceAccount, Deployment and RBAC objects carry it.
+const CHART_NAME: &str = "valkey-operator";
+
+fn helm_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("HELM_BIN") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var_os("VALKEY_RS_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/valkey-rs")
+        });
+    cache.join(format!("bin/helm-{HELM_VERSION}/helm"))
+}
+
+fn helm(env: &Env, args: &[&str]) -> Result<String> {
+    let bin = helm_bin();
+    ensure!(
+        bin.exists(),
+        "{} is missing: `make setup` (scripts/build-helm.sh) builds it",
+        bin.display()
+    );
+    let out = Command::new(&bin)
+        .args(args)
+        .env("KUBECONFIG", &env.kubeconfig)
+        .env("HELM_CACHE_HOME", env.testbed_dir.join("helm/cache"))
+        .env("HELM_CONFIG_HOME", env.testbed_dir.join("helm/config"))
+        .env("HELM_DATA_HOME", env.testbed_dir.join("helm/data"))
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !out.status.success() {
+        bail!(
+            "helm {} failed ({}): {}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A kubeconfig for the testbed's API server that authenticates with `token`.
+fn token_kubeconfig(env: &Env, token: &str, path: &PathBuf) -> Result<()> {
+    let text = std::fs::read_to_string(&env.kubeconfig)?;
+    let admin: serde_yaml::Value = serde_yaml::from_str(&text)?;
+    let cluster = admin["clusters"][0]["cluster"].clone();
+    ensure!(
+        cluster["server"].is_string(),
+        "no server in {}",
+        env.kubeconfig.display()
+    );
+    let config = serde_yaml::to_string(&serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "testbed", "cluster": serde_json::to_value(&cluster)?}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "testbed", "user": "operator"}}],
+        "current-context": "operator",
+    }))?;
+    std::fs::write(path, config)?;
+    Ok(())
+}
+
+fn chart_suite(env: &Env, ns: &str) -> Result<()> {
+    let chart = env.root.join("deploy/helm/valkey-operator");
+    let chart_s = chart.to_string_lossy().to_string();
+
+    // 1. lint, and the rendered objects pass the API server's validation.
+    let lint = helm(env, &["lint", &chart_s])?;
+    println!("helm_chart: {}", lint.lines().last().unwrap_or_default());
+    let rendered = helm(env, &["template", RELEASE, &chart_s, "-n", ns])?;
+    env.kubectl_stdin(
+        &["apply", "--dry-run=server", "-n", ns, "-f", "-"],
+        &rendered,
+    )
+    .context("the rendered chart is refused by the API server")?;
+
+    // 2. install.
+    helm(
+        env,
+        &[
+            "install",
+            RELEASE,
+            &chart_s,
+            "-n",
+            ns,
+            "--set",
+            "replicaCount=0",
+        ],
+    )?;
+    for (kind, name) in [
+        ("serviceaccount", CHART_NAME.to_string()),
+        ("deployment", CHART_NAME.to_string()),
+        ("service", format!("{CHART_NAME}-metrics")),
+        ("clusterrole", CHART_NAME.to_string()),
+        ("clusterrolebinding", CHART_NAME.to_string()),
+    ] {
+        let scope: &[&str] = if kind.starts_with("cluster") {
+            &[]
+        } else {
+            &["-n", ns]
+        };
+        let mut args = vec!["get", kind, name.as_str(), "-o", "name"];
+        args.extend_from_slice(scope);
+        env.kubectl(&args)
+            .with_context(|| format!("helm install left no {kind} {name}"))?;
+    }
+    println!("helm_chart: installed release {RELEASE} in {ns}");
+
+    // 3. the operator with the chart's ServiceAccount and nothing else.
+    let token = env.kubectl(&[
+        "create",
+        "token",
+        CHART_NAME,
+        "-n",
+        ns,
+        "--duration=3600s",
+    ])?;
+    let kubeconfig = env.testbed_dir.join(format!("kubeconfig-{ns}-sa"));
+    token_kubeconfig(env, token.trim(), &kubeconfig)?;
+    let kc = kubeconfig.to_string_lossy().to_string();
+    let lease = format!("{RELEASE}-e2e");
+    let mut operator = env.spawn_operator(
+        "helm-sa",
+        &[
+            "run",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--lease-name",
+            &lease,
+        ],
+        &[("KUBECONFIG", kc.as_str()), ("POD_NAMESPACE", ns)],
+    )?;
+    let manifest = cluster_manifest("hc", 3, 1).yaml();
+    env.apply(ns, &manifest)?;
+    let ready = env.wait_condition(ns, "hc", "Ready", "True", Duration::from_secs(240));
+    if let Err(e) = ready {
+        bail!("{e:#}\noperator log:\n{}", operator.tail(60));
+    }
+    env.check_shape(ns, "hc", 3, 1)?;
+    let holder = env.kubectl(&[
+        "get",
+        "lease",
+        &lease,
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ])?;
+    ensure!(
+        !holder.trim().is_empty(),
+        "the Lease {ns}/{lease} has no holder"
+    );
+    let forbidden = std::fs::read_to_string(&operator.log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("forbidden") || l.contains("Forbidden"))
+        .take(5)
+        .collect::<Vec<_>>()
+        .join("\n");
+    ensure!(
+        forbidden.is_empty(),
+        "the chart's RBAC refused the operator something:\n{forbidden}"
+    );
+    println!(
+        "helm_chart: the operator as ServiceAccount {ns}/{CHART_NAME} holds Lease {lease} ({}) and brought hc to Ready",
+        holder.trim()
+    );
+    env.kubectl(&[
+        "delete",
+        "valkeycluster",
+        "hc",
+        "-n",
+        ns,
+        "--wait=true",
+        "--timeout=120s",
+    ])?;
+    operator.stop();
+
+    // 4. uninstall: the release's objects go, the CRD stays.
+    helm(env, &["uninstall", RELEASE, "-n", ns, "--wait"])?;
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        Ok(env
+            .kubectl(&[
+                "get",
+                "clusterrole",
+                CHART_NAME,
+                "--ignore-not-found",
+                "-o",
+                "name",
+            ])?
+            .trim()
+            .is_empty())
+    })
+    .context("helm uninstall left the ClusterRole behind")?;
+    env.kubectl(&["get", "crd", "valkeyclusters.valkey.rs", "-o", "name"])
+        .context("helm uninstall removed the CRD (Helm keeps CRDs)")?;
+    println!("helm_chart: uninstalled; the CRD is kept");
+    Ok(())
+}
+
+#[test]
+fn the_chart_installs_and_its_rbac_is_enough_for_the_operator() {
+    let Some(env) = Env::or_skip("helm_chart") else {
+        return;
+    };
+    env.install_crd().unwrap();
+    let ns = env.namespace("e2e-helm").unwrap();
+    if let Err(e) = chart_suite(&env, &ns.name) {
+        let _ = helm(&env, &["uninstall", RELEASE, "-n", &ns.name]);
+        panic!("{e:#}");
+    }
+}

@@ -12,13 +12,7 @@ pub const ZONE: &str = "topology.kubernetes.io/zone";
 
 /// Node name -> zone label, from the live Nodes; the suites need 3 zones.
 pub fn zones_of_nodes(env: &Env) -> Result<BTreeMap<String, String>> {
-    let nodes = env.kubectl_json(&["get", "nodes"])?;
-    let mut out = BTreeMap::new();
-    for n in nodes["items"].as_array().into_iter().flatten() {
-        let name = n["metadata"]["name"].as_str().unwrap_or_default();
-        let zone = n["metadata"]["labels"][ZONE].as_str().unwrap_or_default();
-        out.insert(name.to_string(), zone.to_string());
-    }
+    let out = env.node_zones()?;
     ensure!(
         out.values().collect::<BTreeSet<_>>().len() == 3,
         "the suite needs a 3-zone testbed, nodes: {out:?}"

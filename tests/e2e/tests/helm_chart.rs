@@ -130,27 +130,14 @@ fn chart_suite(env: &Env, ns: &str) -> Result<()> {
     println!("helm_chart: installed release {RELEASE} in {ns}");
 
     // 3. the operator with the chart's ServiceAccount and nothing else.
-    let token = env.kubectl(&[
-        "create",
-        "token",
-        CHART_NAME,
-        "-n",
-        ns,
-        "--duration=3600s",
-    ])?;
+    let token = env.kubectl(&["create", "token", CHART_NAME, "-n", ns, "--duration=3600s"])?;
     let kubeconfig = env.testbed_dir.join(format!("kubeconfig-{ns}-sa"));
     token_kubeconfig(env, token.trim(), &kubeconfig)?;
     let kc = kubeconfig.to_string_lossy().to_string();
     let lease = format!("{RELEASE}-e2e");
     let mut operator = env.spawn_operator(
         "helm-sa",
-        &[
-            "run",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--lease-name",
-            &lease,
-        ],
+        &["run", "--http-addr", "127.0.0.1:0", "--lease-name", &lease],
         &[("KUBECONFIG", kc.as_str()), ("POD_NAMESPACE", ns)],
     )?;
     let manifest = cluster_manifest("hc", 3, 1).yaml();

@@ -20,7 +20,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::cluster::{Env, Load, Operator, condition_status, wait_until};
+use e2e::cluster::{Env, Operator, condition_status, wait_until};
+use e2e::manifest::cluster_manifest;
 use e2e::topology::{
     Faults, cond_brief, current, node_required_holds, primary_zones, zone_required_holds,
     zones_of_nodes,
@@ -41,24 +42,13 @@ const QUIET_SECONDS: u64 = 10;
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(360);
 
 fn manifest() -> String {
-    format!(
-        "apiVersion: valkey.rs/v1alpha1
-kind: ValkeyCluster
-metadata:
-  name: {NAME}
-spec:
-  shards: 3
-  replicas: 2
-  resources:
-    requests: {{cpu: 100m, memory: 64Mi}}
-  replicaSpreadConstraints:
-    - {{topologyKey: zone, maxReplicas: 1, mode: Required}}
-    - {{topologyKey: node, maxReplicas: 1, mode: Required}}
-  primaryBalancing:
-    mode: Auto
-    quietPeriodSeconds: {QUIET_SECONDS}
-"
-    )
+    cluster_manifest(NAME, 3, 2)
+        .spread("zone", 1, "Required")
+        .spread("node", 1, "Required")
+        .extra_spec(&format!(
+            "  primaryBalancing:\n    mode: Auto\n    quietPeriodSeconds: {QUIET_SECONDS}\n"
+        ))
+        .yaml()
 }
 
 /// Which copy of a shard a process kill hits.
@@ -185,13 +175,11 @@ impl Run<'_> {
     fn wait_recovered(&self, timeout: Duration, what: &str) -> Result<Duration> {
         let from = Instant::now();
         let mut last = String::new();
-        let res = wait_until(timeout, Duration::from_secs(1), || {
-            match self.recovered() {
-                Ok(()) => Ok(true),
-                Err(e) => {
-                    last = format!("{e:#}");
-                    Ok(false)
-                }
+        let res = wait_until(timeout, Duration::from_secs(1), || match self.recovered() {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                last = format!("{e:#}");
+                Ok(false)
             }
         });
         if res.is_err() {
@@ -243,11 +231,7 @@ impl Run<'_> {
             Copy::Replica => of_shard.clone().find(|m| m.role == "replica"),
         }
         .with_context(|| format!("shard {shard} has no {copy:?}: {members:#?}"))?;
-        let pid = self.env.valkey_pid(&victim.ip)?;
-        let status = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()?;
-        ensure!(status.success(), "kill -KILL {pid} failed");
+        let pid = self.env.kill_valkey(&victim.ip)?;
         self.say(format_args!(
             "SIGKILL valkey-server pid {pid} of {} ({}, {} on {})",
             victim.name,
@@ -289,16 +273,6 @@ impl Run<'_> {
     }
 }
 
-fn wait_load_running(load: &mut Load) -> Result<()> {
-    wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
-        if !load.alive() {
-            bail!("judge load exited early");
-        }
-        Ok(load.acked_so_far() >= 50)
-    })
-    .context("judge load acknowledged no writes")
-}
-
 fn chaos(run: &mut Run<'_>, faults: &mut Faults) -> Result<()> {
     let seed = seed()?;
     let nodes: Vec<String> = run.zones.keys().cloned().collect();
@@ -324,16 +298,14 @@ fn chaos(run: &mut Run<'_>, faults: &mut Faults) -> Result<()> {
     ));
     let password = env.password(ns, NAME)?;
     let dir = env.work_dir("topology_chaos")?;
-    let hosts = env.member_ips(ns, NAME)?;
-    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
-    let mut load = env.start_load(
-        &host_refs,
+    let mut load = env.start_member_load(
+        ns,
+        NAME,
         &password,
         &dir,
         "chaos",
         &["--interval-ms", "5", "--wait-replicas", "1"],
     )?;
-    wait_load_running(&mut load)?;
 
     let mut figures = Vec::new();
     for (i, fault) in plan.iter().enumerate() {
@@ -370,8 +342,7 @@ fn chaos(run: &mut Run<'_>, faults: &mut Faults) -> Result<()> {
         let members = env.members(ns, NAME)?;
         let pz = primary_zones(&members, &run.zones);
         let one_per_zone = pz.iter().collect::<BTreeSet<_>>().len() == 3;
-        let aligned =
-            condition_status(&obj, "PrimaryPlacementAligned").as_deref() == Some("True");
+        let aligned = condition_status(&obj, "PrimaryPlacementAligned").as_deref() == Some("True");
         last = format!(
             "{}; primaries in {pz:?}",
             cond_brief(&obj, "PrimaryPlacementAligned")
@@ -425,10 +396,7 @@ fn ten_seeded_faults_under_write_load_keep_required_spread_and_every_acknowledge
         // faults drops here: everything healed before the diagnostics.
     };
     if let Err(e) = res {
-        panic!(
-            "{e:#}\n{}",
-            env.diagnostics(&ns.name, NAME, &run.operator)
-        );
+        panic!("{e:#}\n{}", env.diagnostics(&ns.name, NAME, &run.operator));
     }
     println!(
         "chaos: the run took {:.1}s",

@@ -24,11 +24,16 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::cluster::{Env, Load, MemberPod, condition, condition_status, wait_until};
+use e2e::manifest::cluster_manifest;
+use e2e::suite::wait_load_running;
+use e2e::topology::{
+    Faults, ZONE, cond_brief, current, node_required_holds, primary_zones, zones_of_nodes,
+    zones_per_shard,
+};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-const ZONE: &str = "topology.kubernetes.io/zone";
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// Quiet period given to `spec.primaryBalancing`.
 const QUIET_SECONDS: u64 = 10;
@@ -36,121 +41,13 @@ const QUIET_SECONDS: u64 = 10;
 const ALL_SLOTS_SERVED_WITHIN: Duration = Duration::from_secs(10);
 
 fn manifest(name: &str, zone_mode: &str) -> String {
-    format!(
-        "apiVersion: valkey.rs/v1alpha1
-kind: ValkeyCluster
-metadata:
-  name: {name}
-spec:
-  shards: 3
-  replicas: 2
-  resources:
-    requests: {{cpu: 100m, memory: 64Mi}}
-  replicaSpreadConstraints:
-    - {{topologyKey: zone, maxReplicas: 1, mode: {zone_mode}}}
-    - {{topologyKey: node, maxReplicas: 1, mode: Required}}
-  primaryBalancing:
-    mode: Auto
-    quietPeriodSeconds: {QUIET_SECONDS}
-"
-    )
-}
-
-/// Node name -> zone label, from the live Nodes.
-fn zones_of_nodes(env: &Env) -> Result<BTreeMap<String, String>> {
-    let nodes = env.kubectl_json(&["get", "nodes"])?;
-    let mut out = BTreeMap::new();
-    for n in nodes["items"].as_array().into_iter().flatten() {
-        let name = n["metadata"]["name"].as_str().unwrap_or_default();
-        let zone = n["metadata"]["labels"][ZONE].as_str().unwrap_or_default();
-        out.insert(name.to_string(), zone.to_string());
-    }
-    ensure!(
-        out.values().collect::<BTreeSet<_>>().len() == 3,
-        "the suite needs a 3-zone testbed, nodes: {out:?}"
-    );
-    Ok(out)
-}
-
-/// Undoes the testbed faults and cordons it was given, on drop.
-struct Undo {
-    env: Option<Env>,
-    zones: Vec<String>,
-    nodes: Vec<String>,
-    cordoned: Vec<String>,
-}
-
-impl Undo {
-    fn new(env: &Env) -> Self {
-        Undo {
-            env: Some(env.clone()),
-            zones: Vec::new(),
-            nodes: Vec::new(),
-            cordoned: Vec::new(),
-        }
-    }
-
-    fn zone_fail(&mut self, zone: &str) -> Result<()> {
-        self.zones.push(zone.to_string());
-        self.env().testbed(&["zone", "fail", zone])?;
-        Ok(())
-    }
-
-    fn zone_heal(&mut self, zone: &str) -> Result<()> {
-        self.env().testbed(&["zone", "heal", zone])?;
-        self.zones.retain(|z| z != zone);
-        Ok(())
-    }
-
-    fn node_fail(&mut self, node: &str) -> Result<()> {
-        self.nodes.push(node.to_string());
-        self.env().testbed(&["node", "fail", node])?;
-        Ok(())
-    }
-
-    fn node_heal(&mut self, node: &str) -> Result<()> {
-        self.env().testbed(&["node", "heal", node])?;
-        self.nodes.retain(|n| n != node);
-        Ok(())
-    }
-
-    fn cordon(&mut self, node: &str) -> Result<()> {
-        self.cordoned.push(node.to_string());
-        self.env().kubectl(&["cordon", node])?;
-        Ok(())
-    }
-
-    fn uncordon_all(&mut self) -> Result<()> {
-        for n in std::mem::take(&mut self.cordoned) {
-            self.env().kubectl(&["uncordon", &n])?;
-        }
-        Ok(())
-    }
-
-    fn env(&self) -> &Env {
-        self.env.as_ref().expect("Undo::new sets the env")
-    }
-}
-
-impl Drop for Undo {
-    fn drop(&mut self) {
-        let Some(env) = self.env.take() else { return };
-        for z in self.zones.drain(..) {
-            if let Err(e) = env.testbed(&["zone", "heal", &z]) {
-                eprintln!("topology_live: guard: zone heal {z}: {e:#}");
-            }
-        }
-        for n in self.nodes.drain(..) {
-            if let Err(e) = env.testbed(&["node", "heal", &n]) {
-                eprintln!("topology_live: guard: node heal {n}: {e:#}");
-            }
-        }
-        for n in self.cordoned.drain(..) {
-            if let Err(e) = env.kubectl(&["uncordon", &n]) {
-                eprintln!("topology_live: guard: uncordon {n}: {e:#}");
-            }
-        }
-    }
+    cluster_manifest(name, 3, 2)
+        .spread("zone", 1, zone_mode)
+        .spread("node", 1, "Required")
+        .extra_spec(&format!(
+            "  primaryBalancing:\n    mode: Auto\n    quietPeriodSeconds: {QUIET_SECONDS}\n"
+        ))
+        .yaml()
 }
 
 fn member_of(members: &[MemberPod], shard: u32, role: &str) -> Result<MemberPod> {
@@ -159,33 +56,6 @@ fn member_of(members: &[MemberPod], shard: u32, role: &str) -> Result<MemberPod>
         .find(|m| m.shard == shard && m.role == role && !m.deleting)
         .cloned()
         .with_context(|| format!("shard {shard} has no pod labelled {role}: {members:#?}"))
-}
-
-/// Zone of each shard's labelled primary.
-fn primary_zones(members: &[MemberPod], zones: &BTreeMap<String, String>) -> Vec<String> {
-    let mut out: Vec<String> = members
-        .iter()
-        .filter(|m| m.role == "primary" && !m.deleting)
-        .map(|m| zones.get(&m.node).cloned().unwrap_or_default())
-        .collect();
-    out.sort();
-    out
-}
-
-fn cond_brief(obj: &Value, cond: &str) -> String {
-    match condition(obj, cond) {
-        Some(c) => format!(
-            "{cond}={} ({}: {})",
-            c["status"].as_str().unwrap_or("?"),
-            c["reason"].as_str().unwrap_or("?"),
-            c["message"].as_str().unwrap_or("")
-        ),
-        None => format!("{cond}=<absent>"),
-    }
-}
-
-fn current(obj: &Value) -> bool {
-    obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
 }
 
 /// Ready True, the 3x2 shape (all 9 members Ready, Valkey agrees, `--cluster
@@ -245,16 +115,6 @@ fn wait_whole_and_balanced(
         bail!("{what}: not whole with balanced primaries within {timeout:?}: {last}");
     }
     Ok(started.elapsed())
-}
-
-fn wait_load_running(load: &mut Load) -> Result<()> {
-    wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
-        if !load.alive() {
-            bail!("judge load exited early");
-        }
-        Ok(load.acked_so_far() >= 50)
-    })
-    .context("judge load acknowledged no writes")
 }
 
 fn finish_and_verify(
@@ -317,7 +177,7 @@ fn all_slots_served_by_survivors(
     Ok(served == 16384)
 }
 
-fn zone_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
+fn zone_loss(env: &Env, ns: &str, name: &str, undo: &mut Faults) -> Result<()> {
     let zones = zones_of_nodes(env)?;
     create(env, ns, name, "Required", &zones)?;
     let password = env.password(ns, name)?;
@@ -597,33 +457,6 @@ fn primary_killed(env: &Env, ns: &str, name: &str) -> Result<()> {
     finish_and_verify(env, ns, name, &password, load, "primary killed")
 }
 
-/// Shard -> set of zones of its scheduled members.
-fn zones_per_shard(
-    members: &[MemberPod],
-    zones: &BTreeMap<String, String>,
-) -> BTreeMap<u32, BTreeSet<String>> {
-    let mut out: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
-    for m in members.iter().filter(|m| !m.node.is_empty() && !m.deleting) {
-        out.entry(m.shard)
-            .or_default()
-            .insert(zones.get(&m.node).cloned().unwrap_or_default());
-    }
-    out
-}
-
-fn node_required_holds(members: &[MemberPod]) -> Result<()> {
-    let mut seen = BTreeSet::new();
-    for m in members.iter().filter(|m| !m.node.is_empty() && !m.deleting) {
-        ensure!(
-            seen.insert((m.shard, m.node.clone())),
-            "node Required 1 broken: two members of shard {} on {}: {members:#?}",
-            m.shard,
-            m.node
-        );
-    }
-    Ok(())
-}
-
 /// In-sync replicas of a shard's primary at `ip`, from its INFO replication:
 /// replicas `state=online`, heard from within 3 s, within 1 MiB of the
 /// primary's offset (the bound the operator uses). `Ok(None)` when `ip` is not a primary (any more).
@@ -745,7 +578,7 @@ fn ordinal(pod: &str) -> Option<u32> {
     pod.rsplit_once('-').and_then(|(_, o)| o.parse().ok())
 }
 
-fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
+fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Faults) -> Result<()> {
     let zones = zones_of_nodes(env)?;
     create(env, ns, name, "Preferred", &zones)?;
     let members = env.members(ns, name)?;
@@ -976,7 +809,7 @@ fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Undo) -> Result<()> {
     Ok(())
 }
 
-fn run_scenario(suite: &str, name: &str, f: fn(&Env, &str, &str, &mut Undo) -> Result<()>) {
+fn run_scenario(suite: &str, name: &str, f: fn(&Env, &str, &str, &mut Faults) -> Result<()>) {
     let Some(env) = Env::or_skip("topology_live") else {
         return;
     };
@@ -985,7 +818,7 @@ fn run_scenario(suite: &str, name: &str, f: fn(&Env, &str, &str, &mut Undo) -> R
     let ns = env.namespace(&format!("e2e-{suite}")).unwrap();
     let started = Instant::now();
     let res = {
-        let mut undo = Undo::new(&env);
+        let mut undo = Faults::new(&env, "topology_live");
         f(&env, &ns.name, name, &mut undo)
         // undo drops here: faults healed before the diagnostics are taken.
     };

@@ -386,7 +386,11 @@ fn route(
         Some(feed) if !feed.is_closed() => {
             feed.send_replace(Some(pod));
         }
-        _ => {
+        // Its worker is done with it (deleted it from the API, or it ended):
+        // a late event of that pod must not start a second life for it. The
+        // entry goes with the pod's Delete event (or the next relist).
+        Some(_) => {}
+        None => {
             workers.insert(uid.clone(), worker::spawn(agent.clone(), spec, pod));
         }
     }

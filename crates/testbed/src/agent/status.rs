@@ -478,7 +478,11 @@ pub fn needs_patch(observed: Option<&PodStatus>, desired: &PodStatus) -> bool {
 
 /// The strategic-merge patch body for the status subresource (conditions merge
 /// by type, so PodScheduled and DisruptionTarget stay as others wrote them).
-pub fn status_patch(desired: &PodStatus) -> Value {
+///
+/// `uid` goes into the patch as a precondition: the API server refuses it
+/// (409 Conflict) when the pod of that name is by now another pod, so a
+/// worker of a deleted pod can never write its IP into its successor.
+pub fn status_patch(desired: &PodStatus, uid: &str) -> Value {
     let mut status = serde_json::to_value(desired).unwrap_or(Value::Null);
     // A merge patch keeps fields it does not mention: clear a condition's old
     // reason and message explicitly when it turns True.
@@ -489,7 +493,7 @@ pub fn status_patch(desired: &PodStatus) -> Value {
             }
         }
     }
-    json!({ "status": status })
+    json!({ "metadata": { "uid": uid }, "status": status })
 }
 
 #[cfg(test)]
@@ -622,7 +626,8 @@ mod tests {
     #[test]
     fn the_patch_clears_reason_and_message_of_conditions_that_turned_true() {
         let s = build_status(&pod(), &view(vec![running("valkey", true)]), t(200));
-        let p = status_patch(&s);
+        let p = status_patch(&s, "u-1");
+        assert_eq!(p["metadata"]["uid"], "u-1");
         let ready = p["status"]["conditions"]
             .as_array()
             .unwrap()

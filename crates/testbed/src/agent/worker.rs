@@ -898,7 +898,7 @@ impl Worker {
             return;
         }
         let api: Api<Pod> = Api::namespaced(self.agent.client.clone(), &self.ns);
-        let body = status::status_patch(&desired);
+        let body = status::status_patch(&desired, &self.uid);
         let pp = PatchParams {
             field_manager: Some("testbed-agent".into()),
             ..Default::default()
@@ -912,7 +912,9 @@ impl Worker {
                     self.pod = Arc::new(p);
                 }
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // Gone, or the name now belongs to another pod (UID precondition):
+            // the dispatcher ends this worker.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => {
                 tracing::warn!(pod = %self.name, error = %e, "pod status patch failed, retrying");
                 self.retry_at = Some(Instant::now() + Duration::from_secs(1));

@@ -3,6 +3,7 @@
 //! set with `mode: Required`, and short condition summaries for messages.
 
 use crate::cluster::{Env, MemberPod, condition};
+use anyhow::Context;
 use anyhow::{Result, ensure};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,6 +37,48 @@ pub fn cond_brief(obj: &Value, cond: &str) -> String {
 /// The status describes the latest generation of the spec.
 pub fn current(obj: &Value) -> bool {
     obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+}
+
+/// Errors unless `status.topology` of the cluster object `obj` lists every
+/// member of `members` (placed, Ready) with its node, the node's zone and
+/// region labels, and its role label.
+pub fn status_topology_matches(
+    obj: &Value,
+    members: &[MemberPod],
+    zones: &BTreeMap<String, String>,
+) -> Result<()> {
+    let topology = obj["status"]["topology"]
+        .as_array()
+        .context("status.topology is missing")?;
+    for m in members {
+        let shard = topology
+            .iter()
+            .find(|s| s["shard"].as_u64() == Some(u64::from(m.shard)))
+            .with_context(|| format!("status.topology has no shard {}", m.shard))?;
+        let entry = shard["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["member"].as_u64() == Some(u64::from(m.member)))
+            .with_context(|| {
+                format!(
+                    "status.topology shard {} has no member {}",
+                    m.shard, m.member
+                )
+            })?;
+        let zone = zones.get(&m.node).map(String::as_str).unwrap_or_default();
+        ensure!(
+            entry["node"] == m.node.as_str()
+                && entry["zone"] == zone
+                && entry["region"].is_string()
+                && entry["role"] == m.role.as_str(),
+            "status.topology says {entry} for {} (node {}, zone {zone}, role {})",
+            m.name,
+            m.node,
+            m.role
+        );
+    }
+    Ok(())
 }
 
 /// Members bound to a node and not being deleted: the copies that count.

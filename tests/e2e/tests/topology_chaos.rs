@@ -23,8 +23,8 @@ use anyhow::{Context, Result, bail, ensure};
 use e2e::cluster::{Env, Operator, condition_status, wait_until};
 use e2e::manifest::cluster_manifest;
 use e2e::topology::{
-    Faults, cond_brief, current, node_required_holds, primary_zones, zone_required_holds,
-    zones_of_nodes,
+    Faults, cond_brief, current, node_required_holds, primary_zones, status_topology_matches,
+    zone_required_holds, zones_of_nodes,
 };
 use rand::rngs::ChaCha8Rng;
 use rand::seq::{IndexedRandom, SliceRandom};
@@ -169,7 +169,11 @@ impl Run<'_> {
         );
         let shape = self.env.check_shape(self.ns, NAME, 3, 2)?;
         node_required_holds(&shape.members)?;
-        zone_required_holds(&shape.members, &self.zones)
+        zone_required_holds(&shape.members, &self.zones)?;
+        // status.topology was written from an older observation until the
+        // operator's next status write; the poll waits for it.
+        let obj = self.env.cluster(self.ns, NAME)?;
+        status_topology_matches(&obj, &shape.members, &self.zones)
     }
 
     fn wait_recovered(&self, timeout: Duration, what: &str) -> Result<Duration> {

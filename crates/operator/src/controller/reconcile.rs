@@ -1929,7 +1929,6 @@ async fn heal_lost_members(
         .as_ref()
         .map(|p| p.node_loss_grace)
         .unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
         Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let mut waiting = Vec::new();
@@ -1956,26 +1955,7 @@ async fn heal_lost_members(
             let claim = format!("{}-{name}", crate::builders::statefulset::DATA_VOLUME);
             delete(ctx, &pvcs, "PersistentVolumeClaim", &claim, None).await?;
         }
-        ctx.metrics.api_write("Pod", "delete");
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: pod.metadata.uid.clone().map(|uid| Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match pods.delete(&name, &dp).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(source) => {
-                return Err(Error::Delete {
-                    kind: "Pod",
-                    name,
-                    source,
-                });
-            }
-        }
+        force_delete_pod(ctx, cluster, pod).await?;
         done += 1;
         let what = if with_volume {
             "its volume on that node is given up and it is reseeded by its primary"

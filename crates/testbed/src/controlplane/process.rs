@@ -389,7 +389,17 @@ mod tests {
         assert_eq!(sup.liveness("sleeper"), Liveness::Alive(pid));
         assert_eq!(sup.recorded(), vec!["sleeper".to_string()]);
         let shells = ["sh", "dash", "bash"];
-        assert!(processes_mentioning(&dir, &shells).contains(&pid));
+        // Between fork and exec the child still runs the test binary: give a
+        // loaded machine a moment to exec the shell.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !processes_mentioning(&dir, &shells).contains(&pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pid {pid} never showed up as a shell mentioning {}",
+                dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert!(!processes_mentioning(&dir, &["valkey-server"]).contains(&pid));
         assert!(sup.stop("sleeper", Duration::from_secs(5)));
         assert!(!is_running(pid) || wait_gone(pid, Duration::from_secs(2)));

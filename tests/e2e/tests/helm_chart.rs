@@ -163,7 +163,10 @@ fn chart_suite(env: &Env, ns: &str) -> Result<()> {
     let forbidden = std::fs::read_to_string(&operator.log)
         .unwrap_or_default()
         .lines()
-        .filter(|l| l.contains("forbidden") || l.contains("Forbidden"))
+        // An RBAC denial names the ServiceAccount ("... is forbidden: User
+        // \"system:serviceaccount:NS:NAME\" cannot ..."); other 403s (e.g.
+        // a namespace of another suite being deleted) are not the chart's.
+        .filter(|l| l.contains("system:serviceaccount:") && l.contains(" cannot "))
         .take(5)
         .collect::<Vec<_>>()
         .join("\n");

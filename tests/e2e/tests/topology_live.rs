@@ -25,7 +25,7 @@
 use anyhow::{Context, Result, bail, ensure};
 use e2e::cluster::{Env, Load, MemberPod, condition, condition_status, wait_until};
 use e2e::manifest::cluster_manifest;
-use e2e::suite::wait_load_running;
+use e2e::suite::finish_load;
 use e2e::topology::{
     Faults, ZONE, cond_brief, current, node_required_holds, primary_zones, zones_of_nodes,
     zones_per_shard,
@@ -125,13 +125,8 @@ fn finish_and_verify(
     mut load: Load,
     part: &str,
 ) -> Result<()> {
-    std::thread::sleep(Duration::from_secs(2));
-    let summary = load.finish(Duration::from_secs(30))?;
-    ensure!(
-        summary["acked"].as_u64().unwrap_or(0) > 0,
-        "{part}: the load acknowledged nothing: {summary}"
-    );
-    let verified = env.verify_keys(&env.member_ips(ns, name)?, password, &load.keys)?;
+    let summary = finish_load(&mut load, part)?;
+    let verified = env.verify_cluster_keys(ns, name, password, &load.keys)?;
     println!("topology_live: {part}: load {summary}; verify {verified}");
     Ok(())
 }
@@ -182,16 +177,14 @@ fn zone_loss(env: &Env, ns: &str, name: &str, undo: &mut Faults) -> Result<()> {
     create(env, ns, name, "Required", &zones)?;
     let password = env.password(ns, name)?;
     let dir = env.work_dir("topology_live-zone")?;
-    let hosts = env.member_ips(ns, name)?;
-    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
-    let mut load = env.start_load(
-        &host_refs,
+    let load = env.start_member_load(
+        ns,
+        name,
         &password,
         &dir,
         "zone",
         &["--interval-ms", "5", "--wait-replicas", "1"],
     )?;
-    wait_load_running(&mut load)?;
 
     let members = env.members(ns, name)?;
     let primary0 = member_of(&members, 0, "primary")?;
@@ -338,16 +331,14 @@ fn primary_killed(env: &Env, ns: &str, name: &str) -> Result<()> {
     create(env, ns, name, "Required", &zones)?;
     let password = env.password(ns, name)?;
     let dir = env.work_dir("topology_live-kill")?;
-    let hosts = env.member_ips(ns, name)?;
-    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
-    let mut load = env.start_load(
-        &host_refs,
+    let load = env.start_member_load(
+        ns,
+        name,
         &password,
         &dir,
         "kill",
         &["--interval-ms", "5", "--wait-replicas", "1"],
     )?;
-    wait_load_running(&mut load)?;
 
     let members = env.members(ns, name)?;
     let shard = 1;

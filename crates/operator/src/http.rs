@@ -190,23 +190,36 @@ mod tests {
         out
     }
 
-    #[tokio::test]
-    async fn readyz_follows_the_health_flag_and_metrics_are_served() {
-        let metrics = Arc::new(Metrics::new());
-        metrics.reconciles.inc();
-        let health = Arc::new(Health::default());
+    /// Serves `metrics` and `health` on a free loopback port until the
+    /// returned sender fires; returns the address and the server task.
+    async fn serve(
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<Result<(), HttpError>>,
+    ) {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (addr, server) = bind(
             "127.0.0.1:0".parse().unwrap(),
             metrics,
-            health.clone(),
+            health,
             async move {
                 let _ = rx.await;
             },
         )
         .await
         .unwrap();
-        let task = tokio::spawn(server);
+        (addr, tx, tokio::spawn(server))
+    }
+
+    #[tokio::test]
+    async fn readyz_follows_the_health_flag_and_metrics_are_served() {
+        let metrics = Arc::new(Metrics::new());
+        metrics.reconciles.inc();
+        let health = Arc::new(Health::default());
+        let (addr, tx, task) = serve(metrics, health.clone()).await;
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         health.set_ready(true);
@@ -223,18 +236,7 @@ mod tests {
     #[tokio::test]
     async fn readyz_names_the_role_so_the_acting_replica_can_be_told_apart() {
         let health = Arc::new(Health::default());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let (addr, server) = bind(
-            "127.0.0.1:0".parse().unwrap(),
-            Arc::new(Metrics::new()),
-            health.clone(),
-            async move {
-                let _ = rx.await;
-            },
-        )
-        .await
-        .unwrap();
-        let task = tokio::spawn(server);
+        let (addr, tx, task) = serve(Arc::new(Metrics::new()), health.clone()).await;
         assert!(
             get(addr, "/readyz")
                 .await

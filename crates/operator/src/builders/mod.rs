@@ -222,16 +222,21 @@ mod tests {
     use super::*;
     use test_support::{cluster, owner};
 
-    #[test]
-    fn a_cluster_owns_one_statefulset_per_member_and_one_budget_per_shard() {
-        let c = cluster("cache", 3, 2);
-        let d = desired(
-            &c,
+    /// The desired objects of `c` with no placement plan and no live objects.
+    fn unplanned(c: &ValidatedCluster) -> Desired {
+        desired(
+            c,
             &owner(),
             |_, _| MemberPlacement::Unplanned,
             |_| None,
             |_| None,
-        );
+        )
+    }
+
+    #[test]
+    fn a_cluster_owns_one_statefulset_per_member_and_one_budget_per_shard() {
+        let c = cluster("cache", 3, 2);
+        let d = unplanned(&c);
         let names: Vec<_> = d
             .statefulsets
             .iter()
@@ -248,13 +253,7 @@ mod tests {
     fn budgets_can_be_turned_off() {
         let mut c = cluster("cache", 3, 1);
         c.pod_disruption_budget = false;
-        let d = desired(
-            &c,
-            &owner(),
-            |_, _| MemberPlacement::Unplanned,
-            |_| None,
-            |_| None,
-        );
+        let d = unplanned(&c);
         assert!(d.pdbs.is_empty());
     }
 }

@@ -321,7 +321,6 @@ fn retained_scale_in_and_out(env: &Env, ns: &str) -> Result<()> {
 }
 
 #[test]
-#[ignore = "known bug, out of `make test` until fixed: in the 2026-12-02 CI dry run the returning shard's retained primary never re-learned its replica's new pod IP (MEET sent for 300 s); run with E2E_TEST=operator_scale E2E_IGNORED=1"]
 fn scaling_in_and_out_again_on_retained_volumes_brings_back_no_stale_data() {
     let Some(suite) = Suite::start("operator_scale", "scale-retain", "e2e-scale-pv") else {
         return;

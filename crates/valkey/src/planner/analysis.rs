@@ -198,12 +198,23 @@ impl<'a> Analysis<'a> {
         Ok(analysis)
     }
 
-    /// The reachable member whose view knows the most: most slots covered, then most
+    /// The reachable member the others agree on, whose view knows the most: known
+    /// by the most other reachable members, then most slots covered, then most
     /// reachable members known, then desired before leaving, then the lowest member.
+    ///
+    /// Recognition comes first so that a member returning on a retained volume,
+    /// whose old nodes.conf still lists everyone while everyone has forgotten it,
+    /// is never the reference the others are measured against.
     fn pick_anchor(&self) -> Option<MemberRef> {
         self.reports
             .iter()
             .max_by_key(|(r, report)| {
+                let recognised = self.ids.get(r).map_or(0, |me| {
+                    self.reports
+                        .iter()
+                        .filter(|(other, rep)| other != r && rep.nodes.get(me).is_some())
+                        .count()
+                });
                 let covered = report.nodes.covered_slots().len();
                 let known = self
                     .ids
@@ -211,7 +222,7 @@ impl<'a> Analysis<'a> {
                     .filter(|id| report.nodes.get(id).is_some())
                     .count();
                 let desired = self.desired_refs.contains(r);
-                (covered, known, desired, std::cmp::Reverse(**r))
+                (recognised, covered, known, desired, std::cmp::Reverse(**r))
             })
             .map(|(r, _)| *r)
     }

@@ -8,8 +8,9 @@
 //! 1. **Membership.** One reachable member's view is the reference (the *anchor*:
 //!    the one that knows the most). Every desired member that is not part of the
 //!    anchor's cluster is met from the anchor by IP (fresh nodes, and nodes whose IP
-//!    changed); an empty member that carries a view of another cluster is reset
-//!    first; a member with data of another cluster is never merged.
+//!    changed); an empty member that carries a view the anchor's cluster does not
+//!    share (another cluster's, or its own from before it was forgotten) is reset
+//!    under a new id first; a member with data of another cluster is never merged.
 //! 2. **Forget.** Node ids no member claims are forgotten on every member that knows
 //!    them, in one plan (inside the 60 s ban window), once the cluster marks them
 //!    failed, or at once when their member came back with a new id. A node that
@@ -263,13 +264,19 @@ fn membership(a: &Analysis<'_>, plan: &mut Plan) {
                     .slot_owners()
                     .keys()
                     .all(|id| anchor_view.get(id).is_some());
-                if view.is_fresh() || (mine.is_empty() && compatible) {
+                if view.is_fresh() {
                     plan.actions.push(meet_from_anchor);
                 } else if report.keys == 0 {
+                    // An empty node with a view the anchor's cluster does not share:
+                    // a member back on a retained volume after the cluster forgot
+                    // it, or a node of another cluster. It starts afresh under a new
+                    // id, which no FORGET ban holds back, and is met as a new node.
                     plan.actions.push(Action::ResetNode {
                         on: *r,
-                        mode: ResetMode::Soft,
+                        mode: ResetMode::Hard,
                     });
+                } else if mine.is_empty() && compatible {
+                    plan.actions.push(meet_from_anchor);
                 } else {
                     plan.wait(Wait::SeparateCluster { member: *r });
                 }

@@ -525,15 +525,28 @@ impl Sim {
                     ticks_left: 1,
                 });
             }
-            Action::ResetNode { .. } => {
+            Action::ResetNode { mode, .. } => {
                 assert!(
                     self.nodes[on].slots.is_empty() && self.keys(on) == 0,
                     "{action}: reset of a node with data"
                 );
-                let n = &mut self.nodes[on];
+                let mut n = self.nodes[on].clone();
                 n.knows.clear();
                 n.primary = None;
                 n.holds = SlotSet::new();
+                n.link_up = false;
+                n.pending_meets.clear();
+                if *mode == ResetMode::Hard {
+                    // A new node id: the old one is gone as if its node had died.
+                    n.id = self.fresh_id();
+                    n.banned.clear();
+                    let member = n.member;
+                    self.kill(member);
+                    self.nodes.push(n);
+                    self.current.insert(member, self.nodes.len() - 1);
+                } else {
+                    self.nodes[on] = n;
+                }
             }
             Action::ConfigSet { key, value, .. } => {
                 self.nodes[on].config.insert(key.clone(), value.clone());
@@ -1290,7 +1303,7 @@ fn an_empty_member_with_a_view_of_another_cluster_is_reset_then_met() {
     assert!(
         plan.actions.contains(&Action::ResetNode {
             on: m,
-            mode: ResetMode::Soft
+            mode: ResetMode::Hard
         }),
         "{:?}",
         plan.actions
@@ -1303,6 +1316,49 @@ fn an_empty_member_with_a_view_of_another_cluster_is_reset_then_met() {
     );
     converge(&mut sim, &want, 20);
     assert_topology(&sim, &want);
+}
+
+#[test]
+fn a_shard_back_on_retained_volumes_is_reset_under_new_ids_and_never_the_anchor() {
+    // 3x1 scaled in to 2 shards: shard 2 is drained, removed and forgotten.
+    let (mut sim, two) = scaled((3, 1), (2, 1));
+    converge(&mut sim, &two, 40);
+    // It comes back on its retained volumes: the old nodes.conf (a view of the
+    // whole old cluster, everyone else included) and new pod IPs.
+    let back = [MemberRef::new(2, 0), MemberRef::new(2, 1)];
+    for m in back {
+        let i = sim.nodes.iter().rposition(|n| n.member == m).unwrap();
+        assert!(!sim.nodes[i].knows.is_empty(), "a stale view to come back with");
+        let addr = sim.fresh_addr();
+        let n = &mut sim.nodes[i];
+        n.alive = true;
+        n.dead_ticks = 0;
+        n.addr = addr;
+        sim.current.insert(m, i);
+    }
+    let old_ids: Vec<NodeId> = back.iter().map(|m| sim.node(*m).id.clone()).collect();
+    let three = desired(3, 1);
+    let first = plan_of(&mut sim, &three);
+    for m in back {
+        assert!(
+            first.actions.contains(&Action::ResetNode {
+                on: m,
+                mode: ResetMode::Hard
+            }),
+            "{:?}",
+            first.actions
+        );
+    }
+    let plans = converge(&mut sim, &three, 40);
+    assert!(
+        !all_actions(&plans).any(|a| matches!(a, Action::Meet { on, .. } if back.contains(on))),
+        "a returning member with a stale view was used as the anchor:\n{}",
+        sim.log.join("\n")
+    );
+    assert_topology(&sim, &three);
+    for (m, old) in back.iter().zip(&old_ids) {
+        assert_ne!(&sim.node(*m).id, old, "{m} kept its forgotten id");
+    }
 }
 
 #[test]

@@ -230,14 +230,22 @@ impl Run<'_> {
         let of_shard = members
             .iter()
             .filter(|m| m.shard == shard && !m.deleting && !m.ip.is_empty());
+        // The role Valkey gives each member now, not the pod label: the label
+        // follows a failover Valkey made on its own only at the next resync.
+        let password = self.env.password(self.ns, NAME)?;
+        let live_primary = |ip: &str| -> bool {
+            self.env
+                .cluster_nodes(ip, &password)
+                .is_ok_and(|nodes| nodes.iter().any(|n| n.has_flag("myself") && n.is_primary()))
+        };
         let victim = match copy {
-            Copy::Primary => of_shard.clone().find(|m| m.role == "primary"),
-            Copy::Replica => of_shard.clone().find(|m| m.role == "replica"),
+            Copy::Primary => of_shard.clone().find(|m| live_primary(&m.ip)),
+            Copy::Replica => of_shard.clone().find(|m| !live_primary(&m.ip)),
         }
-        .with_context(|| format!("shard {shard} has no {copy:?}: {members:#?}"))?;
+        .with_context(|| format!("shard {shard} has no live {copy:?}: {members:#?}"))?;
         let pid = self.env.kill_valkey(&victim.ip)?;
         self.say(format_args!(
-            "SIGKILL valkey-server pid {pid} of {} ({}, {} on {})",
+            "SIGKILL valkey-server pid {pid} of {} ({copy:?} in Valkey, labelled {}, {} on {})",
             victim.name,
             victim.role,
             self.zones.get(&victim.node).cloned().unwrap_or_default(),

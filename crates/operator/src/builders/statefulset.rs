@@ -412,7 +412,22 @@ fn container(c: &ValidatedCluster) -> Container {
 /// replica keeps the RDB of its last full sync there (`dump.rdb`), which it
 /// would load on start and come back as a stranger holding keys. With
 /// persistence nodes.conf and the data stay together on the volume.
-pub const FORGET_IDENTITY_SCRIPT: &str = "rm -rf /data/* /data/.[!.]* && exec valkey-server \"$@\"";
+///
+/// A container that was a primary waits three cluster-node-timeouts (read
+/// from its config file, `$1`) before it listens again. Its replicas keep
+/// reconnecting to its address, and an empty server answering there would
+/// hand them a full sync of nothing: they would flush every key of the shard
+/// before the cluster had failed over to one of them. While nothing listens
+/// they get "connection refused" until one of them is promoted.
+pub const FORGET_IDENTITY_SCRIPT: &str = concat!(
+    "if grep -qs 'myself,master' /data/nodes.conf; then ",
+    "t=$(awk '$1==\"cluster-node-timeout\"{v=$2} END{print v+0}' \"$1\" 2>/dev/null); ",
+    "[ \"${t:-0}\" -gt 0 ] 2>/dev/null || t=5000; ",
+    "echo \"was a primary: waiting $((t*3/1000))s for the shard to fail over before listening\"; ",
+    "trap 'exit 143' TERM INT; sleep $((t*3/1000)) & wait $!; trap - TERM INT; ",
+    "fi; ",
+    "rm -rf /data/* /data/.[!.]* && exec valkey-server \"$@\""
+);
 
 fn command(c: &ValidatedCluster) -> Vec<String> {
     if c.persistence.is_some() {
@@ -688,11 +703,65 @@ mod tests {
         let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
         let command = container.command.clone().unwrap();
         assert_eq!(command[0], "sh");
-        assert!(command[2].starts_with("rm -rf /data/* /data/.[!.]* && exec valkey-server"));
+        assert_eq!(command[2], FORGET_IDENTITY_SCRIPT);
         let p = crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
         let s = build(&p, &placed("n1"));
         let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
         assert_eq!(container.command, Some(vec!["valkey-server".to_string()]));
+    }
+
+    /// Runs the start script with `/data` in a temporary directory and `echo`
+    /// for valkey-server; returns its output and how long it took.
+    fn run_start_script(nodes_conf: Option<&str>) -> (String, std::time::Duration, bool) {
+        let dir = std::env::temp_dir().join(format!(
+            "forget-identity-{}-{}",
+            std::process::id(),
+            nodes_conf.map_or(0, str::len)
+        ));
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("dump.rdb"), b"old").unwrap();
+        if let Some(text) = nodes_conf {
+            std::fs::write(data.join("nodes.conf"), text).unwrap();
+        }
+        let conf = dir.join("valkey.conf");
+        // 400 ms: the primary waits 3 x 0.4 s, rounded down to 1 s.
+        std::fs::write(&conf, "port 6379\ncluster-node-timeout 400\n").unwrap();
+        let script = FORGET_IDENTITY_SCRIPT
+            .replace("/data", &data.to_string_lossy())
+            .replace("exec valkey-server", "exec echo started");
+        let t = std::time::Instant::now();
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, "valkey-server", &conf.to_string_lossy()])
+            .output()
+            .unwrap();
+        let took = t.elapsed();
+        let wiped = std::fs::read_dir(&data).unwrap().next().is_none();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            took,
+            wiped,
+        )
+    }
+
+    #[test]
+    fn a_restarted_primary_waits_out_the_failover_before_it_listens_and_a_replica_does_not() {
+        let primary = "aaaa 10.0.0.1:6379@16379 myself,master - 0 0 1 connected 0-5460\n";
+        let (out, took, wiped) = run_start_script(Some(primary));
+        assert!(out.contains("waiting 1s"), "{out}");
+        assert!(out.contains("started"), "{out}");
+        assert!(took >= std::time::Duration::from_secs(1), "{took:?}");
+        assert!(wiped);
+        let replica = "bbbb 10.0.0.2:6379@16379 myself,slave aaaa 0 0 1 connected\n";
+        for conf in [Some(replica), None] {
+            let (out, took, wiped) = run_start_script(conf);
+            assert!(!out.contains("waiting"), "{out}");
+            assert!(out.contains("started"), "{out}");
+            assert!(took < std::time::Duration::from_secs(1), "{took:?}");
+            assert!(wiped);
+        }
     }
 
     #[test]

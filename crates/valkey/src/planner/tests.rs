@@ -1328,7 +1328,10 @@ fn a_shard_back_on_retained_volumes_is_reset_under_new_ids_and_never_the_anchor(
     let back = [MemberRef::new(2, 0), MemberRef::new(2, 1)];
     for m in back {
         let i = sim.nodes.iter().rposition(|n| n.member == m).unwrap();
-        assert!(!sim.nodes[i].knows.is_empty(), "a stale view to come back with");
+        assert!(
+            !sim.nodes[i].knows.is_empty(),
+            "a stale view to come back with"
+        );
         let addr = sim.fresh_addr();
         let n = &mut sim.nodes[i];
         n.alive = true;

@@ -148,6 +148,8 @@ struct Run<'a> {
     started: Instant,
     operator: Operator,
     operators: u32,
+    /// The cluster's password, read once the cluster exists.
+    password: String,
 }
 
 impl Run<'_> {
@@ -232,17 +234,16 @@ impl Run<'_> {
             .filter(|m| m.shard == shard && !m.deleting && !m.ip.is_empty());
         // The role Valkey gives each member now, not the pod label: the label
         // follows a failover Valkey made on its own only at the next resync.
-        let password = self.env.password(self.ns, NAME)?;
-        let live_primary = |ip: &str| -> bool {
-            self.env
-                .cluster_nodes(ip, &password)
-                .is_ok_and(|nodes| nodes.iter().any(|n| n.has_flag("myself") && n.is_primary()))
+        // A member that does not answer is neither.
+        let live_primary = |ip: &str| -> Option<bool> {
+            let role = self.env.valkey_cli(ip, &self.password, &["role"]).ok()?;
+            Some(role.starts_with("master"))
         };
-        let victim = match copy {
-            Copy::Primary => of_shard.clone().find(|m| live_primary(&m.ip)),
-            Copy::Replica => of_shard.clone().find(|m| !live_primary(&m.ip)),
-        }
-        .with_context(|| format!("shard {shard} has no live {copy:?}: {members:#?}"))?;
+        let want = copy == Copy::Primary;
+        let victim = of_shard
+            .clone()
+            .find(|m| live_primary(&m.ip) == Some(want))
+            .with_context(|| format!("shard {shard} has no live {copy:?}: {members:#?}"))?;
         let pid = self.env.kill_valkey(&victim.ip)?;
         self.say(format_args!(
             "SIGKILL valkey-server pid {pid} of {} ({copy:?} in Valkey, labelled {}, {} on {})",
@@ -309,6 +310,7 @@ fn chaos(run: &mut Run<'_>, faults: &mut Faults) -> Result<()> {
         took.as_secs_f64()
     ));
     let password = env.password(ns, NAME)?;
+    run.password = password.clone();
     let dir = env.work_dir("topology_chaos")?;
     let mut load = env.start_member_load(
         ns,
@@ -394,6 +396,7 @@ fn ten_seeded_faults_under_write_load_keep_required_spread_and_every_acknowledge
         started: Instant::now(),
         operator: env.start_operator(&format!("{NAME}-1")).unwrap(),
         operators: 1,
+        password: String::new(),
     };
     let res = {
         let mut faults = Faults::new(&env, "topology_chaos");

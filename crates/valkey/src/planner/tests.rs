@@ -1284,6 +1284,18 @@ fn forgotten_by_everyone(sim: &mut Sim, m: MemberRef) {
     sim.recorded.remove(&m);
 }
 
+/// The plan resets member `m` under a new node id.
+fn assert_resets_hard(plan: &Plan, m: MemberRef) {
+    assert!(
+        plan.actions.contains(&Action::ResetNode {
+            on: m,
+            mode: ResetMode::Hard
+        }),
+        "{:?}",
+        plan.actions
+    );
+}
+
 #[test]
 fn an_empty_member_with_a_view_of_another_cluster_is_reset_then_met() {
     let (mut sim, want) = healthy(2, 1);
@@ -1300,14 +1312,7 @@ fn an_empty_member_with_a_view_of_another_cluster_is_reset_then_met() {
     sim.nodes[i].primary = None;
     sim.nodes[i].holds = SlotSet::new();
     let plan = plan_of(&mut sim, &want);
-    assert!(
-        plan.actions.contains(&Action::ResetNode {
-            on: m,
-            mode: ResetMode::Hard
-        }),
-        "{:?}",
-        plan.actions
-    );
+    assert_resets_hard(&plan, m);
     assert!(
         !plan
             .actions
@@ -1343,14 +1348,7 @@ fn a_shard_back_on_retained_volumes_is_reset_under_new_ids_and_never_the_anchor(
     let three = desired(3, 1);
     let first = plan_of(&mut sim, &three);
     for m in back {
-        assert!(
-            first.actions.contains(&Action::ResetNode {
-                on: m,
-                mode: ResetMode::Hard
-            }),
-            "{:?}",
-            first.actions
-        );
+        assert_resets_hard(&first, m);
     }
     let plans = converge(&mut sim, &three, 40);
     assert!(

@@ -128,7 +128,8 @@ pub trait Admin: Send + Sync {
     fn cluster_getslotmigrations(
         &self,
     ) -> impl Future<Output = Result<Vec<SlotMigration>, ClientError>> + Send;
-    fn dbsize(&self) -> impl Future<Output = Result<u64, ClientError>> + Send;
+    /// The keys of every database (INFO keyspace), not only the selected one.
+    fn key_count(&self) -> impl Future<Output = Result<u64, ClientError>> + Send;
     /// CONFIG GET of several keys; absent keys are absent from the map.
     fn config_get(
         &self,
@@ -347,18 +348,10 @@ impl Admin for ValkeyAdmin {
             .map_err(|e| self.reply_err("CLUSTER GETSLOTMIGRATIONS", e))
     }
 
-    async fn dbsize(&self) -> Result<u64, ClientError> {
-        let value = self.query(&redis::cmd("DBSIZE"), "DBSIZE").await?;
-        match value {
-            Value::Int(n) if n >= 0 => Ok(n.unsigned_abs()),
-            other => Err(self.reply_err(
-                "DBSIZE",
-                ParseError::Reply {
-                    command: "DBSIZE",
-                    reason: format!("expected a count, got {other:?}"),
-                },
-            )),
-        }
+    async fn key_count(&self) -> Result<u64, ClientError> {
+        let info = self.info("keyspace").await?;
+        info.keyspace_keys()
+            .map_err(|e| self.reply_err("INFO keyspace", e))
     }
 
     async fn config_get(&self, keys: &[String]) -> Result<BTreeMap<String, String>, ClientError> {
@@ -494,7 +487,7 @@ impl Admin for ValkeyAdmin {
 }
 
 /// Collects one node's [`NodeReport`]: CLUSTER NODES, INFO replication,
-/// CLUSTER GETSLOTMIGRATIONS, DBSIZE, CLUSTER INFO and CONFIG GET of `config_keys`,
+/// CLUSTER GETSLOTMIGRATIONS, INFO keyspace, CLUSTER INFO and CONFIG GET of `config_keys`,
 /// concurrently.
 pub async fn observe_node<A: Admin>(
     admin: &A,
@@ -504,7 +497,7 @@ pub async fn observe_node<A: Admin>(
         admin.cluster_nodes(),
         admin.info("replication"),
         admin.cluster_getslotmigrations(),
-        admin.dbsize(),
+        admin.key_count(),
         admin.config_get(config_keys),
         admin.cluster_info(),
     )?;

@@ -241,7 +241,7 @@ pub struct NodeReport {
     pub replication: ReplicationInfo,
     /// Its CLUSTER GETSLOTMIGRATIONS jobs (finished ones included).
     pub slot_migrations: Vec<SlotMigration>,
-    /// DBSIZE.
+    /// Keys in every database (INFO keyspace).
     pub keys: u64,
     /// CONFIG GET of the keys the desired topology sets.
     pub config: BTreeMap<String, String>,

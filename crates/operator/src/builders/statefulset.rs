@@ -413,18 +413,41 @@ fn container(c: &ValidatedCluster) -> Container {
 /// would load on start and come back as a stranger holding keys. With
 /// persistence nodes.conf and the data stay together on the volume.
 ///
-/// A container that was a primary waits three cluster-node-timeouts (read
-/// from its config file, `$1`) before it listens again. Its replicas keep
-/// reconnecting to its address, and an empty server answering there would
-/// hand them a full sync of nothing: they would flush every key of the shard
-/// before the cluster had failed over to one of them. While nothing listens
-/// they get "connection refused" until one of them is promoted.
+/// A container that was a primary does not listen again while a replica
+/// still replicates from its address. Its replicas keep reconnecting to that
+/// address, and an empty server answering there would hand them a full sync of
+/// nothing: they would flush every key of the shard. So it asks each replica
+/// its old nodes.conf lists (INFO replication) and waits until none names its
+/// address as `master_host`: the shard has failed over (Valkey's election, or
+/// the operator's CLUSTER FAILOVER TAKEOVER when too few primaries are up to
+/// elect). A replica that does not answer is waited for three
+/// cluster-node-timeouts (read from its config file, `$1`); a primary without
+/// replicas has nobody to wait for. While it waits, nothing listens, and the
+/// replicas get "connection refused".
 pub const FORGET_IDENTITY_SCRIPT: &str = concat!(
-    "if grep -qs 'myself,master' /data/nodes.conf; then ",
+    "c=/data/nodes.conf; ",
+    "if grep -qs 'myself,master' \"$c\"; then ",
     "t=$(awk '$1==\"cluster-node-timeout\"{v=$2} END{print v+0}' \"$1\" 2>/dev/null); ",
     "[ \"${t:-0}\" -gt 0 ] 2>/dev/null || t=5000; ",
-    "echo \"was a primary: waiting $((t*3/1000))s for the shard to fail over before listening\"; ",
-    "trap 'exit 143' TERM INT; sleep $((t*3/1000)) & wait $!; trap - TERM INT; ",
+    "me=$(awk '$3 ~ /myself/ {print $1; exit}' \"$c\"); ",
+    "ip=$(awk '$3 ~ /myself/ {a=$2; sub(/[@,].*/, \"\", a); sub(/:[0-9]*$/, \"\", a); print a; exit}' \"$c\"); ",
+    "rs=$(awk -v me=\"$me\" '$4==me {a=$2; sub(/[@,].*/, \"\", a); print a}' \"$c\"); ",
+    "deadline=$(( $(date +%s) + t*3/1000 )); ",
+    "echo \"was a primary at $ip: not listening while a replica still replicates from it\"; ",
+    "trap 'exit 143' TERM INT; ",
+    "while :; do busy=; ",
+    "for r in $rs; do ",
+    "out=$(timeout 2 valkey-cli --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>/dev/null | tr -d '\\r'); ",
+    "case \"$out\" in ",
+    "*role:*) if printf '%s\\n' \"$out\" | grep -qx -e \"master_host:$ip\" -e \"master_host:${POD_IP:-$ip}\"; then busy=\"$r\"; fi ;; ",
+    "*) if [ \"$(date +%s)\" -lt \"$deadline\" ]; then busy=\"$r\"; fi ;; ",
+    "esac; ",
+    "done; ",
+    "[ -z \"$busy\" ] && break; ",
+    "echo \"replica $busy still replicates from $ip (or does not answer): waiting\"; ",
+    "sleep 1 & wait $!; ",
+    "done; ",
+    "trap - TERM INT; ",
     "fi; ",
     "rm -rf /data/* /data/.[!.]* && exec valkey-server \"$@\""
 );
@@ -710,57 +733,161 @@ mod tests {
         assert_eq!(container.command, Some(vec!["valkey-server".to_string()]));
     }
 
-    /// Runs the start script with `/data` in a temporary directory and `echo`
-    /// for valkey-server; returns its output and how long it took.
-    fn run_start_script(nodes_conf: Option<&str>) -> (String, std::time::Duration, bool) {
+    struct ScriptRun {
+        out: String,
+        took: std::time::Duration,
+        wiped: bool,
+        /// How many times the script asked a replica.
+        asked: usize,
+        cli_args: String,
+    }
+
+    /// Runs the start script with `/data` in a temporary directory, `echo`
+    /// for valkey-server and a stand-in `valkey-cli` that answers INFO
+    /// replication with `replies` in turn (the last one from then on; nothing
+    /// at all, as an unreachable replica, when empty).
+    fn run_start_script(nodes_conf: Option<&str>, replies: &[&str]) -> ScriptRun {
+        static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "forget-identity-{}-{}",
             std::process::id(),
-            nodes_conf.map_or(0, str::len)
+            RUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
         ));
         let data = dir.join("data");
+        let bin = dir.join("bin");
         std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
         std::fs::write(data.join("dump.rdb"), b"old").unwrap();
         if let Some(text) = nodes_conf {
             std::fs::write(data.join("nodes.conf"), text).unwrap();
         }
+        for (i, reply) in replies.iter().enumerate() {
+            std::fs::write(
+                dir.join(format!("reply-{i}")),
+                format!("# Replication\r\nrole:slave\r\n{reply}\r\n"),
+            )
+            .unwrap();
+        }
+        let last = replies.len().saturating_sub(1);
+        let cli = format!(
+            "#!/bin/sh\necho \"$@\" >> {d}/args\nn=$(cat {d}/count 2>/dev/null || echo 0)\necho $((n+1)) > {d}/count\n\
+             [ $n -gt {last} ] && n={last}\ncat {d}/reply-$n 2>/dev/null\n",
+            d = dir.display()
+        );
+        let cli_path = bin.join("valkey-cli");
+        std::fs::write(&cli_path, cli).unwrap();
+        std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(&cli_path)
+            .status()
+            .unwrap();
         let conf = dir.join("valkey.conf");
-        // 400 ms: the primary waits 3 x 0.4 s, rounded down to 1 s.
+        // 400 ms: an unanswering replica is waited for 3 x 0.4 s, in whole seconds.
         std::fs::write(&conf, "port 6379\ncluster-node-timeout 400\n").unwrap();
         let script = FORGET_IDENTITY_SCRIPT
             .replace("/data", &data.to_string_lossy())
             .replace("exec valkey-server", "exec echo started");
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
         let t = std::time::Instant::now();
         let out = std::process::Command::new("sh")
             .args(["-c", &script, "valkey-server", &conf.to_string_lossy()])
+            .env("PATH", path)
+            .env_remove("POD_IP")
             .output()
             .unwrap();
         let took = t.elapsed();
         let wiped = std::fs::read_dir(&data).unwrap().next().is_none();
+        let asked = std::fs::read_to_string(dir.join("count"))
+            .ok()
+            .and_then(|c| c.trim().parse().ok())
+            .unwrap_or(0);
+        let cli_args = std::fs::read_to_string(dir.join("args")).unwrap_or_default();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(out.status.success(), "{out:?}");
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ScriptRun {
+            out: String::from_utf8_lossy(&out.stdout).into_owned(),
             took,
             wiped,
-        )
+            asked,
+            cli_args,
+        }
+    }
+
+    const PRIMARY_CONF: &str = "aaaa 10.0.0.1:6379@16379,pod-a myself,master - 0 0 1 connected 0-5460\n\
+        bbbb 10.0.0.2:6379@16379,pod-b slave aaaa 0 0 1 connected\n";
+
+    #[test]
+    fn a_restarted_primary_listens_only_once_its_replica_follows_another_primary() {
+        // The replica names the old primary's address twice, then the promoted one.
+        let replies = [
+            "master_host:10.0.0.1",
+            "master_host:10.0.0.1",
+            "master_host:10.0.0.3",
+        ];
+        let run = run_start_script(Some(PRIMARY_CONF), &replies);
+        assert!(
+            run.out.contains("not listening while a replica"),
+            "{}",
+            run.out
+        );
+        assert!(
+            run.out.contains("replica 10.0.0.2:6379 still replicates"),
+            "{}",
+            run.out
+        );
+        assert!(run.out.contains("started"), "{}", run.out);
+        assert_eq!(run.asked, 3, "{}", run.out);
+        assert!(
+            run.cli_args
+                .contains("-h 10.0.0.2 -p 6379 info replication"),
+            "{}",
+            run.cli_args
+        );
+        assert!(
+            run.took >= std::time::Duration::from_secs(2),
+            "{:?}",
+            run.took
+        );
+        assert!(run.wiped);
     }
 
     #[test]
-    fn a_restarted_primary_waits_out_the_failover_before_it_listens_and_a_replica_does_not() {
-        let primary = "aaaa 10.0.0.1:6379@16379 myself,master - 0 0 1 connected 0-5460\n";
-        let (out, took, wiped) = run_start_script(Some(primary));
-        assert!(out.contains("waiting 1s"), "{out}");
-        assert!(out.contains("started"), "{out}");
-        assert!(took >= std::time::Duration::from_secs(1), "{took:?}");
-        assert!(wiped);
+    fn a_restarted_primary_waits_for_an_unanswering_replica_only_three_node_timeouts() {
+        let run = run_start_script(Some(PRIMARY_CONF), &[]);
+        assert!(run.out.contains("started"), "{}", run.out);
+        // 3 x 400 ms, in whole seconds.
+        assert!(
+            run.took >= std::time::Duration::from_secs(1),
+            "{:?}",
+            run.took
+        );
+        assert!(
+            run.took < std::time::Duration::from_secs(6),
+            "{:?}",
+            run.took
+        );
+        assert!(run.wiped);
+    }
+
+    #[test]
+    fn a_restarted_replica_or_a_primary_without_replicas_starts_at_once() {
         let replica = "bbbb 10.0.0.2:6379@16379 myself,slave aaaa 0 0 1 connected\n";
-        for conf in [Some(replica), None] {
-            let (out, took, wiped) = run_start_script(conf);
-            assert!(!out.contains("waiting"), "{out}");
-            assert!(out.contains("started"), "{out}");
-            assert!(took < std::time::Duration::from_secs(1), "{took:?}");
-            assert!(wiped);
+        let lone = "aaaa 10.0.0.1:6379@16379 myself,master - 0 0 1 connected 0-16383\n";
+        for conf in [Some(replica), Some(lone), None] {
+            let run = run_start_script(conf, &["master_host:10.0.0.1"]);
+            assert!(!run.out.contains("waiting"), "{}", run.out);
+            assert!(run.out.contains("started"), "{}", run.out);
+            assert_eq!(run.asked, 0);
+            assert!(
+                run.took < std::time::Duration::from_secs(1),
+                "{:?}",
+                run.took
+            );
+            assert!(run.wiped);
         }
     }
 

@@ -3,30 +3,31 @@
 //! and its StatefulSet cannot re-create it. The operator removes it so the
 //! member comes back where the plan now puts it.
 //!
-//! - A node is *lost* when it is deleted or its Ready condition has not been
-//!   True for [`NODE_LOST_GRACE`] (Valkey has long failed over by then: the
-//!   cluster-node-timeout is 5 s; the grace keeps a blip from moving members).
+//! - A node is *lost* when its Ready condition has not been True, or its Node
+//!   object has been gone, for [`NODE_LOST_GRACE`] (Valkey has long failed
+//!   over by then: the cluster-node-timeout is 5 s; the grace keeps a blip
+//!   from moving members).
 //! - Without persistence the pod is force-deleted, but only while another
 //!   member of the shard answers as its primary: if the lost member may hold
 //!   the shard's last copy, it is better to wait for the node to return
 //!   (a partitioned process keeps its data) than to make the loss final.
 //! - With persistence the member's volume lives on the lost node. It is given
-//!   up (PVC deleted, then the pod force-deleted) only after the node has been
-//!   lost for `persistence.nodeLossGraceSeconds`, and again never while the
-//!   volume may hold the shard's last copy.
+//!   up (PVC deleted, then the pod force-deleted) by the one volume rule,
+//!   [`super::safety::give_up_volume`]: after `persistence.nodeLossGraceSeconds`,
+//!   and never while the volume may hold the shard's last copy.
 
+use super::safety::{self, CopyFacts};
 use std::time::Duration;
 
-/// How long a node must be NotReady before its members are re-created elsewhere.
-pub const NODE_LOST_GRACE: Duration = Duration::from_secs(20);
+pub use super::safety::NODE_LOST_GRACE;
 
 /// One member whose pod sits on a lost node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LostMember {
     pub shard: u32,
     pub member: u32,
-    /// How long its node has been lost (`None`: the Node object is gone).
-    pub lost_for: Option<Duration>,
+    /// How long its node has been lost (NotReady, or the Node object gone).
+    pub lost_for: Duration,
     /// Another member of the shard answers as the primary serving its slots.
     pub shard_served_elsewhere: bool,
 }
@@ -52,13 +53,13 @@ pub fn decide(lost: &[LostMember], persistent: bool, volume_grace: Duration) -> 
     lost.iter()
         .map(|l| {
             let (shard, member) = (l.shard, l.member);
-            let lost_for = l.lost_for.unwrap_or(Duration::MAX);
+            let lost_for = l.lost_for;
             if lost_for < NODE_LOST_GRACE {
                 return Heal::Wait {
                     shard,
                     member,
                     reason: format!(
-                        "its node is NotReady; waiting {} s before re-creating it elsewhere",
+                        "its node is NotReady or gone; waiting {} s before re-creating it elsewhere",
                         NODE_LOST_GRACE.as_secs()
                     ),
                 };
@@ -73,14 +74,17 @@ pub fn decide(lost: &[LostMember], persistent: bool, volume_grace: Duration) -> 
             if !persistent {
                 return Heal::ReplacePod { shard, member };
             }
-            if lost_for < volume_grace {
+            let copy = CopyFacts {
+                ever_joined: true,
+                node_lost_for: Some(lost_for),
+                serves_slots: false,
+                shard_served_elsewhere: l.shard_served_elsewhere,
+            };
+            if let Err(reason) = safety::give_up_volume(&copy, volume_grace) {
                 return Heal::Wait {
                     shard,
                     member,
-                    reason: format!(
-                        "its volume is on the lost node; given up after {} s (persistence.nodeLossGraceSeconds)",
-                        volume_grace.as_secs()
-                    ),
+                    reason,
                 };
             }
             Heal::ReplacePodAndVolume { shard, member }
@@ -96,7 +100,8 @@ mod tests {
         LostMember {
             shard: 1,
             member: 2,
-            lost_for: secs.map(Duration::from_secs),
+            // `None`: a Node object gone for a day.
+            lost_for: Duration::from_secs(secs.unwrap_or(86_400)),
             shard_served_elsewhere: served,
         }
     }
@@ -133,6 +138,27 @@ mod tests {
         assert!(matches!(&d[0], Heal::Wait { reason, .. } if reason.contains("last copy")));
         let d = decide(&[lost(Some(3600), false)], true, Duration::ZERO);
         assert!(matches!(&d[0], Heal::Wait { .. }));
+    }
+
+    #[test]
+    fn a_deleted_node_waits_out_the_grace_like_a_not_ready_one() {
+        // Just seen gone: 3 s.
+        let just_gone = LostMember {
+            lost_for: Duration::from_secs(3),
+            ..lost(None, true)
+        };
+        assert!(matches!(
+            decide(&[just_gone.clone()], false, Duration::ZERO)[0],
+            Heal::Wait { .. }
+        ));
+        let gone_a_minute = LostMember {
+            lost_for: Duration::from_secs(60),
+            ..just_gone
+        };
+        assert!(matches!(
+            decide(&[gone_a_minute], true, Duration::from_secs(300))[0],
+            Heal::Wait { .. }
+        ));
     }
 
     #[test]

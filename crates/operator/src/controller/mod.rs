@@ -23,6 +23,7 @@ pub mod members;
 pub mod observe;
 pub mod reconcile;
 pub mod rolling;
+pub mod safety;
 pub mod status;
 pub mod surge;
 pub mod topology;
@@ -94,6 +95,10 @@ pub struct Memory {
     /// violations, blocked work), so a standing problem is not re-announced
     /// every reconcile.
     pub announced: HashMap<&'static str, String>,
+    /// When the operator first found each Node its members were bound to
+    /// gone (a deleted Node counts as lost from then on, not forever at once;
+    /// a restart starts the clock again, which only waits longer).
+    pub nodes_missing_since: HashMap<String, Instant>,
 }
 
 /// Shared by every reconcile.

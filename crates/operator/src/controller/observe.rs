@@ -46,6 +46,9 @@ pub struct KubeView {
     pub pdbs: BTreeMap<String, PodDisruptionBudget>,
     /// The members' volumes (listed only when persistence is on).
     pub pvcs: BTreeMap<String, PersistentVolumeClaim>,
+    /// Nodes a member pod is bound to that have no Node object, with how long
+    /// the operator has seen them gone (filled by the reconcile from its memory).
+    pub missing_nodes: BTreeMap<String, std::time::Duration>,
 }
 
 impl KubeView {
@@ -171,6 +174,7 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
         services,
         pdbs,
         pvcs,
+        missing_nodes: BTreeMap::new(),
     })
 }
 

@@ -27,7 +27,7 @@ use super::status::{Activity, BalanceState, ClusterState, Observations, SpreadSt
 use super::surge::{self, Surge, SurgePod, SurgeStep};
 use super::topology::{self, Candidate, ShardView};
 use super::valkey_io::{self, Session};
-use super::{Context, Error, Memory, apply, observe, rolling, status};
+use super::{Context, Error, Memory, apply, observe, rolling, safety, status};
 use crate::adapt;
 use crate::builders::scheduling::MemberPlacement;
 use crate::builders::statefulset::{Ordinals, set_ordinals};
@@ -114,10 +114,11 @@ async fn run(
         .ok_or(Error::MissingMetadata("uid"))?;
 
     // 2. observe Kubernetes
-    let view = observe::kubernetes(ctx, &cluster).await?;
+    let mut view = observe::kubernetes(ctx, &cluster).await?;
+    note_missing_nodes(&mut view, memory, Instant::now());
 
     // 3. placement
-    let placement = Placement::compute(&cluster, &view);
+    let placement = Placement::compute(&cluster, &view).await;
     announce_placement(&placement, events, memory).await;
 
     // 4. apply
@@ -244,7 +245,8 @@ async fn run(
     });
     let session = obs.session;
     let executed = execute_actions(ctx, &session, &plan.actions, events, memory, now_i).await;
-    let removed = remove_members(ctx, &cluster, &view, &plan.removable, events).await?;
+    let joined = recorded_members(old_status);
+    let removed = remove_members(ctx, &cluster, &view, &plan.removable, &joined, events).await?;
     update_role_labels(ctx, &cluster, &view, &obs.observed).await?;
     let healed = heal_lost_members(ctx, &cluster, &view, &obs.observed, events, memory).await?;
     notice_failovers(&views, memory, events, now_i).await;
@@ -447,20 +449,24 @@ fn desired_members(c: &ValidatedCluster) -> impl Iterator<Item = (u32, u32)> + '
 /// found so far instead of holding the reconcile (and the cores) for seconds.
 const PLACEMENT_SEARCH_LIMIT: u64 = 20_000;
 
-/// Said of a plan the search limit cut short.
+/// At most this long per placement plan, whatever the machine's speed: the
+/// reconcile waits for it.
+const PLACEMENT_TIME_LIMIT: Duration = Duration::from_secs(1);
+
+/// Said of a plan a search limit cut short.
 const NOT_PROVEN_OPTIMAL: &str =
-    "the best placement found within the planner's search limit, not proven optimal";
+    "the best placement found within the planner's search limits, not proven optimal";
 
 /// The placement plan, or why there is none.
 struct Placement {
     plan: Option<placement::Plan>,
     error: Option<String>,
-    /// False when the search limit cut the planner short.
+    /// False when a search limit cut the planner short.
     optimal: bool,
 }
 
 impl Placement {
-    fn compute(cluster: &ValidatedCluster, view: &KubeView) -> Placement {
+    async fn compute(cluster: &ValidatedCluster, view: &KubeView) -> Placement {
         let problem = match adapt::problem(cluster, &view.nodes, &view.all_pods) {
             Ok(p) => p,
             Err(e) => {
@@ -473,13 +479,22 @@ impl Placement {
         };
         let options = placement::PlanOptions {
             search_limit: Some(PLACEMENT_SEARCH_LIMIT),
+            time_limit: Some(PLACEMENT_TIME_LIMIT),
         };
-        match placement::plan_with(&problem, &options) {
-            Ok(planned) => {
+        // The planner is CPU-bound for up to the time limit: on a blocking
+        // thread it cannot stall the runtime's other reconciles, watches and
+        // lease renewals.
+        let planned =
+            tokio::task::spawn_blocking(move || placement::plan_with(&problem, &options)).await;
+        // A planner that panicked (it must not) leaves the placement unknown,
+        // as a problem it cannot plan does.
+        match planned.map_err(|e| format!("the placement planner stopped: {e}")) {
+            Ok(Ok(planned)) => {
                 if !planned.optimal {
                     tracing::info!(
                         search_limit = PLACEMENT_SEARCH_LIMIT,
-                        "placement plan not proven optimal: the search limit cut it short"
+                        time_limit_ms = PLACEMENT_TIME_LIMIT.as_millis() as u64,
+                        "placement plan not proven optimal: a search limit cut it short"
                     );
                 }
                 Placement {
@@ -488,9 +503,14 @@ impl Placement {
                     optimal: planned.optimal,
                 }
             }
-            Err(e) => Placement {
+            Ok(Err(e)) => Placement {
                 plan: None,
                 error: Some(e.to_string()),
+                optimal: true,
+            },
+            Err(e) => Placement {
+                plan: None,
+                error: Some(e),
                 optimal: true,
             },
         }
@@ -586,7 +606,7 @@ async fn announce_placement(p: &Placement, events: &Events<'_>, memory: &mut Mem
                 "PlacementNotProvenOptimal",
                 "Plan",
                 format!(
-                    "using {NOT_PROVEN_OPTIMAL} ({PLACEMENT_SEARCH_LIMIT} search nodes); \
+                    "using {NOT_PROVEN_OPTIMAL} ({PLACEMENT_SEARCH_LIMIT} search nodes or {PLACEMENT_TIME_LIMIT:?}); \
                      its Required constraints hold, but a plan with less Preferred excess or fewer moves may exist"
                 ),
             )
@@ -949,6 +969,16 @@ async fn observe_valkey(
 ) -> ValkeyObservation {
     let mut refs: BTreeSet<(u32, u32)> = desired_members(cluster).collect();
     refs.extend(view.members.keys().copied());
+    // Leaving members whose pod is missing too: the planner must see them (by
+    // their recorded id) to tell whether they still own slots.
+    refs.extend(view.statefulsets.values().filter_map(|sts| {
+        let labels = sts.labels();
+        let parse = |k: &str| labels.get(k).and_then(|v| v.parse::<u32>().ok());
+        Some((
+            parse(api::constants::LABEL_SHARD)?,
+            parse(api::constants::LABEL_MEMBER)?,
+        ))
+    }));
     let targets: Vec<Target> = refs
         .iter()
         .map(|&(s, m)| {
@@ -1229,7 +1259,7 @@ fn on_lost_node(view: &KubeView, facts: &PodFacts) -> bool {
         .node
         .as_deref()
         .and_then(|n| node_lost_for(view, n))
-        .is_some_and(|d| d.is_none_or(|d| d >= super::heal::NODE_LOST_GRACE))
+        .is_some_and(|d| d >= super::safety::NODE_LOST_GRACE)
 }
 
 /// Every move in flight (a member's StatefulSet runs a second pod), read
@@ -1281,6 +1311,14 @@ fn surges_in_flight(
             ordinals,
             pod,
             old_is_primary: primaries.get(&s) == Some(&m),
+            served_elsewhere: primaries.get(&s).is_some_and(|p| {
+                *p != MemberIndex::surge_of(m).0
+                    && view
+                        .members
+                        .get(&(s, *p))
+                        .and_then(|pod| PodFacts::of(pod).node)
+                        .is_some_and(|n| node_lost_for(view, &n).is_none())
+            }),
             still_wanted: placement.moved(s, m),
         };
         let step = surge::next(&surge);
@@ -1474,6 +1512,21 @@ async fn surge_step(
             Ok(Some(msg))
         }
         SurgeStep::Abort(why) => {
+            // The new copy's volume goes with the move, by the one volume rule.
+            let keep = match (new, cluster.persistence.as_ref()) {
+                (Some(pod), Some(p)) => {
+                    safety::give_up_volume(&new_copy_facts(view, surge, pod), p.node_loss_grace)
+                        .err()
+                }
+                _ => None,
+            };
+            if let Some(reason) = keep {
+                let msg = format!(
+                    "shard {s} member {m}: giving up its move ({why}) waits: the new copy's volume is kept because {reason}"
+                );
+                tracing::info!(shard = s, member = m, "{msg}");
+                return Ok(None);
+            }
             apply_ordinals(ctx, cluster, desired, view, &name, surge.ordinals.aborted()).await?;
             if let Some(pod) = new {
                 if cluster.persistence.is_some() {
@@ -1499,6 +1552,17 @@ async fn surge_step(
             Ok(Some(msg))
         }
         _ => Ok(None),
+    }
+}
+
+/// The new copy of move `surge` as the volume rule sees it.
+fn new_copy_facts(view: &KubeView, surge: &Surge, pod: &Pod) -> safety::CopyFacts {
+    let facts = PodFacts::of(pod);
+    safety::CopyFacts {
+        ever_joined: !facts.unscheduled(),
+        node_lost_for: facts.node.as_deref().and_then(|n| node_lost_for(view, n)),
+        serves_slots: surge.pod.as_ref().is_some_and(|p| p.primary),
+        shard_served_elsewhere: surge.served_elsewhere,
     }
 }
 
@@ -1753,14 +1817,30 @@ async fn execute_actions(
     done
 }
 
+/// Members a node id was ever recorded for (in status): they joined the
+/// cluster and may hold slots or data, whatever their pod does now.
+fn recorded_members(old_status: Option<&ValkeyClusterStatus>) -> BTreeSet<(u32, u32)> {
+    old_status
+        .map(|st| {
+            st.members
+                .iter()
+                .filter(|m| m.node_id.is_some())
+                .filter_map(|m| Some((u32::try_from(m.shard).ok()?, u32::try_from(m.member).ok()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Deletes the StatefulSets of leaving members the planner says are safe to
 /// remove (their slots moved, no replica follows them), and of leaving
-/// members that never ran. PVCs follow the retention policy (reclaimPolicy).
+/// members that never joined and never ran ([`safety::may_remove_leaving`]).
+/// PVCs follow the retention policy (reclaimPolicy).
 async fn remove_members(
     ctx: &Context,
     cluster: &ValidatedCluster,
     view: &KubeView,
     removable: &[MemberRef],
+    joined: &BTreeSet<(u32, u32)>,
     events: &Events<'_>,
 ) -> Result<Vec<String>, Error> {
     let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
@@ -1780,11 +1860,15 @@ async fn remove_members(
         ) else {
             continue;
         };
-        let never_ran = view
+        let ran = view
             .members
             .get(&(s, m))
-            .is_none_or(|p| PodFacts::of(p).unscheduled());
-        if removable.contains(&member_ref(s, m)) || never_ran {
+            .is_some_and(|p| !PodFacts::of(p).unscheduled());
+        if safety::may_remove_leaving(
+            removable.contains(&member_ref(s, m)),
+            joined.contains(&(s, m)),
+            ran,
+        ) {
             delete(ctx, &api, "StatefulSet", name, sts.metadata.uid.clone()).await?;
             removed.push(format!("shard {s} member {m}"));
         }
@@ -1855,16 +1939,21 @@ async fn update_role_labels(
     Ok(())
 }
 
-/// How long `node` has been lost: `Some(None)` when the Node object is gone,
-/// `Some(Some(d))` when its Ready condition has not been True for `d`, `None`
-/// when it is Ready.
-fn node_lost_for(view: &KubeView, node: &str) -> Option<Option<Duration>> {
+/// How long `node` has been lost: `Some(d)` when its Ready condition has not
+/// been True for `d`, or its Node object has been gone for `d` (as long as the
+/// operator has seen it gone); `None` when it is Ready.
+fn node_lost_for(view: &KubeView, node: &str) -> Option<Duration> {
     let Some(n) = view
         .nodes
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(node))
     else {
-        return Some(None);
+        return Some(
+            view.missing_nodes
+                .get(node)
+                .copied()
+                .unwrap_or(Duration::ZERO),
+        );
     };
     if adapt::nodes::is_ready(n) {
         return None;
@@ -1880,7 +1969,36 @@ fn node_lost_for(view: &KubeView, node: &str) -> Option<Option<Duration>> {
         .map(|t| k8s_openapi::jiff::Timestamp::now().duration_since(t))
         .and_then(|d| Duration::try_from(d).ok())
         .unwrap_or(Duration::ZERO);
-    Some(Some(lost_for))
+    Some(lost_for)
+}
+
+/// Records when each node a member pod is bound to was first seen without a
+/// Node object, and puts how long into `view.missing_nodes`.
+fn note_missing_nodes(view: &mut KubeView, memory: &mut Memory, now: Instant) {
+    let known: BTreeSet<&str> = view
+        .nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    let bound: BTreeSet<String> = view
+        .members
+        .values()
+        .chain(view.surges.values())
+        .chain(view.condemned.iter().map(|(_, p)| p))
+        .filter_map(|p| PodFacts::of(p).node)
+        .filter(|n| !known.contains(n.as_str()))
+        .collect();
+    memory
+        .nodes_missing_since
+        .retain(|name, _| bound.contains(name));
+    for name in bound {
+        let since = *memory
+            .nodes_missing_since
+            .entry(name.clone())
+            .or_insert(now);
+        view.missing_nodes
+            .insert(name, now.saturating_duration_since(since));
+    }
 }
 
 /// Re-creates members whose node is lost (see [`super::heal`]). Returns how

@@ -82,6 +82,9 @@ pub struct Surge {
     pub pod: Option<SurgePod>,
     /// The old copy is Valkey's primary of the shard.
     pub old_is_primary: bool,
+    /// A member other than the new copy, on a node that is not lost, is the
+    /// shard's live primary.
+    pub served_elsewhere: bool,
     /// The placement plan still puts the member elsewhere than its old copy
     /// (only read while the new copy is not bound: once it is, the plan
     /// counts the member where the new copy runs).
@@ -117,6 +120,13 @@ pub fn next(s: &Surge) -> SurgeStep {
     };
     if pod.terminating {
         return SurgeStep::Wait(format!("{what}: its new copy is being deleted"));
+    }
+    // A new copy that serves the shard's slots is never given up, even on a
+    // lost node: Valkey fails the shard over first, then the move can end.
+    if pod.primary && pod.node_lost {
+        return SurgeStep::Wait(format!(
+            "{what}: its new copy is the shard's primary on a lost node; waiting for a failover"
+        ));
     }
     if pod.node_lost {
         return SurgeStep::Abort(format!("{what}: the node of its new copy is lost"));
@@ -173,6 +183,7 @@ mod tests {
             ordinals: at(3, 2),
             pod,
             old_is_primary: false,
+            served_elsewhere: true,
             still_wanted: true,
         }
     }
@@ -252,6 +263,19 @@ mod tests {
         let mut not_created = surge(None);
         not_created.still_wanted = false;
         assert!(matches!(next(&not_created), SurgeStep::Abort(_)));
+    }
+
+    #[test]
+    fn a_promoted_new_copy_on_a_lost_node_is_never_given_up() {
+        let promoted_then_lost = SurgePod {
+            scheduled: true,
+            in_sync: true,
+            primary: true,
+            node_lost: true,
+            ..Default::default()
+        };
+        let s = surge(Some(promoted_then_lost));
+        assert!(matches!(next(&s), SurgeStep::Wait(w) if w.contains("failover")));
     }
 
     #[test]

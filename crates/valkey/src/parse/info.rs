@@ -49,6 +49,31 @@ impl Info {
     pub fn parsed<T: FromStr>(&self, field: &str) -> Result<Option<T>, ParseError> {
         self.get(field).map(|v| parse_field(field, v)).transpose()
     }
+
+    /// The keys of every database, from the keyspace section (`dbN:keys=K,...`
+    /// lines). Valkey 9 has several databases in cluster mode too, so DBSIZE
+    /// (the selected database only) can call a member empty that is not.
+    pub fn keyspace_keys(&self) -> Result<u64, ParseError> {
+        let mut total: u64 = 0;
+        for (field, value) in &self.fields {
+            let Some(index) = field.strip_prefix("db") else {
+                continue;
+            };
+            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let keys = value
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("keys="))
+                .ok_or_else(|| ParseError::InfoField {
+                    field: field.clone(),
+                    value: value.clone(),
+                    reason: "no keys= count".into(),
+                })?;
+            total = total.saturating_add(parse_field::<u64>(field, keys)?);
+        }
+        Ok(total)
+    }
 }
 
 fn parse_field<T: FromStr>(field: &str, value: &str) -> Result<T, ParseError> {
@@ -305,5 +330,21 @@ mod tests {
         assert_eq!(info.parsed::<u8>("absent").unwrap(), None);
         assert!(info.parsed::<u8>("db0").is_err());
         assert_eq!(info.get("db0"), Some("keys=89,expires=0"));
+    }
+
+    #[test]
+    fn keys_are_counted_in_every_database_not_only_db0() {
+        let info = Info::parse(
+            "# Keyspace\ndb0:keys=3,expires=0,avg_ttl=0\ndb5:keys=40,expires=1,avg_ttl=9\n",
+        );
+        assert_eq!(info.keyspace_keys().unwrap(), 43);
+        // A member with keys only outside db 0 is not empty.
+        let only_db7 = Info::parse("# Keyspace\ndb7:keys=1,expires=0,avg_ttl=0\n");
+        assert_eq!(only_db7.keyspace_keys().unwrap(), 1);
+        assert_eq!(Info::parse("# Keyspace\n").keyspace_keys().unwrap(), 0);
+        let bad = Info::parse("db1:keys=many,expires=0\n");
+        assert!(
+            matches!(bad.keyspace_keys(), Err(ParseError::InfoField { field, .. }) if field == "db1")
+        );
     }
 }

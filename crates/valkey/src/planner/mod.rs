@@ -11,6 +11,9 @@
 //!    changed); an empty member that carries a view the anchor's cluster does not
 //!    share (another cluster's, or its own from before it was forgotten) is reset
 //!    under a new id first; a member with data of another cluster is never merged.
+//!    A shard whose primary is gone while too few primaries are up for Valkey to
+//!    elect a replica (1 or 2 shards) gets CLUSTER FAILOVER TAKEOVER on its
+//!    furthest replica, once every replica answers (see `rescue_without_majority`).
 //! 2. **Forget.** Node ids no member claims are forgotten on every member that knows
 //!    them, in one plan (inside the 60 s ban window), once the cluster marks them
 //!    failed, or at once when their member came back with a new id. A node that
@@ -197,6 +200,7 @@ pub fn next_actions(
     forget(&a, &mut plan);
     let shards = a.shards();
     shard_blockers(&a, &shards, &mut plan);
+    rescue_without_majority(&a, &mut plan);
     if !a.agreed() {
         plan.wait(Wait::WaitingForViewsToAgree {
             members: a.disagreeing.clone(),
@@ -362,7 +366,8 @@ fn shard_blockers(
         if let (Some(blocker), Some(_)) = (&s.primary_blocker, s.desired) {
             plan.wait(blocker.clone());
         }
-        // A live primary that is down: Valkey's own failover promotes a replica.
+        // A live primary that is down: Valkey's own failover promotes a replica
+        // (or, without a majority to elect one, `rescue_without_majority`).
         if let Some(p) = s.primary
             && !s.slots.is_empty()
             && !a.reports.contains_key(&p)
@@ -370,6 +375,92 @@ fn shard_blockers(
             plan.wait(Wait::WaitingForFailover { shard: s.index });
         }
     }
+}
+
+/// Step 1b: a shard whose primary is down while too few primaries are up to
+/// elect a replica. Valkey promotes a replica only with the votes of a majority
+/// of the primaries that serve slots, so with 1 or 2 shards (or half the
+/// primaries lost at once) it never fails over by itself. The shard would stay
+/// down until its primary returns, and a primary without persistence returns
+/// empty: its replicas would full-sync nothing from it and drop every key.
+///
+/// So the operator promotes the replica itself, with CLUSTER FAILOVER TAKEOVER
+/// (no vote), but only when all of these hold:
+/// - no member that answers the operator is that primary (its member does not
+///   answer, or came back under a new id) and the anchor's view marks it failing (pfail or fail: a cluster-node-timeout without an answer);
+/// - no majority of the slot-serving primaries is up in that view (else Valkey
+///   elects, and two promotions would race);
+/// - every replica of that primary answers and has lost its link to it (a
+///   replica still linked means the primary is alive for it);
+/// - the replica chosen has the highest replication offset of them all, so no
+///   write any of them acknowledged is lost. A replica that does not answer may
+///   hold the latest writes: then nothing is promoted and the shard waits.
+fn rescue_without_majority(a: &Analysis<'_>, plan: &mut Plan) {
+    let Some(view) = a.anchor_view() else { return };
+    let owners = view.slot_owners();
+    let up = owners
+        .keys()
+        .filter(|id| view.get(id).is_some_and(|n| !n.is_failing()))
+        .count();
+    if owners.is_empty() || up * 2 > owners.len() {
+        return;
+    }
+    for primary_id in owners.keys() {
+        // Gone: no member that answers is this node (its member does not
+        // answer, or came back under a new id).
+        let gone = a
+            .claimed
+            .get(primary_id)
+            .is_none_or(|r| !a.reports.contains_key(r));
+        if !gone || !view.get(primary_id).is_some_and(|n| n.is_failing()) {
+            continue;
+        }
+        if let Some(target) = takeover_target(a, view, primary_id) {
+            plan.actions.push(Action::Failover {
+                on: target,
+                mode: FailoverMode::Takeover,
+            });
+        }
+    }
+}
+
+/// The replica of `primary_id` to promote without a vote: the one furthest
+/// along, when every replica of it answers and none is still linked to it.
+fn takeover_target(
+    a: &Analysis<'_>,
+    view: &crate::parse::ClusterNodes,
+    primary_id: &NodeId,
+) -> Option<MemberRef> {
+    let mut followers: BTreeSet<MemberRef> = BTreeSet::new();
+    for replica in view.replicas_of(primary_id) {
+        // A replica nobody claims any more (its member came back under a new
+        // id) is gone for good and holds nothing.
+        if a.replaced.contains(&replica.id) {
+            continue;
+        }
+        let member = a.claimed.get(&replica.id)?;
+        followers.insert(*member);
+    }
+    for (r, report) in &a.reports {
+        if report.nodes.myself().primary_id.as_ref() == Some(primary_id) {
+            followers.insert(*r);
+        }
+    }
+    let mut best: Option<(i64, MemberRef)> = None;
+    for r in followers {
+        let report = a.reports.get(&r)?;
+        let link = report.replication.primary_link.as_ref()?;
+        if report.role() != Role::Replica
+            || report.nodes.myself().primary_id.as_ref() != Some(primary_id)
+            || link.link_up
+        {
+            return None;
+        }
+        if best.is_none_or(|(offset, _)| link.repl_offset > offset) {
+            best = Some((link.repl_offset, r));
+        }
+    }
+    best.map(|(_, r)| r)
 }
 
 /// Step 3: desired members follow their shard's primary.

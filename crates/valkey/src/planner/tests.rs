@@ -480,6 +480,33 @@ impl Sim {
                 assert!(n.knows.remove(node_id).is_some(), "{action}: unknown node");
                 n.banned.insert(node_id.clone(), BAN_TICKS);
             }
+            Action::Failover {
+                mode: FailoverMode::Takeover,
+                ..
+            } => {
+                let p = self
+                    .by_id(
+                        self.nodes[on]
+                            .primary
+                            .as_ref()
+                            .expect("takeover on a replica"),
+                    )
+                    .unwrap();
+                assert!(!self.nodes[p].alive, "{action}: the primary is alive");
+                let old = self.nodes[p].id.clone();
+                let best = self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.primary.as_ref() == Some(&old))
+                    .map(|n| self.nodes[p].offset - n.lag)
+                    .max();
+                assert_eq!(
+                    Some(self.nodes[p].offset - self.nodes[on].lag),
+                    best,
+                    "{action}: a replica further along exists"
+                );
+                self.promote(on, p);
+            }
             Action::Failover { mode, .. } => {
                 assert_eq!(*mode, FailoverMode::Default);
                 let info = self.replication(on);
@@ -740,13 +767,21 @@ impl Sim {
                 }
             }
         }
-        // Failure detection and Valkey's own failover.
+        // Failure detection and Valkey's own failover, which needs the votes
+        // of a majority of the primaries serving slots.
+        let serving: Vec<bool> = self
+            .nodes
+            .iter()
+            .filter(|n| !n.slots.is_empty())
+            .map(|n| n.alive)
+            .collect();
+        let majority_up = serving.iter().filter(|up| **up).count() * 2 > serving.len();
         for i in 0..self.nodes.len() {
             if self.nodes[i].alive {
                 continue;
             }
             self.nodes[i].dead_ticks += 1;
-            if self.nodes[i].dead_ticks >= 2 && !self.nodes[i].slots.is_empty() {
+            if majority_up && self.nodes[i].dead_ticks >= 2 && !self.nodes[i].slots.is_empty() {
                 let old = self.nodes[i].id.clone();
                 let heir = (0..self.nodes.len()).find(|&r| {
                     let n = &self.nodes[r];
@@ -1188,6 +1223,89 @@ fn a_killed_primary_that_returns_empty_joins_as_a_replica_of_the_promoted_one() 
     let replicated = |a: &Action| matches!(a, Action::Replicate { on, .. } if *on == m0);
     assert!(all_actions(&plans).any(replicated));
     assert_follows(&sim, m0, MemberRef::new(0, 1));
+}
+
+fn takeovers(plan: &Plan) -> Vec<MemberRef> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Failover {
+                on,
+                mode: FailoverMode::Takeover,
+            } => Some(*on),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_lost_primary_without_a_majority_to_elect_is_replaced_by_its_furthest_replica() {
+    for shards in [1, 2] {
+        let (mut sim, want) = healthy(shards, 2);
+        let behind = MemberRef::new(0, 1);
+        let i = sim.idx(behind);
+        sim.nodes[i].lag = 10;
+        let primary = MemberRef::new(0, 0);
+        sim.kill(primary);
+        sim.tick();
+        sim.tick();
+        // Valkey cannot elect (1 of 1 or 1 of 2 primaries up): nobody was promoted.
+        assert_eq!(
+            sim.node(MemberRef::new(0, 2)).primary.as_ref(),
+            Some(&sim.node(primary).id)
+        );
+        let plan = plan_of(&mut sim, &want);
+        assert_eq!(
+            takeovers(&plan),
+            vec![MemberRef::new(0, 2)],
+            "{shards} shard(s)"
+        );
+        step(&mut sim, &plan);
+        // The old primary's pod restarts empty, under a new id, and joins as a replica.
+        sim.recreate(primary);
+        converge(&mut sim, &want, 20);
+        assert_follows(&sim, primary, MemberRef::new(0, 2));
+        assert_follows(&sim, behind, MemberRef::new(0, 2));
+    }
+}
+
+#[test]
+fn valkey_elects_by_itself_when_a_majority_of_primaries_is_up() {
+    let (mut sim, want) = healthy(3, 1);
+    sim.kill(MemberRef::new(0, 0));
+    let plan = plan_of(&mut sim, &want);
+    assert!(takeovers(&plan).is_empty(), "{:?}", plan.actions);
+}
+
+#[test]
+fn no_takeover_while_a_replica_that_may_hold_the_latest_writes_does_not_answer() {
+    let (mut sim, want) = healthy(1, 2);
+    sim.kill(MemberRef::new(0, 0));
+    sim.kill(MemberRef::new(0, 1));
+    sim.tick();
+    let plan = plan_of(&mut sim, &want);
+    assert!(takeovers(&plan).is_empty(), "{:?}", plan.actions);
+    // It answers again: now the furthest of the two is promoted.
+    sim.restart(MemberRef::new(0, 1));
+    let plan = plan_of(&mut sim, &want);
+    assert_eq!(takeovers(&plan).len(), 1, "{:?}", plan.actions);
+}
+
+#[test]
+fn no_takeover_while_a_replica_is_still_linked_to_its_primary() {
+    let (mut sim, want) = healthy(1, 1);
+    let primary = MemberRef::new(0, 0);
+    // The operator cannot reach the primary, but its replica can.
+    let mut observed = sim.observe();
+    for m in &mut observed.members {
+        if m.member == primary {
+            m.state = MemberState::Unreachable {
+                reason: "timed out".into(),
+            };
+        }
+    }
+    let plan = next_actions(&want, &observed, &PlannerOptions::default()).unwrap();
+    assert!(takeovers(&plan).is_empty(), "{:?}", plan.actions);
 }
 
 #[test]

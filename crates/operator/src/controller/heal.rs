@@ -148,7 +148,7 @@ mod tests {
             ..lost(None, true)
         };
         assert!(matches!(
-            decide(&[just_gone.clone()], false, Duration::ZERO)[0],
+            decide(std::slice::from_ref(&just_gone), false, Duration::ZERO)[0],
             Heal::Wait { .. }
         ));
         let gone_a_minute = LostMember {

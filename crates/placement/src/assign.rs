@@ -12,6 +12,7 @@ use crate::explain::Explainer;
 use crate::instance::{Instance, RunningAt};
 use crate::model::{Mode, PlacedMember, Plan, UnplacedMember, Violation};
 use crate::network::Solution;
+use crate::search::Limits;
 use crate::structure::Structure;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -136,7 +137,7 @@ pub(crate) fn build_plan(
     inst: &Instance,
     st: &Structure,
     node_of: &Placement,
-    budget: Option<u64>,
+    limits: Limits,
 ) -> Plan {
     let mut keys: Vec<&str> = inst.constraints.iter().map(|c| c.key.as_str()).collect();
     keys.sort_unstable();
@@ -144,7 +145,7 @@ pub(crate) fn build_plan(
     let mut members = Vec::new();
     let mut unplaced = Vec::new();
     let mut violations = Vec::new();
-    let mut explainer = Explainer::new(inst, st, budget);
+    let mut explainer = Explainer::new(inst, st, limits);
     for (s, placed) in node_of.iter().enumerate() {
         let shard = s as u32;
         let missing = placed.iter().filter(|n| n.is_none()).count();

@@ -3,7 +3,7 @@
 //! maxReplicas) or the lack of room, with the numbers a person needs to act.
 
 use crate::instance::Instance;
-use crate::search::solve;
+use crate::search::{Limits, solve};
 use crate::structure::Structure;
 use std::collections::BTreeMap;
 
@@ -43,16 +43,16 @@ fn summary(inst: &Instance, eligible: &[usize]) -> String {
 pub(crate) struct Explainer<'a, 'p> {
     inst: &'a Instance<'p>,
     st: &'a Structure,
-    budget: Option<u64>,
+    limits: Limits,
     fresh_alone: Option<u32>,
 }
 
 impl<'a, 'p> Explainer<'a, 'p> {
-    pub fn new(inst: &'a Instance<'p>, st: &'a Structure, budget: Option<u64>) -> Self {
+    pub fn new(inst: &'a Instance<'p>, st: &'a Structure, limits: Limits) -> Self {
         Explainer {
             inst,
             st,
-            budget,
+            limits,
             fresh_alone: None,
         }
     }
@@ -63,7 +63,7 @@ impl<'a, 'p> Explainer<'a, 'p> {
         if fresh && let Some(n) = self.fresh_alone {
             return n;
         }
-        let n = solve(self.inst, self.st, &[shard], self.budget)
+        let n = solve(self.inst, self.st, &[shard], self.limits)
             .0
             .shards
             .get(&shard)

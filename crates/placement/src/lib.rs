@@ -59,6 +59,7 @@ pub use model::*;
 pub use render::render_text;
 pub use validate::{MAX_MEMBERS, MAX_SHARDS, check_label_key, resolve_key, validate};
 
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// Why a [`Problem`] cannot be planned at all (as opposed to members that
@@ -89,38 +90,51 @@ impl PlanError {
 /// Always exact. When constraint keys nest this is one min-cost flow; when
 /// they cross it is a branch and bound, which is fast for real topologies but
 /// exponential at worst: a caller that must answer in bounded time uses
-/// [`plan_with`] and a search limit.
+/// [`plan_with`] and a search or time limit.
 pub fn plan(problem: &Problem) -> Result<Plan, PlanError> {
     plan_with(problem, &PlanOptions::default()).map(|p| p.plan)
 }
 
-/// Limits for [`plan_with`].
+/// Limits for [`plan_with`]. Both only bound the branch and bound of crossing
+/// keys (nesting keys never search: the flow is exact at once), and neither
+/// stops it before it holds a plan that keeps every Required constraint; past
+/// a limit the best plan found is returned with `optimal: false`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PlanOptions {
-    /// At most this many search nodes when constraint keys cross; then the
-    /// best plan found is returned with `optimal: false`. `None`: no limit.
-    /// (Nesting keys never search: the flow is exact at once.)
+    /// At most this many search nodes. `None`: no limit.
     pub search_limit: Option<u64>,
+    /// At most this much wall-clock time from the call, for callers that must
+    /// answer in time whatever the machine's speed (the operator plans inside
+    /// a reconcile). `None`: no limit.
+    pub time_limit: Option<Duration>,
 }
 
 /// A plan and whether it is proven optimal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Planned {
     pub plan: Plan,
-    /// False only when [`PlanOptions::search_limit`] cut the search short.
+    /// False only when a limit of [`PlanOptions`] cut the search short.
     pub optimal: bool,
 }
 
 /// [`plan`] with limits.
 pub fn plan_with(problem: &Problem, options: &PlanOptions) -> Result<Planned, PlanError> {
+    // Taken before anything else, so the limit covers the whole call. A limit
+    // too far ahead to be an Instant is no limit.
+    let limits = search::Limits {
+        nodes: options.search_limit,
+        deadline: options
+            .time_limit
+            .and_then(|t| Instant::now().checked_add(t)),
+    };
     validate(problem)?;
     let inst = instance::Instance::new(problem);
     let st = structure::Structure::analyse(&inst);
     let shards: Vec<u32> = (0..problem.shards).collect();
-    let (solution, optimal) = search::solve(&inst, &st, &shards, options.search_limit);
+    let (solution, optimal) = search::solve(&inst, &st, &shards, limits);
     let named = assign::name_members(&inst, &st, &solution);
     Ok(Planned {
-        plan: assign::build_plan(&inst, &st, &named, options.search_limit),
+        plan: assign::build_plan(&inst, &st, &named, limits),
         optimal,
     })
 }

@@ -9,11 +9,28 @@
 //! cells that keeps all Required constraints, best-looking first. Fixed shards
 //! keep their exact counts in the relaxation, so the search is complete and
 //! stops at depth = shards at worst.
+//!
+//! The search may be bounded (see [`Limits`]): by search nodes, or by a
+//! deadline, for callers that must answer in time. It stops at a limit only
+//! once it holds a placement that keeps every Required constraint, and then
+//! says the placement is not proven optimal.
 
 use crate::instance::Instance;
 use crate::network::{Fixed, Outcome, Slot, Solution, relax};
 use crate::structure::Structure;
 use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// How far the branch and bound may go before it settles for the best
+/// placement found. The default: no limit, always proven optimal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Search nodes.
+    pub nodes: Option<u64>,
+    /// Wall-clock time: checked after every search node, so it is overrun by
+    /// at most one node's relaxations.
+    pub deadline: Option<Instant>,
+}
 
 /// The objective, smaller is better: members left unplaced, Preferred excess,
 /// running members displaced.
@@ -121,7 +138,9 @@ struct Search<'a, 'p> {
     best: Option<(Score, Solution)>,
     /// Search nodes left before the search settles for the best found.
     budget: Option<u64>,
-    /// The budget ran out before the best was proven optimal.
+    /// When the search settles for the best found.
+    deadline: Option<Instant>,
+    /// A limit ran out before the best was proven optimal.
     cut_short: bool,
     /// Up to this many children are sorted before they are explored.
     sorted_limit: usize,
@@ -244,6 +263,10 @@ impl Search<'_, '_> {
     /// Explores the child where `shard` has the members `y` per cell; false
     /// when the search should stop.
     fn child(&mut self, fixed: &mut Fixed, shard: u32, y: Vec<(usize, u32)>, rest: Score) -> bool {
+        // Checked before the child's relaxations too: they are the costly part.
+        if self.settle_if(self.out_of_time()) {
+            return false;
+        }
         let m = u64::from(self.inst.members);
         let own: u64 = y.iter().map(|p| u64::from(p.1)).sum();
         // A cheap bound: the shard's own members and excess plus the bound of
@@ -264,15 +287,24 @@ impl Search<'_, '_> {
         if self.done() {
             return false;
         }
-        if let Some(left) = self.budget.as_mut() {
+        let out_of_nodes = self.budget.as_mut().is_some_and(|left| {
             *left = left.saturating_sub(1);
-            // Out of budget: stop once something valid is in hand.
-            if *left == 0 && self.best.is_some() {
-                self.cut_short = true;
-                return false;
-            }
+            *left == 0
+        });
+        !self.settle_if(out_of_nodes || self.out_of_time())
+    }
+
+    fn out_of_time(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Out of budget: the search stops once something valid is in hand (and
+    /// goes on until then). True when it stops.
+    fn settle_if(&mut self, out: bool) -> bool {
+        if out && self.best.is_some() {
+            self.cut_short = true;
         }
-        true
+        self.cut_short
     }
 
     /// Most members and least excess first, then nearest to the relaxation's
@@ -409,15 +441,15 @@ impl<'a, 'p> ConfigSpace<'a, 'p> {
 
 /// The optimal placement of `shards` (the lexicographic objective of
 /// [`Score`]; ties broken by the flow's load balance), and whether it is proven
-/// optimal: always, unless `budget` (search nodes) runs out first when keys
-/// cross, and then the best placement found.
+/// optimal: always, unless a limit runs out first when keys cross, and then
+/// the best placement found.
 pub(crate) fn solve(
     inst: &Instance,
     st: &Structure,
     shards: &[u32],
-    budget: Option<u64>,
+    limits: Limits,
 ) -> (Solution, bool) {
-    solve_sorting(inst, st, shards, budget, SORTED_CONFIGS)
+    solve_sorting(inst, st, shards, limits, SORTED_CONFIGS)
 }
 
 /// [`solve`], sorting at most `sorted_limit` children per search node.
@@ -425,7 +457,7 @@ fn solve_sorting(
     inst: &Instance,
     st: &Structure,
     shards: &[u32],
-    budget: Option<u64>,
+    limits: Limits,
     sorted_limit: usize,
 ) -> (Solution, bool) {
     let mut fixed = Fixed::new();
@@ -438,7 +470,8 @@ fn solve_sorting(
         shards,
         root: Score::default(),
         best: None,
-        budget,
+        budget: limits.nodes,
+        deadline: limits.deadline,
         cut_short: false,
         sorted_limit,
     };
@@ -511,8 +544,9 @@ mod tests {
         let st = Structure::analyse(&inst);
         assert!(!st.nested());
         let shards = [0, 1, 2];
-        let (sorted, ok) = solve_sorting(&inst, &st, &shards, None, SORTED_CONFIGS);
-        let (walked, ok2) = solve_sorting(&inst, &st, &shards, None, 1);
+        let none = Limits::default();
+        let (sorted, ok) = solve_sorting(&inst, &st, &shards, none, SORTED_CONFIGS);
+        let (walked, ok2) = solve_sorting(&inst, &st, &shards, none, 1);
         assert!(ok && ok2);
         let a = evaluate(&inst, &st, &sorted, &shards);
         assert!(a.is_some());

@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use placement::*;
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use Mode::{Preferred, Required};
 use TaintEffect::{NoExecute, NoSchedule, PreferNoSchedule};
@@ -478,6 +479,86 @@ fn crossing_preferred_keys_trade_excess_exactly() {
         .map(|v| v.members - v.max_replicas)
         .sum();
     assert_eq!(excess, 1);
+}
+
+/// `shards` shards of 3 over `nodes` nodes in 3 zones whose racks (6) are
+/// scattered over the zones, so the keys cross: rack Required 1, zone and node
+/// Preferred 1, one or two pod slots per node, and the primary of about half
+/// the shards already running somewhere. Racks, room and running primaries
+/// come from a fixed linear congruential sequence, so the problem is always
+/// the same one. At 40 shards on 60 nodes the branch and bound does not prove
+/// its optimum within 20 s (measured on the 2-core development machine).
+fn crossing_racks(shards: u32, nodes: usize) -> Problem {
+    let mut state: u64 = 110;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as usize
+    };
+    let mut p = problem(shards, 2);
+    for i in 0..nodes {
+        let rack = format!("k{}", next() % 6);
+        let pods = 1 + (next() % 2) as u64;
+        p.nodes.push(node(
+            &format!("n{i:03}"),
+            &[
+                ("zone", &format!("z{}", i % 3)),
+                ("example.com/rack", &rack),
+            ],
+            pods,
+        ));
+    }
+    p.constraints = vec![
+        constraint("zone", 1, Preferred),
+        constraint("example.com/rack", 1, Required),
+        constraint("node", 1, Preferred),
+    ];
+    for s in 0..shards {
+        if next() % 2 == 0 {
+            p.running
+                .push(running(s, 0, &format!("n{:03}", next() % nodes)));
+        }
+    }
+    p
+}
+
+#[test]
+fn a_time_limit_returns_the_best_plan_found_in_time_and_says_it_is_not_proven_optimal() {
+    let p = crossing_racks(40, 60);
+    let limit = Duration::from_millis(100);
+    let started = Instant::now();
+    let planned = plan_with(
+        &p,
+        &PlanOptions {
+            time_limit: Some(limit),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let took = started.elapsed();
+    assert!(!planned.optimal);
+    // Well-formed all the same: every member once, room kept, no Required
+    // constraint broken.
+    check_plan(&p, &planned.plan);
+    // The search stops at the first search node past the limit; the slack is
+    // for a loaded machine, far below the unbounded search's 20 s and more.
+    assert!(took < limit + Duration::from_secs(2), "took {took:?}");
+}
+
+#[test]
+fn a_time_limit_that_is_not_reached_changes_nothing() {
+    let p = crossing_racks(10, 20);
+    let planned = plan_with(
+        &p,
+        &PlanOptions {
+            time_limit: Some(Duration::from_secs(60)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(planned.optimal);
+    assert_eq!(planned.plan, plan(&p).unwrap());
 }
 
 #[test]

@@ -255,7 +255,7 @@ proptest! {
     /// optimal is.
     #[test]
     fn a_search_limit_gives_valid_plans_and_flags_unproven_ones(p in small_problem(5, 4, 0.4)) {
-        let limited = plan_with(&p, &PlanOptions { search_limit: Some(1) }).unwrap();
+        let limited = plan_with(&p, &PlanOptions { search_limit: Some(1), ..Default::default() }).unwrap();
         let got = check_plan(&p, &limited.plan);
         if limited.optimal {
             prop_assert_eq!(got, brute_force(&p));

@@ -6,6 +6,11 @@
 //! them into a [`placement::Problem`]. Exit 0 when every member is placed, 2
 //! when not (the plan is still printed), 1 on bad input with one line on stderr
 //! naming the file and the field.
+//!
+//! The ValkeyCluster is read as strictly as the API server reads it: a field
+//! the CRD does not know, or `spec: null`, is refused rather than silently
+//! planned with defaults. `--time-limit` bounds the planner's search as the
+//! operator's reconcile does (1 s by default).
 
 use crate::adapt::{self, AdaptError};
 use api::constants::{GROUP, KIND, VERSION};
@@ -15,6 +20,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 use thiserror::Error;
 
 /// How the plan is printed.
@@ -43,6 +49,46 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+    /// How long the planner may search when constraint keys cross (e.g. zones
+    /// and racks that span zones): `1s`, `500ms`, `2m`, seconds as a number
+    /// (`0.25`), or `none` to search until the plan is proven optimal. Past it
+    /// the best plan found is printed, and a note on stderr says it is not
+    /// proven optimal. Nesting keys are planned exactly at once.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_time_limit)]
+    pub time_limit: TimeLimit,
+}
+
+/// `--time-limit`: a duration, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeLimit(pub Option<Duration>);
+
+/// Reads `1s`, `500ms`, `2m`, `0.25` (seconds) or `none`.
+pub fn parse_time_limit(text: &str) -> Result<TimeLimit, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(TimeLimit(None));
+    }
+    let (number, seconds_per_unit) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    let bad =
+        || format!("{text:?} is not a duration: write e.g. 1s, 500ms, 2m, 0.25 (seconds) or none");
+    let value: f64 = number.trim().parse().map_err(|_| bad())?;
+    // try_from_secs_f64 refuses negative, NaN and too large values rather
+    // than panicking, as Duration::from_secs_f64 would.
+    let limit = Duration::try_from_secs_f64(value * seconds_per_unit).map_err(|_| bad())?;
+    if limit.is_zero() {
+        return Err(format!(
+            "{text:?}: the time limit must be more than 0 (none for no limit)"
+        ));
+    }
+    Ok(TimeLimit(Some(limit)))
 }
 
 /// Bad input: which file, and what in it.
@@ -69,6 +115,8 @@ impl PlanCmdError {
 pub struct Rendered {
     pub output: String,
     pub feasible: bool,
+    /// False when `--time-limit` cut the search short.
+    pub optimal: bool,
 }
 
 /// Runs the command: prints the plan on stdout, or one error line on stderr.
@@ -76,6 +124,15 @@ pub fn main(args: &PlanArgs) -> ExitCode {
     match plan(args) {
         Ok(rendered) => {
             print!("{}", rendered.output);
+            if !rendered.optimal {
+                // On stderr: the plan JSON on stdout keeps its documented shape.
+                eprintln!(
+                    "{}: note: the best plan found within --time-limit, not proven optimal \
+                     (its Required constraints hold; a plan with less Preferred excess or \
+                     fewer moves may exist)",
+                    args.cluster.display()
+                );
+            }
             if rendered.feasible {
                 ExitCode::SUCCESS
             } else {
@@ -108,8 +165,13 @@ pub fn plan(args: &PlanArgs) -> Result<Rendered, PlanCmdError> {
         };
         PlanCmdError::new(file, e.to_string())
     })?;
-    let plan =
-        placement::plan(&problem).map_err(|e| PlanCmdError::new(cluster_file, e.to_string()))?;
+    let options = placement::PlanOptions {
+        time_limit: args.time_limit.0,
+        ..Default::default()
+    };
+    let planned = placement::plan_with(&problem, &options)
+        .map_err(|e| PlanCmdError::new(cluster_file, e.to_string()))?;
+    let plan = planned.plan;
     let output = match args.output {
         Output::Json => {
             let mut json = serde_json::to_string_pretty(&plan)
@@ -122,6 +184,7 @@ pub fn plan(args: &PlanArgs) -> Result<Rendered, PlanCmdError> {
     Ok(Rendered {
         output,
         feasible: plan.feasible,
+        optimal: planned.optimal,
     })
 }
 
@@ -151,11 +214,12 @@ fn kind_of(value: &serde_yaml::Value) -> Option<&str> {
 }
 
 /// Deserializes `value` as `T`, naming the failing field (`spec.shards: ...`).
-fn typed<T: DeserializeOwned>(
-    path: &Path,
-    at: &str,
-    value: serde_yaml::Value,
-) -> Result<T, PlanCmdError> {
+fn typed<'de, T, D>(path: &Path, at: &str, value: D) -> Result<T, PlanCmdError>
+where
+    T: serde::Deserialize<'de>,
+    D: serde::Deserializer<'de>,
+    D::Error: std::fmt::Display,
+{
     serde_path_to_error::deserialize(value).map_err(|e| {
         let field = e.path().to_string();
         let message = e.into_inner().to_string();
@@ -165,6 +229,53 @@ fn typed<T: DeserializeOwned>(
             PlanCmdError::new(path, format!("{at}{field}: {message}"))
         }
     })
+}
+
+/// [`typed`], refusing every field `T` does not know as the API server
+/// refuses fields its schema does not know (kubectl's strict field
+/// validation), instead of planning as if it were not there. `at_root` are
+/// the top-level keys read elsewhere (e.g. `apiVersion`, `kind`).
+fn strictly_typed<T: DeserializeOwned>(
+    path: &Path,
+    value: serde_yaml::Value,
+    at_root: &[&str],
+) -> Result<T, PlanCmdError> {
+    let mut unknown: Vec<String> = Vec::new();
+    let mut note = |p: serde_ignored::Path| {
+        let field = field_path(&p);
+        if !at_root.contains(&field.as_str()) {
+            unknown.push(field);
+        }
+    };
+    let typed = typed(path, "", serde_ignored::Deserializer::new(value, &mut note))?;
+    if unknown.is_empty() {
+        Ok(typed)
+    } else {
+        Err(PlanCmdError::new(
+            path,
+            unknown
+                .iter()
+                .map(|f| format!("{f}: unknown field"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ))
+    }
+}
+
+/// `spec.replicaSpreadConstraints[0].mode`, as the other errors name fields.
+fn field_path(p: &serde_ignored::Path) -> String {
+    use serde_ignored::Path as P;
+    match p {
+        P::Root => String::new(),
+        P::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        P::Map { parent, key } => match field_path(parent) {
+            parent if parent.is_empty() => key.clone(),
+            parent => format!("{parent}.{key}"),
+        },
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            field_path(parent)
+        }
+    }
 }
 
 /// Every object of `kind` in the file at `path`: from Lists (`items`), from
@@ -284,7 +395,23 @@ pub fn load_cluster(path: &Path) -> Result<ValkeyCluster, PlanCmdError> {
             ));
         }
     }
-    typed(path, "", doc)
+    // The CRD requires spec; a null spec would otherwise read as every default.
+    match doc.get("spec") {
+        None => {
+            return Err(PlanCmdError::new(
+                path,
+                "spec: required (write spec: {} for every default)",
+            ));
+        }
+        Some(serde_yaml::Value::Null) => {
+            return Err(PlanCmdError::new(
+                path,
+                "spec: must be an object, got null (write spec: {} for every default)",
+            ));
+        }
+        Some(_) => {}
+    }
+    strictly_typed(path, doc, &["apiVersion", "kind"])
 }
 
 #[cfg(test)]
@@ -380,6 +507,43 @@ mod tests {
         );
         let err = load_cluster(&f.0).unwrap_err();
         assert!(err.message.starts_with("spec.shards: "), "{err}");
+    }
+
+    #[test]
+    fn a_cluster_as_kubectl_get_prints_it_has_no_unknown_field() {
+        let f = file(
+            "apiVersion: valkey.rs/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: demo\n  \
+             namespace: default\n  uid: 0b0c\n  generation: 2\n  resourceVersion: '42'\n  \
+             creationTimestamp: '2025-01-01T00:00:00Z'\n  managedFields:\n  - manager: kubectl\n    \
+             operation: Apply\n    fieldsType: FieldsV1\n    fieldsV1: {f:spec: {}}\n\
+             spec:\n  shards: 1\n  replicas: 0\n  primaryBalancing: {mode: 'Off'}\n\
+             status:\n  observedGeneration: 2\n  readyShards: 1\n  conditions:\n  - type: Ready\n    \
+             status: 'True'\n    reason: Ready\n    message: ok\n    \
+             lastTransitionTime: '2025-01-01T00:00:00Z'\n  members:\n  - {shard: 0, member: 0, \
+             pod: demo-0-0-0, ready: true, role: primary}\n",
+        );
+        let cluster = load_cluster(&f.0).unwrap();
+        assert_eq!(cluster.spec.shards, 1);
+    }
+
+    #[test]
+    fn time_limits_read_as_a_person_writes_them() {
+        for (text, limit) in [
+            ("1s", Some(Duration::from_secs(1))),
+            ("500ms", Some(Duration::from_millis(500))),
+            ("2m", Some(Duration::from_secs(120))),
+            ("0.25", Some(Duration::from_millis(250))),
+            ("1.5s", Some(Duration::from_millis(1500))),
+            ("none", None),
+            ("None", None),
+        ] {
+            assert_eq!(parse_time_limit(text), Ok(TimeLimit(limit)), "{text}");
+        }
+        for bad in [
+            "", "s", "soon", "-1s", "0", "0ms", "NaN", "inf", "1h", "1e400",
+        ] {
+            assert!(parse_time_limit(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -242,6 +242,206 @@ fn an_unknown_output_format_exits_1() {
     assert_eq!(r.code, 1, "{}", r.stderr);
 }
 
+#[test]
+fn unknown_fields_are_refused_naming_their_paths() {
+    assert_refused(
+        "cluster-unknown-fields.yaml",
+        "nodes-3x3.yaml",
+        &[
+            "cluster-unknown-fields.yaml: ",
+            "metadata.lables: unknown field",
+            "spec.replica: unknown field",
+            "spec.replicaSpreadConstraints[0].maxSkew: unknown field",
+        ],
+    );
+}
+
+#[test]
+fn a_null_spec_is_refused_not_planned_with_defaults() {
+    assert_refused(
+        "cluster-null-spec.yaml",
+        "nodes-3x3.yaml",
+        &["cluster-null-spec.yaml: spec: must be an object, got null"],
+    );
+    assert_refused(
+        "cluster-no-spec.yaml",
+        "nodes-3x3.yaml",
+        &["cluster-no-spec.yaml: spec: required"],
+    );
+}
+
+#[test]
+fn a_time_limit_that_is_not_a_duration_exits_1_naming_the_flag() {
+    for bad in ["soon", "-1s", "0", "1h", "NaN"] {
+        let flag = format!("--time-limit={bad}");
+        let r = run_fixtures("cluster-required.yaml", "nodes-3x3.yaml", &[&flag]);
+        assert_eq!(r.code, 1, "{bad}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "{bad}: {}", r.stdout);
+        assert!(r.stderr.contains("--time-limit"), "{bad}: {}", r.stderr);
+    }
+}
+
+#[test]
+fn a_time_limit_is_a_duration_in_seconds_milliseconds_or_minutes() {
+    for good in ["500ms", "1s", "0.25", "2m", "none"] {
+        let r = run_fixtures(
+            "cluster-required.yaml",
+            "nodes-3x3.yaml",
+            &["--time-limit", good],
+        );
+        assert_eq!(r.code, 0, "{good}: {}", r.stderr);
+        assert!(r.stderr.is_empty(), "proven optimal, no note: {}", r.stderr);
+    }
+}
+
+#[test]
+fn the_help_documents_the_time_limit() {
+    let r = run(&["--help"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for word in ["--time-limit", "500ms", "[default: 1s]", "none"] {
+        assert!(
+            r.stdout.contains(word),
+            "{word} missing from:\n{}",
+            r.stdout
+        );
+    }
+}
+
+/// Files for `plan` that make the branch and bound work: 40 shards of 3 over
+/// 60 nodes in 3 zones whose racks (6) are scattered over the zones (the keys
+/// cross), rack Required 1, zone and node Preferred 1, one or two pod slots
+/// per node, and the primaries of about half the shards running. The same
+/// problem as the placement crate's `crossing_racks(40, 60)`: its search does
+/// not end within 20 s. Returns the paths of the cluster, nodes and pods.
+fn crossing_files() -> (tempdir::Dir, [String; 3]) {
+    let dir = tempdir::Dir::new("crossing");
+    let mut state: u64 = 110;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as usize
+    };
+    let nodes: Vec<Value> = (0..60)
+        .map(|i| {
+            let rack = format!("k{}", next() % 6);
+            let pods = (1 + next() % 2).to_string();
+            let name = format!("n{i:03}");
+            serde_json::json!({
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {
+                    HOST: name, ZONE: format!("z{}", i % 3), "example.com/rack": rack,
+                }},
+                "status": {
+                    "allocatable": {"cpu": "8", "memory": "32Gi", "pods": pods},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            })
+        })
+        .collect();
+    let mut pods = Vec::new();
+    for s in 0..40 {
+        if next() % 2 == 0 {
+            pods.push(serde_json::json!({
+                "kind": "Pod",
+                "metadata": {"name": format!("demo-{s}-0-0"), "namespace": "default", "labels": {
+                    "valkey.rs/cluster": "demo", "valkey.rs/shard": s.to_string(),
+                    "valkey.rs/member": "0", "valkey.rs/role": "primary",
+                }},
+                "spec": {"nodeName": format!("n{:03}", next() % 60),
+                         "containers": [{"name": "valkey", "image": "x"}]},
+                "status": {"phase": "Running"},
+            }));
+        }
+    }
+    let cluster = "apiVersion: valkey.rs/v1alpha1\nkind: ValkeyCluster\n\
+                   metadata: {name: demo, namespace: default}\n\
+                   spec:\n  shards: 40\n  replicas: 2\n  replicaSpreadConstraints:\n\
+                   \x20 - {topologyKey: zone, maxReplicas: 1, mode: Preferred}\n\
+                   \x20 - {topologyKey: example.com/rack, maxReplicas: 1, mode: Required}\n\
+                   \x20 - {topologyKey: node, maxReplicas: 1, mode: Preferred}\n";
+    let list = |items: Vec<Value>| serde_json::json!({"kind": "List", "items": items}).to_string();
+    let paths = [
+        dir.write("cluster.yaml", cluster),
+        dir.write("nodes.json", &list(nodes)),
+        dir.write("pods.json", &list(pods)),
+    ];
+    (dir, paths)
+}
+
+/// A self-cleaning temporary directory, to keep dev-dependencies small.
+mod tempdir {
+    pub struct Dir(std::path::PathBuf);
+
+    impl Dir {
+        pub fn new(name: &str) -> Self {
+            let path = std::env::temp_dir().join(format!("plan-cli-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&path).unwrap();
+            Self(path)
+        }
+
+        pub fn write(&self, name: &str, text: &str) -> String {
+            let path = self.0.join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// `plan` over [`crossing_files`] with `extra` flags: the run and how long it took.
+fn run_crossing(extra: &[&str]) -> (Run, std::time::Duration) {
+    let (_dir, [cluster, nodes, pods]) = crossing_files();
+    let mut args = vec![
+        "--cluster",
+        &cluster,
+        "--nodes",
+        &nodes,
+        "--pods",
+        &pods,
+        "--output",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let started = std::time::Instant::now();
+    let r = run(&args);
+    (r, started.elapsed())
+}
+
+#[test]
+fn a_time_limit_cuts_a_crossing_search_short_and_says_so_on_stderr() {
+    let (r, took) = run_crossing(&["--time-limit", "100ms"]);
+    assert!(r.code == 0 || r.code == 2, "exit {}: {}", r.code, r.stderr);
+    let note: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(note.len(), 1, "{}", r.stderr);
+    assert!(
+        note[0].contains("cluster.yaml: note:") && note[0].contains("not proven optimal"),
+        "{}",
+        r.stderr
+    );
+    // The JSON keeps its documented shape: the note is not in it.
+    let plan: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        keys(&plan),
+        BTreeSet::from(["cluster", "feasible", "members", "unplaced", "violations"])
+    );
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+}
+
+#[test]
+fn plan_searches_for_1s_by_default() {
+    let (r, took) = run_crossing(&[]);
+    assert!(r.code == 0 || r.code == 2, "exit {}: {}", r.code, r.stderr);
+    assert!(r.stderr.contains("not proven optimal"), "{}", r.stderr);
+    assert!(took >= std::time::Duration::from_secs(1), "took {took:?}");
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+}
+
 // ---------- plans (these need the real planner) ----------
 
 #[test]

@@ -22,20 +22,54 @@ use std::fmt::Debug;
 ///
 /// Objects compare key by key (keys absent from `desired` are ignored; a key
 /// absent from `live` matches only an empty or null desired value), lists
-/// element by element with equal lengths, and strings that are the same
-/// Kubernetes quantity in another spelling (`1000m` and `1`) as equal.
+/// element by element with equal lengths. Strings are equal when they are
+/// the same, or, where the schema says quantity (the values of `limits`,
+/// `requests` and `capacity` maps, `sizeLimit`), the same Kubernetes quantity
+/// in another spelling (`1000m` and `1`). Elsewhere `"01"` and `"1"`, or
+/// `"0.5"` and `"500m"`, are different values (a label, an env value).
 pub fn contains(live: &Value, desired: &Value) -> bool {
+    contains_at(live, desired, Field::Plain)
+}
+
+/// What the schema says a value is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Plain,
+    /// A map whose values are quantities (`limits`, `requests`, `capacity`).
+    QuantityMap,
+    /// A quantity.
+    Quantity,
+}
+
+impl Field {
+    /// The kind of the value under key `key` of an object of this kind.
+    fn child(self, key: &str) -> Field {
+        match (self, key) {
+            (Field::QuantityMap, _) => Field::Quantity,
+            (_, "limits" | "requests" | "capacity") => Field::QuantityMap,
+            (_, "sizeLimit") => Field::Quantity,
+            _ => Field::Plain,
+        }
+    }
+}
+
+fn contains_at(live: &Value, desired: &Value, field: Field) -> bool {
     match (live, desired) {
         (_, Value::Null) => true,
         (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, dv)| match l.get(k) {
-            Some(lv) => contains(lv, dv),
+            Some(lv) => contains_at(lv, dv, field.child(k)),
             None => is_empty(dv),
         }),
         (Value::Array(l), Value::Array(d)) => {
-            l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains(lv, dv))
+            l.len() == d.len()
+                && l.iter()
+                    .zip(d)
+                    .all(|(lv, dv)| contains_at(lv, dv, Field::Plain))
         }
         (Value::Null, d) => is_empty(d),
-        (Value::String(l), Value::String(d)) => l == d || same_quantity(l, d),
+        (Value::String(l), Value::String(d)) => {
+            l == d || (field == Field::Quantity && same_quantity(l, d))
+        }
         (l, d) => l == d,
     }
 }
@@ -50,10 +84,6 @@ fn is_empty(v: &Value) -> bool {
 }
 
 fn same_quantity(a: &str, b: &str) -> bool {
-    let starts_numeric = |s: &str| s.starts_with(|c: char| c.is_ascii_digit() || c == '.');
-    if !starts_numeric(a) || !starts_numeric(b) {
-        return false;
-    }
     match (api::quantity::cpu_millis(a), api::quantity::cpu_millis(b)) {
         (Ok(x), Ok(y)) => x == y,
         _ => false,
@@ -167,15 +197,34 @@ mod tests {
 
     #[test]
     fn quantities_in_another_spelling_are_equal() {
-        assert!(contains(&json!({"cpu": "1"}), &json!({"cpu": "1000m"})));
-        assert!(contains(
-            &json!({"memory": "1Gi"}),
-            &json!({"memory": "1024Mi"})
-        ));
-        assert!(!contains(
-            &json!({"memory": "1Gi"}),
-            &json!({"memory": "1G"})
-        ));
+        let limits = |cpu: &str, memory: &str| json!({"resources": {"limits": {"cpu": cpu, "memory": memory}}});
+        assert!(contains(&limits("1", "1Gi"), &limits("1000m", "1024Mi")));
+        assert!(!contains(&limits("1", "1Gi"), &limits("1", "1G")));
+        let claim = |size: &str| json!({"spec": {"resources": {"requests": {"storage": size}}}});
+        assert!(contains(&claim("1Gi"), &claim("1024Mi")));
+        let empty_dir = |size: &str| json!({"emptyDir": {"sizeLimit": size}});
+        assert!(contains(&empty_dir("0.5Gi"), &empty_dir("512Mi")));
         assert!(!contains(&json!({"name": "a1"}), &json!({"name": "a01"})));
+    }
+
+    #[test]
+    fn strings_that_are_not_quantities_by_schema_compare_as_written() {
+        // A label, an annotation and an env value that only look numeric.
+        for (live, desired) in [
+            ("1", "01"),
+            ("7.20", "7.2"),
+            ("500m", "0.5"),
+            ("1k", "1000"),
+        ] {
+            let labels = |v: &str| json!({"metadata": {"labels": {"tier": v}}});
+            assert!(
+                !contains(&labels(live), &labels(desired)),
+                "{live} {desired}"
+            );
+            let annotations = |v: &str| json!({"metadata": {"annotations": {"a": v}}});
+            assert!(!contains(&annotations(live), &annotations(desired)));
+            let env = |v: &str| json!({"env": [{"name": "X", "value": v}]});
+            assert!(!contains(&env(live), &env(desired)));
+        }
     }
 }

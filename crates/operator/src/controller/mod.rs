@@ -99,6 +99,8 @@ pub struct Memory {
     /// gone (a deleted Node counts as lost from then on, not forever at once;
     /// a restart starts the clock again, which only waits longer).
     pub nodes_missing_since: HashMap<String, Instant>,
+    /// Reconciles in a row that ended in an error (the retry back-off).
+    pub failures: u32,
 }
 
 /// Shared by every reconcile.
@@ -304,6 +306,12 @@ async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Ac
         return Ok(Action::await_change());
     }
     let result = reconcile::reconcile(&vc, &ctx, &key).await;
+    let mut memory = ctx.memory(&key);
+    memory.failures = match &result {
+        Ok(_) => 0,
+        Err(_) => memory.failures.saturating_add(1),
+    };
+    ctx.remember(&key, memory);
     ctx.metrics.reconciled(
         started.elapsed(),
         result.as_ref().err().map(Error::category),
@@ -329,9 +337,34 @@ async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Ac
     result
 }
 
-fn error_policy(_vc: Arc<ValkeyCluster>, _error: &Error, _ctx: Arc<Context>) -> Action {
-    // Errors are API or network hiccups: retry soon, but not in a tight loop.
-    Action::requeue(Duration::from_secs(5))
+fn error_policy(vc: Arc<ValkeyCluster>, _error: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any());
+    Action::requeue(retry_after(ctx.memory(&key).failures))
+}
+
+/// When to retry a cluster whose last `failures` reconciles failed: 1 s after
+/// the first, doubling each time up to 5 minutes, so a hiccup retries soon
+/// and a standing fault (an API server refusing, a broken webhook) does not
+/// keep the operator busy.
+fn retry_after(failures: u32) -> Duration {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(300);
+    let doublings = failures.saturating_sub(1).min(16);
+    FIRST.saturating_mul(1 << doublings).min(MAX)
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::retry_after;
+    use std::time::Duration;
+
+    #[test]
+    fn retries_back_off_exponentially_up_to_five_minutes() {
+        let secs: Vec<u64> = (1..=12).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        assert_eq!(retry_after(0), Duration::from_secs(1));
+        assert_eq!(retry_after(u32::MAX), Duration::from_secs(300));
+    }
 }
 
 use kube::Resource as _;

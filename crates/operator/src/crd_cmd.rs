@@ -9,7 +9,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum CrdError {
     #[error("encoding the CRD as YAML: {0}")]
-    Encode(#[from] serde_yaml::Error),
+    Encode(#[from] api::CrdYamlError),
     #[error("writing the CRD: {0}")]
     Write(#[from] std::io::Error),
 }

@@ -120,6 +120,27 @@ fn schema_and_cel_refuse_bad_specs_naming_the_field() {
             &["spec.replicas", "greater than or equal to 0"],
         ),
         (
+            "replicas-16",
+            "shards: 1\nreplicas: 16",
+            &["spec.replicas", "less than or equal to 15"],
+        ),
+        (
+            "hostile-size",
+            "shards: 16384\nreplicas: 1000",
+            &["spec.replicas", "less than or equal to 15"],
+        ),
+        (
+            "members-1002",
+            "shards: 334\nreplicas: 2",
+            &["spec.shards * (spec.replicas + 1) must be at most 1000"],
+        ),
+        (
+            // replicas left out: its default (1) counts.
+            "members-default-replicas",
+            "shards: 501",
+            &["spec.shards * (spec.replicas + 1) must be at most 1000"],
+        ),
+        (
             "max-replicas-0",
             "replicaSpreadConstraints: [{topologyKey: zone, maxReplicas: 0}]",
             &[
@@ -171,6 +192,47 @@ fn schema_and_cel_refuse_bad_specs_naming_the_field() {
             "owned-port",
             "config: {port: '7000'}",
             &["spec.config", "port is owned by the operator"],
+        ),
+        (
+            "owned-loadmodule",
+            "config: {loadmodule: /tmp/evil.so}",
+            &["spec.config", "loadmodule is owned by the operator"],
+        ),
+        (
+            "owned-module-command",
+            "config: {enable-module-command: 'yes'}",
+            &[
+                "spec.config",
+                "enable-module-command is owned by the operator",
+            ],
+        ),
+        (
+            "owned-debug-command",
+            "config: {enable-debug-command: local}",
+            &[
+                "spec.config",
+                "enable-debug-command is owned by the operator",
+            ],
+        ),
+        (
+            "owned-protected-configs",
+            "config: {enable-protected-configs: 'yes'}",
+            &[
+                "spec.config",
+                "enable-protected-configs is owned by the operator",
+            ],
+        ),
+        (
+            "owned-module-any-case",
+            "config: {LoadModule: /tmp/evil.so}",
+            &["spec.config", "any case"],
+        ),
+        (
+            // kubectl reads a bare yes as a boolean (YAML 1.1): config values
+            // are strings, so it must be quoted (docs/operator.md says so).
+            "config-bare-yes",
+            "config: {appendonly: yes}",
+            &["spec.config.appendonly", "must be of type string"],
         ),
         (
             "owned-announce",
@@ -270,7 +332,10 @@ fn valid_specs_are_accepted_and_defaulted() {
             "config: {maxmemory-policy: allkeys-lru, maxmemory: 100mb}",
         ),
         ("int-size", "persistence: {size: 1073741824}"),
-        ("no-replicas", "replicas: 0\nshards: 16384"),
+        ("no-replicas", "replicas: 0\nshards: 1000"),
+        ("members-1000", "shards: 500\nreplicas: 1"),
+        ("replicas-15", "shards: 62\nreplicas: 15"),
+        ("config-quoted-yes", "config: {appendonly: 'yes'}"),
     ] {
         if let Err(e) = dry_run(&env, ns, case, spec) {
             panic!("{case}: refused: {e}");
@@ -283,6 +348,58 @@ fn valid_specs_are_accepted_and_defaulted() {
         env.kubectl(&["apply", "--dry-run=server", "-n", ns, "-f", &path])
             .unwrap_or_else(|e| panic!("examples/{example}: {e:#}"));
     }
+}
+
+/// What `valkey-operator crd` prints, applied with kubectl as a user does, and
+/// what the API server then serves: kubectl reads YAML 1.1, where a bare `Off`
+/// is `false`, so an unquoted enum value broke `primaryBalancing.mode: Off`.
+#[test]
+fn the_generated_crd_applied_with_kubectl_keeps_off_a_string() {
+    let Some((env, ns)) = setup("crd-yaml11") else {
+        return;
+    };
+    let out = std::process::Command::new(&env.operator_bin)
+        .arg("crd")
+        .output()
+        .expect("run valkey-operator crd");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let crd = String::from_utf8(out.stdout).expect("UTF-8");
+    env.kubectl_stdin(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        &crd,
+    )
+    .expect("kubectl applies the generated CRD");
+    env.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/valkeyclusters.valkey.rs",
+        "--timeout=60s",
+    ])
+    .expect("established");
+    let served = env
+        .kubectl_json(&["get", "crd", "valkeyclusters.valkey.rs"])
+        .expect("get crd");
+    let mode = &served["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["primaryBalancing"]["properties"]["mode"];
+    assert_eq!(mode["enum"], serde_json::json!(["Auto", "Off"]), "{mode}");
+
+    // The manifest is YAML read by kubectl too, so Off is quoted there.
+    env.apply(
+        &ns.name,
+        &manifest(
+            "balancing-off",
+            "shards: 1\nreplicas: 0\nprimaryBalancing: {mode: 'Off'}",
+        ),
+    )
+    .expect("a cluster with primaryBalancing.mode Off is created");
+    let stored = env
+        .kubectl_json(&["get", "vkc", "balancing-off", "-n", &ns.name])
+        .expect("get the cluster");
+    assert_eq!(stored["spec"]["primaryBalancing"]["mode"], "Off");
 }
 
 fn patch(env: &Env, ns: &str, name: &str, json_patch: &str) -> Result<String, String> {

@@ -61,23 +61,28 @@ use std::collections::BTreeMap;
     ),
     validation = Rule::new(cel::CLUSTER_NAME).message(cel::CLUSTER_NAME_MESSAGE),
 )]
-#[x_kube(validation = Rule::new(cel::PERSISTENCE_FIXED)
-    .message(cel::PERSISTENCE_FIXED_MESSAGE)
-    .field_path(".persistence")
-    .reason(Reason::FieldValueForbidden))]
+#[x_kube(
+    validation = Rule::new(cel::PERSISTENCE_FIXED)
+        .message(cel::PERSISTENCE_FIXED_MESSAGE)
+        .field_path(".persistence")
+        .reason(Reason::FieldValueForbidden),
+    validation = Rule::new(cel::members_bounded()).message(cel::MEMBERS_BOUNDED_MESSAGE),
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterSpec {
     /// Number of shards: each shard is one primary with its replicas and owns an
-    /// even share of the 16384 hash slots. 1 to 16384. Changing it scales the
-    /// cluster out or in, moving slots with Valkey's atomic slot migration.
+    /// even share of the 16384 hash slots. 1 to 16384, and the cluster has at
+    /// most 1000 members: shards * (replicas + 1) <= 1000. Changing it scales
+    /// the cluster out or in, moving slots with Valkey's atomic slot migration.
     #[serde(default = "defaults::shards")]
     #[schemars(range(min = 1, max = 16384))]
     pub shards: i32,
 
     /// Replicas per shard: a shard has `replicas + 1` members (member 0 is the
-    /// primary at creation). 0 means no redundancy.
+    /// primary at creation). 0 (no redundancy) to 15, and shards * (replicas +
+    /// 1) at most 1000.
     #[serde(default = "defaults::replicas")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 15))]
     pub replicas: i32,
 
     /// Container image of Valkey (version 9 or later: the operator relies on
@@ -107,9 +112,12 @@ pub struct ValkeyClusterSpec {
     /// cluster-node-timeout, cluster-announce-*, cluster-port, port, bind, dir,
     /// requirepass, masterauth/primaryauth, masteruser/primaryuser, aclfile,
     /// cluster-allow-replica-migration, shutdown-on-sigterm, availability-zone,
-    /// daemonize, include, unixsocket*, and the other keys listed in the
-    /// operator's documentation. Keys Valkey can change live are applied with
-    /// CONFIG SET, the others by a rolling restart.
+    /// daemonize, include, unixsocket*, loadmodule, enable-module-command,
+    /// enable-debug-command, enable-protected-configs, and the other keys
+    /// listed in the operator's documentation. Values are strings: quote
+    /// `"yes"`, `"no"`, `"on"`, `"off"` and numbers in YAML, or the API server
+    /// refuses them as booleans or numbers. Keys Valkey can change live are
+    /// applied with CONFIG SET, the others by a rolling restart.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "cel::config_schema")]
     pub config: BTreeMap<String, String>,
@@ -302,7 +310,8 @@ pub enum SpreadMode {
 pub struct PrimaryBalancing {
     /// Auto (the default): move primaries back over the domains with graceful
     /// failovers, one shard at a time. Off: leave primaries where failovers put
-    /// them.
+    /// them. Quote it in YAML (`mode: "Off"`): kubectl reads a bare Off as
+    /// the boolean false.
     #[serde(default)]
     pub mode: BalancingMode,
 

@@ -34,6 +34,14 @@ pub const REGION_KEY: &str = "topology.kubernetes.io/region";
 pub const MAX_SPREAD_CONSTRAINTS: usize = 8;
 /// Most shards: one slot each at the limit.
 pub const MAX_SHARDS: i32 = 16384;
+/// Most replicas per shard. Every replica full-syncs from its shard's primary,
+/// so the bound keeps one shard's copies (16) within what one primary can feed.
+pub const MAX_REPLICAS: i32 = 15;
+/// Most members (`shards * (replicas + 1)`): Valkey documents 1000 nodes as the
+/// largest cluster it supports. The bound also keeps every per-member loop and
+/// object list of the operator (StatefulSets, the planner's problem, one
+/// connection per member) small, whatever a tenant writes.
+pub const MAX_MEMBERS: i64 = 1000;
 
 /// valkey.conf keys the operator sets itself; `spec.config` may not name them.
 /// Valkey reads config names case-insensitively, so the check is too.
@@ -75,6 +83,14 @@ pub const OWNED_CONFIG_KEYS: &[&str] = &[
     "availability-zone",
     "replicaof",
     "slaveof",
+    // Ways out of the container's sandbox: loading a shared object runs code
+    // in the server, DEBUG can crash it or rewrite its state, and protected
+    // configs (CONFIG SET dir, dbfilename...) let a client write files where
+    // it likes. A tenant who may edit the spec must not get them.
+    "loadmodule",
+    "enable-module-command",
+    "enable-debug-command",
+    "enable-protected-configs",
 ];
 
 /// Prefixes of owned valkey.conf keys (`cluster-announce-ip`,
@@ -114,6 +130,26 @@ pub mod cel {
     pub const PERSISTENCE_FIXED: &str = "has(self.persistence) == has(oldSelf.persistence)";
     pub const PERSISTENCE_FIXED_MESSAGE: &str =
         "persistence cannot be added or removed after creation";
+
+    /// Spec: at most [`super::MAX_MEMBERS`] members. Shards and replicas have
+    /// schema defaults, so both are present once the API server has defaulted
+    /// the object; `has()` keeps the rule from failing on an object it sees
+    /// before that.
+    pub fn members_bounded() -> String {
+        format!(
+            "(has(self.shards) ? self.shards : {s}) * \
+             ((has(self.replicas) ? self.replicas : {r}) + 1) <= {max}",
+            s = super::defaults::SHARDS,
+            r = super::defaults::REPLICAS,
+            max = super::MAX_MEMBERS
+        )
+    }
+
+    /// A fixed message: a messageExpression adding the count the spec asks
+    /// for exceeds the API server's CEL cost budget for messages (refused by
+    /// kube-apiserver 1.36), so only the operator's own message has the count.
+    pub const MEMBERS_BOUNDED_MESSAGE: &str = "spec.shards * (spec.replicas + 1) must be at \
+         most 1000 members (the largest Valkey cluster documented)";
 
     /// Persistence (transition): the storage class of existing volumes is fixed.
     pub const STORAGE_CLASS_IMMUTABLE: &str = "has(self.storageClassName) == \
@@ -490,13 +526,34 @@ fn validate_spec(
         );
         1
     };
-    let replicas = u32::try_from(spec.replicas).unwrap_or_else(|_| {
+    let replicas = if (0..=MAX_REPLICAS).contains(&spec.replicas) {
+        spec.replicas.unsigned_abs()
+    } else {
         errors.add(
             "spec.replicas",
-            format!("must be >= 0, got {}", spec.replicas),
+            format!(
+                "must be between 0 and {MAX_REPLICAS}, got {}",
+                spec.replicas
+            ),
         );
         0
-    });
+    };
+    // Only when both are in range: otherwise their own errors say it, and the
+    // stand-in values above would give a count the user never wrote.
+    if (1..=MAX_SHARDS).contains(&spec.shards) && (0..=MAX_REPLICAS).contains(&spec.replicas) {
+        let members = i64::from(spec.shards) * (i64::from(spec.replicas) + 1);
+        if members > MAX_MEMBERS {
+            errors.add(
+                "spec",
+                format!(
+                    "{}, got {members} ({} shards x {} members)",
+                    cel::MEMBERS_BOUNDED_MESSAGE,
+                    spec.shards,
+                    spec.replicas + 1
+                ),
+            );
+        }
+    }
     validate_name(name, shards, replicas, errors);
     if spec.image.trim().is_empty() {
         errors.add("spec.image", "must not be empty");
@@ -899,27 +956,106 @@ mod tests {
             assert_eq!(errs.len(), 1, "{errs:?}");
             assert!(errs[0].starts_with("spec.shards: must be between 1 and 16384"));
         }
-        for good in [1, 16384] {
+        let one = ValkeyClusterSpec {
+            shards: 1,
+            ..Default::default()
+        };
+        assert_eq!(errors_of(one), Vec::<String>::new());
+        // In the field's own range, so only the member bound refuses it.
+        let errs = errors_of(ValkeyClusterSpec {
+            shards: 16384,
+            replicas: 0,
+            ..Default::default()
+        });
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("spec: spec.shards * (spec.replicas + 1) must be at most 1000"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn replicas_must_be_between_0_and_15() {
+        for (bad, expect) in [
+            (-1, "spec.replicas: must be between 0 and 15, got -1"),
+            (16, "spec.replicas: must be between 0 and 15, got 16"),
+        ] {
+            let errs = errors_of(ValkeyClusterSpec {
+                shards: 1,
+                replicas: bad,
+                ..Default::default()
+            });
+            assert_eq!(errs, [expect]);
+        }
+        for good in [0, 15] {
             let spec = ValkeyClusterSpec {
-                shards: good,
+                shards: 1,
+                replicas: good,
                 ..Default::default()
             };
-            assert_eq!(errors_of(spec), Vec::<String>::new());
+            assert!(errors_of(spec).is_empty(), "{good}");
         }
     }
 
     #[test]
-    fn replicas_must_not_be_negative() {
+    fn a_cluster_of_more_than_1000_members_is_refused_naming_shards_and_replicas() {
+        for (shards, replicas, members) in [(334, 2, 1002), (63, 15, 1008), (1001, 0, 1001)] {
+            let errs = errors_of(ValkeyClusterSpec {
+                shards,
+                replicas,
+                ..Default::default()
+            });
+            assert_eq!(
+                errs,
+                [format!(
+                    "spec: spec.shards * (spec.replicas + 1) must be at most 1000 members \
+                     (the largest Valkey cluster documented), got {members} ({shards} shards x \
+                     {} members)",
+                    replicas + 1
+                )]
+            );
+        }
+        for (shards, replicas) in [(500, 1), (1000, 0), (62, 15)] {
+            let spec = ValkeyClusterSpec {
+                shards,
+                replicas,
+                ..Default::default()
+            };
+            assert!(errors_of(spec).is_empty(), "{shards} x {replicas}");
+        }
+    }
+
+    #[test]
+    fn the_hostile_16384_shards_of_1000_replicas_is_refused_before_anything_is_built() {
         let errs = errors_of(ValkeyClusterSpec {
-            replicas: -1,
+            shards: 16384,
+            replicas: 1000,
             ..Default::default()
         });
-        assert_eq!(errs, ["spec.replicas: must be >= 0, got -1"]);
-        let zero = ValkeyClusterSpec {
-            replicas: 0,
-            ..Default::default()
-        };
-        assert!(errors_of(zero).is_empty());
+        // The replicas bound names the field; the member count is not worked
+        // out from a value already refused.
+        assert_eq!(errs, ["spec.replicas: must be between 0 and 15, got 1000"]);
+    }
+
+    #[test]
+    fn the_member_bound_in_cel_uses_the_schema_defaults_and_the_same_limit() {
+        let rule = cel::members_bounded();
+        assert!(rule.ends_with(&format!("<= {MAX_MEMBERS}")), "{rule}");
+        assert!(rule.contains(&format!("self.shards : {}", defaults::SHARDS)));
+        assert!(rule.contains(&format!("self.replicas : {}", defaults::REPLICAS)));
+        assert!(cel::MEMBERS_BOUNDED_MESSAGE.contains(&format!("at most {MAX_MEMBERS} ")));
+        let crd = serde_json::to_value(crate::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(
+            spec["properties"]["replicas"]["maximum"].as_f64(),
+            Some(15.0)
+        );
+        let rules = spec["x-kubernetes-validations"].as_array().unwrap();
+        let bound = rules
+            .iter()
+            .find(|r| r["rule"] == rule.as_str())
+            .expect("the member bound is a rule of spec");
+        assert_eq!(bound["message"], cel::MEMBERS_BOUNDED_MESSAGE);
     }
 
     #[test]
@@ -1047,6 +1183,39 @@ mod tests {
             errs,
             ["spec.config: keys owned by the operator cannot be set: Cluster-Announce-IP, port"]
         );
+    }
+
+    #[test]
+    fn keys_that_load_code_or_open_debug_and_protected_commands_are_refused() {
+        for key in [
+            "loadmodule",
+            "enable-module-command",
+            "enable-debug-command",
+            "Enable-Protected-Configs",
+        ] {
+            let errs = errors_of(ValkeyClusterSpec {
+                config: [(key.to_string(), "yes".to_string())].into(),
+                ..Default::default()
+            });
+            assert_eq!(
+                errs,
+                [format!(
+                    "spec.config: keys owned by the operator cannot be set: {key}"
+                )]
+            );
+        }
+        let crd = serde_json::to_string(&crate::crd()).unwrap();
+        for key in [
+            "loadmodule",
+            "enable-module-command",
+            "enable-debug-command",
+            "enable-protected-configs",
+        ] {
+            assert!(
+                crd.contains(&format!("!('{key}' in self)")),
+                "no CEL rule refuses {key}"
+            );
+        }
     }
 
     #[test]

@@ -11,13 +11,16 @@ log() { printf '[setup] %s\n' "$*"; }
 
 # System packages: iproute2 (netns, veth), nftables (partitions), util-linux
 # (unshare, nsenter), redis-tools (redis-cli: the probes' valkey-cli and the
-# independent `--cluster check` judge). Install only what is missing.
+# independent `--cluster check` judge), binutils (strip, readelf: the image builder)
+# and umoci (the image's independent judge). Install only what is missing.
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
 command -v nsenter >/dev/null || need+=(util-linux)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v unzip >/dev/null || need+=(unzip)
+command -v strip >/dev/null || need+=(binutils)
+command -v umoci >/dev/null || need+=(umoci)
 if ((${#need[@]})); then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -353,6 +353,8 @@ fn retry_after(failures: u32) -> Duration {
     FIRST.saturating_mul(1 << doublings).min(MAX)
 }
 
+use kube::Resource as _;
+
 #[cfg(test)]
 mod retry_tests {
     use super::retry_after;
@@ -366,5 +368,3 @@ mod retry_tests {
         assert_eq!(retry_after(u32::MAX), Duration::from_secs(300));
     }
 }
-
-use kube::Resource as _;

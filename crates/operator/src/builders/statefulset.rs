@@ -439,7 +439,7 @@ pub const FORGET_IDENTITY_SCRIPT: &str = concat!(
     "for r in $rs; do ",
     "out=$(timeout 2 valkey-cli --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>/dev/null | tr -d '\\r'); ",
     "case \"$out\" in ",
-    "*role:*) if printf '%s\\n' \"$out\" | grep -qx -e \"master_host:$ip\" -e \"master_host:${POD_IP:-$ip}\"; then busy=\"$r\"; fi ;; ",
+    "*role:*) if printf '%s\\n' \"$out\" | grep -qxF -e \"master_host:$ip\" -e \"master_host:${POD_IP:-$ip}\"; then busy=\"$r\"; fi ;; ",
     "*) if [ \"$(date +%s)\" -lt \"$deadline\" ]; then busy=\"$r\"; fi ;; ",
     "esac; ",
     "done; ",

@@ -971,14 +971,7 @@ async fn observe_valkey(
     refs.extend(view.members.keys().copied());
     // Leaving members whose pod is missing too: the planner must see them (by
     // their recorded id) to tell whether they still own slots.
-    refs.extend(view.statefulsets.values().filter_map(|sts| {
-        let labels = sts.labels();
-        let parse = |k: &str| labels.get(k).and_then(|v| v.parse::<u32>().ok());
-        Some((
-            parse(api::constants::LABEL_SHARD)?,
-            parse(api::constants::LABEL_MEMBER)?,
-        ))
-    }));
+    refs.extend(view.statefulsets.values().filter_map(member_of));
     let targets: Vec<Target> = refs
         .iter()
         .map(|&(s, m)| {
@@ -1311,14 +1304,7 @@ fn surges_in_flight(
             ordinals,
             pod,
             old_is_primary: primaries.get(&s) == Some(&m),
-            served_elsewhere: primaries.get(&s).is_some_and(|p| {
-                *p != MemberIndex::surge_of(m).0
-                    && view
-                        .members
-                        .get(&(s, *p))
-                        .and_then(|pod| PodFacts::of(pod).node)
-                        .is_some_and(|n| node_lost_for(view, &n).is_none())
-            }),
+            served_elsewhere: served_elsewhere(view, &primaries, s, MemberIndex::surge_of(m).0),
             still_wanted: placement.moved(s, m),
         };
         let step = surge::next(&surge);
@@ -1817,6 +1803,29 @@ async fn execute_actions(
     done
 }
 
+/// The (shard, member) a member StatefulSet's labels name.
+fn member_of(sts: &StatefulSet) -> Option<(u32, u32)> {
+    let labels = sts.labels();
+    let parse = |k: &str| labels.get(k).and_then(|v| v.parse::<u32>().ok());
+    Some((
+        parse(api::constants::LABEL_SHARD)?,
+        parse(api::constants::LABEL_MEMBER)?,
+    ))
+}
+
+/// Whether shard `s`'s live primary is a member other than `not` whose pod
+/// sits on a node that is not lost (the shard is served without `not`).
+fn served_elsewhere(view: &KubeView, primaries: &BTreeMap<u32, u32>, s: u32, not: u32) -> bool {
+    primaries.get(&s).is_some_and(|p| {
+        *p != not
+            && view
+                .members
+                .get(&(s, *p))
+                .and_then(|pod| PodFacts::of(pod).node)
+                .is_some_and(|n| node_lost_for(view, &n).is_none())
+    })
+}
+
 /// Members a node id was ever recorded for (in status): they joined the
 /// cluster and may hold slots or data, whatever their pod does now.
 fn recorded_members(old_status: Option<&ValkeyClusterStatus>) -> BTreeSet<(u32, u32)> {
@@ -1852,12 +1861,7 @@ async fn remove_members(
         if desired.contains(name) {
             continue;
         }
-        let labels = sts.labels();
-        let parse = |k: &str| labels.get(k).and_then(|v| v.parse::<u32>().ok());
-        let (Some(s), Some(m)) = (
-            parse(api::constants::LABEL_SHARD),
-            parse(api::constants::LABEL_MEMBER),
-        ) else {
+        let Some((s, m)) = member_of(sts) else {
             continue;
         };
         let ran = view
@@ -2023,14 +2027,7 @@ async fn heal_lost_members(
         let Some(lost_for) = node_lost_for(view, &node) else {
             continue;
         };
-        let served_elsewhere = primaries.get(&s).is_some_and(|p| {
-            *p != m
-                && view
-                    .members
-                    .get(&(s, *p))
-                    .and_then(|pp| PodFacts::of(pp).node)
-                    .is_some_and(|n| node_lost_for(view, &n).is_none())
-        });
+        let served_elsewhere = served_elsewhere(view, &primaries, s, m);
         lost.push(super::heal::LostMember {
             shard: s,
             member: m,

@@ -19,8 +19,9 @@
 //! SIGKILLed and started again, a member's valkey-server is SIGKILLed (the
 //! primary or a replica of a shard). Each kind comes at least once; the rest
 //! are drawn at random. The plan is printed first and every step as it
-//! happens, so a run is reproduced with `CHAOS_SEED=<seed>` (the default
-//! seed is fixed, so `make test` always runs the same plan).
+//! happens, so a run is reproduced with `CHAOS_SEED=<seed>`. Without it the
+//! seed is fresh (drawn from the clock), so every `make test` tries a plan
+//! no run has tried before; `make chaos-seeds` runs many fixed ones.
 //!
 //! While a fault lasts, the Required constraints must hold among the placed
 //! members; after each, the cluster must be Ready again (every member Ready,
@@ -45,7 +46,6 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 const FAULTS: usize = 10;
-const DEFAULT_SEED: u64 = 34;
 const NAME: &str = "chaos";
 /// Quiet period given to `spec.primaryBalancing`.
 const QUIET_SECONDS: u64 = 10;
@@ -140,13 +140,23 @@ fn plan(seed: u64, nodes: &[String], zones: &[String], shards: u32) -> Vec<Fault
     out
 }
 
+/// A seed no earlier run is likely to have used: the clock's nanoseconds,
+/// kept to six digits so it is easy to copy from a log.
+fn fresh_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    (nanos % 1_000_000) as u64
+}
+
 fn seed() -> Result<u64> {
     match std::env::var("CHAOS_SEED") {
         Ok(s) => s
             .trim()
             .parse()
             .with_context(|| format!("CHAOS_SEED={s:?} is not a whole number")),
-        Err(_) => Ok(DEFAULT_SEED),
+        Err(_) => Ok(fresh_seed()),
     }
 }
 

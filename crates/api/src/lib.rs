@@ -243,7 +243,7 @@ mod tests {
     #[test]
     fn the_crd_yaml_reads_back_as_the_crd() {
         let yaml = crd_yaml().unwrap();
-        let back: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+        let back: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
         assert_eq!(back, serde_json::to_value(crd()).unwrap());
     }
 

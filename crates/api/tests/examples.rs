@@ -4,7 +4,7 @@
 use api::v1alpha1::{ValkeyCluster, validate};
 
 fn check(text: &str) -> api::ValidatedCluster {
-    let cluster: ValkeyCluster = serde_yaml::from_str(text).unwrap();
+    let cluster: ValkeyCluster = serde_saphyr::from_str(text).unwrap();
     validate(&cluster).unwrap()
 }
 

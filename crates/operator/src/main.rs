@@ -1,12 +1,17 @@
 //! The `valkey-operator` binary: parses the command line and dispatches.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use operator::{crd_cmd, plan_cmd, run, topology_cmd};
 use std::process::ExitCode;
 
 /// Kubernetes operator for sharded Valkey clusters.
 #[derive(Debug, Parser)]
-#[command(name = "valkey-operator", version, about)]
+#[command(
+    name = "valkey-operator",
+    version,
+    about,
+    after_help = "Run `valkey-operator <command> --help` for a command's options."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,6 +29,12 @@ enum Command {
     /// Print the live topology of a running ValkeyCluster (region, zone, node,
     /// members with their live roles), as its status reports it.
     Topology(topology_cmd::TopologyArgs),
+    /// Print a shell completion script: `source <(valkey-operator completion
+    /// bash)`, or write it where your shell loads completions from.
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Reports panics through the log (one JSON object) instead of the default
@@ -76,6 +87,11 @@ fn main() -> ExitCode {
             }
         },
         Command::Plan(args) => plan_cmd::main(&args),
+        Command::Completion { shell } => {
+            let mut cli = Cli::command();
+            clap_complete::generate(shell, &mut cli, "valkey-operator", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
         Command::Topology(args) => match topology_cmd::main(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

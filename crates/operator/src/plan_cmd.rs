@@ -16,8 +16,8 @@ use crate::adapt::{self, AdaptError};
 use api::constants::{GROUP, KIND, VERSION};
 use api::v1alpha1::{ValkeyCluster, validate};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -31,6 +31,9 @@ pub enum Output {
     Text,
     /// The plan as JSON (`cluster`, `feasible`, `members`, `unplaced`, `violations`).
     Json,
+    /// The topology as an SVG picture: regions, zones and nodes as nested
+    /// boxes, members coloured by shard, violations in red.
+    Svg,
 }
 
 /// Arguments of `valkey-operator plan`.
@@ -180,6 +183,7 @@ pub fn plan(args: &PlanArgs) -> Result<Rendered, PlanCmdError> {
             json
         }
         Output::Text => placement::render_text(&problem, &plan),
+        Output::Svg => placement::render_svg(&placement::Picture::of_plan(&problem, &plan)),
     };
     Ok(Rendered {
         output,
@@ -194,11 +198,18 @@ fn read(path: &Path) -> Result<String, PlanCmdError> {
 
 /// The YAML documents of `text`, skipping empty ones; each with a label for
 /// errors (`document 2: `, or nothing when the file holds one document).
-fn documents(path: &Path, text: &str) -> Result<Vec<(String, serde_yaml::Value)>, PlanCmdError> {
+fn documents(path: &Path, text: &str) -> Result<Vec<(String, Value)>, PlanCmdError> {
+    // serde-saphyr's message draws the offending line under its first line;
+    // the first line alone (`line 5 column 20: unclosed bracket`) keeps the
+    // one-line error the CLI promises.
+    let values: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| {
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or_default();
+        let first = first.strip_prefix("error: ").unwrap_or(first);
+        PlanCmdError::new(path, format!("invalid YAML: {first}"))
+    })?;
     let mut docs = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = serde_yaml::Value::deserialize(doc)
-            .map_err(|e| PlanCmdError::new(path, format!("invalid YAML: {e}")))?;
+    for (i, value) in values.into_iter().enumerate() {
         if !value.is_null() {
             docs.push((format!("document {}: ", i + 1), value));
         }
@@ -209,8 +220,8 @@ fn documents(path: &Path, text: &str) -> Result<Vec<(String, serde_yaml::Value)>
     Ok(docs)
 }
 
-fn kind_of(value: &serde_yaml::Value) -> Option<&str> {
-    value.get("kind").and_then(serde_yaml::Value::as_str)
+fn kind_of(value: &Value) -> Option<&str> {
+    value.get("kind").and_then(Value::as_str)
 }
 
 /// Deserializes `value` as `T`, naming the failing field (`spec.shards: ...`).
@@ -237,7 +248,7 @@ where
 /// the top-level keys read elsewhere (e.g. `apiVersion`, `kind`).
 fn strictly_typed<T: DeserializeOwned>(
     path: &Path,
-    value: serde_yaml::Value,
+    value: Value,
     at_root: &[&str],
 ) -> Result<T, PlanCmdError> {
     let mut unknown: Vec<String> = Vec::new();
@@ -284,7 +295,7 @@ pub fn load_objects<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Vec<
     let text = read(path)?;
     let mut out = Vec::new();
     for (at, doc) in documents(path, &text)? {
-        if !doc.is_mapping() {
+        if !doc.is_object() {
             return Err(PlanCmdError::new(
                 path,
                 format!(
@@ -302,7 +313,7 @@ pub fn load_objects<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Vec<
                         format!("{at}kind: expected {kind}, {kind}List or List, found {list_kind}"),
                     ));
                 }
-                let Some(items) = items.as_sequence() else {
+                let Some(items) = items.as_array() else {
                     return Err(PlanCmdError::new(
                         path,
                         format!("{at}items: expected a list"),
@@ -323,15 +334,14 @@ pub fn load_objects<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Vec<
     Ok(out)
 }
 
-fn describe(value: &serde_yaml::Value) -> &'static str {
+fn describe(value: &Value) -> &'static str {
     match value {
-        serde_yaml::Value::Null => "nothing",
-        serde_yaml::Value::Bool(_) => "a boolean",
-        serde_yaml::Value::Number(_) => "a number",
-        serde_yaml::Value::String(_) => "a string",
-        serde_yaml::Value::Sequence(_) => "a list",
-        serde_yaml::Value::Mapping(_) => "an object",
-        serde_yaml::Value::Tagged(_) => "a tagged value",
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
     }
 }
 
@@ -340,7 +350,7 @@ fn describe(value: &serde_yaml::Value) -> &'static str {
 fn check_kind(
     path: &Path,
     at: &str,
-    value: &serde_yaml::Value,
+    value: &Value,
     kind: &str,
     may_omit: bool,
 ) -> Result<(), PlanCmdError> {
@@ -372,7 +382,7 @@ pub fn load_cluster(path: &Path) -> Result<ValkeyCluster, PlanCmdError> {
             ));
         }
     };
-    if !doc.is_mapping() {
+    if !doc.is_object() {
         return Err(PlanCmdError::new(
             path,
             format!("expected a {KIND} object, found {}", describe(&doc)),
@@ -380,7 +390,7 @@ pub fn load_cluster(path: &Path) -> Result<ValkeyCluster, PlanCmdError> {
     }
     check_kind(path, "", &doc, KIND, false)?;
     let api_version = format!("{GROUP}/{VERSION}");
-    match doc.get("apiVersion").and_then(serde_yaml::Value::as_str) {
+    match doc.get("apiVersion").and_then(Value::as_str) {
         Some(v) if v == api_version => {}
         Some(v) => {
             return Err(PlanCmdError::new(
@@ -403,7 +413,7 @@ pub fn load_cluster(path: &Path) -> Result<ValkeyCluster, PlanCmdError> {
                 "spec: required (write spec: {} for every default)",
             ));
         }
-        Some(serde_yaml::Value::Null) => {
+        Some(Value::Null) => {
             return Err(PlanCmdError::new(
                 path,
                 "spec: must be an object, got null (write spec: {} for every default)",

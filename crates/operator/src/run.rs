@@ -30,6 +30,12 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// Log level, as a tracing filter: `debug`, or per module such as
+    /// `info,operator=debug,kube_client=warn`. Falls back to RUST_LOG, then
+    /// to `info` with the Kubernetes client crates at `warn`.
+    #[arg(long, env = "RUST_LOG")]
+    pub log_level: Option<String>,
+
     /// Take a Lease before acting, so only one replica of the operator runs
     /// the controller (the default).
     #[arg(
@@ -81,13 +87,17 @@ pub enum RunError {
     Leader(#[from] leader::LeaderError),
     #[error("lost the leader Lease; exiting so a standby takes over")]
     LostLease,
+    #[error("--log-level (or RUST_LOG): not a log filter: {0}")]
+    LogLevel(String),
 }
 
-fn init_tracing(format: LogFormat) {
+/// The filter when neither `--log-level` nor RUST_LOG is given.
+const DEFAULT_LOG_LEVEL: &str = "info,kube_runtime=warn,kube_client=warn,kube_lease_manager=warn";
+
+fn init_tracing(format: LogFormat, level: Option<&str>) -> Result<(), RunError> {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new("info,kube_runtime=warn,kube_client=warn,kube_lease_manager=warn")
-    });
+    let filter = EnvFilter::try_new(level.unwrap_or(DEFAULT_LOG_LEVEL))
+        .map_err(|e| RunError::LogLevel(e.to_string()))?;
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -98,11 +108,12 @@ fn init_tracing(format: LogFormat) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+    Ok(())
 }
 
 /// Runs the operator until it is told to stop.
 pub fn run(args: &RunArgs) -> Result<(), RunError> {
-    init_tracing(args.log_format);
+    init_tracing(args.log_format, args.log_level.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

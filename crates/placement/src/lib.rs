@@ -52,11 +52,13 @@ mod network;
 mod render;
 mod search;
 mod structure;
+mod svg;
 mod validate;
 
 pub use eligibility::{room, tolerates};
 pub use model::*;
 pub use render::render_text;
+pub use svg::{Mark, NodeBox, Picture, natural_cmp, render_svg};
 pub use validate::{MAX_MEMBERS, MAX_SHARDS, check_label_key, resolve_key, validate};
 
 use std::time::{Duration, Instant};

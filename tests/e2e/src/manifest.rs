@@ -185,7 +185,7 @@ spec:
             ),
             "{yaml}"
         );
-        let parsed: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+        let parsed: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
         assert_eq!(
             parsed["spec"]["replicaSpreadConstraints"][1]["mode"],
             "Preferred"

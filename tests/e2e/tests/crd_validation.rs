@@ -298,7 +298,7 @@ fn valid_specs_are_accepted_and_defaulted() {
         "replicaSpreadConstraints: [{topologyKey: zone, maxReplicas: 1}]\npersistence: {size: 1Gi}",
     )
     .expect("a minimal spec is valid");
-    let obj: serde_json::Value = serde_yaml::from_str(&out).unwrap();
+    let obj: serde_json::Value = serde_saphyr::from_str(&out).unwrap();
     let spec = &obj["spec"];
     assert_eq!(spec["shards"], 3);
     assert_eq!(spec["replicas"], 1);

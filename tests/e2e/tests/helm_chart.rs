@@ -64,14 +64,14 @@ fn helm(env: &Env, args: &[&str]) -> Result<String> {
 /// A kubeconfig for the testbed's API server that authenticates with `token`.
 fn token_kubeconfig(env: &Env, token: &str, path: &PathBuf) -> Result<()> {
     let text = std::fs::read_to_string(&env.kubeconfig)?;
-    let admin: serde_yaml::Value = serde_yaml::from_str(&text)?;
+    let admin: serde_json::Value = serde_saphyr::from_str(&text)?;
     let cluster = admin["clusters"][0]["cluster"].clone();
     ensure!(
         cluster["server"].is_string(),
         "no server in {}",
         env.kubeconfig.display()
     );
-    let config = serde_yaml::to_string(&serde_json::json!({
+    let config = serde_saphyr::to_string(&serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "testbed", "cluster": serde_json::to_value(&cluster)?}],
@@ -96,6 +96,21 @@ fn chart_suite(env: &Env, ns: &str) -> Result<()> {
         &rendered,
     )
     .context("the rendered chart is refused by the API server")?;
+    // values.schema.json refuses bad values before anything is rendered.
+    for (bad, named) in [
+        ("replicaCount=-1", "/replicaCount"),
+        ("logFormat=xml", "/logFormat"),
+        ("imag.tag=1", "additional properties 'imag'"),
+    ] {
+        let refused = helm(env, &["template", RELEASE, &chart_s, "--set", bad]);
+        match refused {
+            Ok(_) => bail!("helm accepted --set {bad}"),
+            Err(e) => ensure!(
+                format!("{e:#}").contains(named),
+                "helm refused --set {bad} without naming {named}: {e:#}"
+            ),
+        }
+    }
 
     // 2. install.
     helm(

@@ -30,6 +30,13 @@ use std::collections::BTreeMap;
     category = "valkey",
     derive = "PartialEq",
     doc = "A sharded Valkey cluster managed by valkey-operator.",
+    // `kubectl scale vkc NAME --replicas=N` sets the number of shards (slots
+    // move to or from the new shards); `replicas` per shard is changed in the
+    // spec, since one number cannot name both.
+    scale(
+        spec_replicas_path = ".spec.shards",
+        status_replicas_path = ".status.readyShards"
+    ),
     printcolumn(
         name = "Ready",
         type_ = "string",

@@ -207,18 +207,18 @@ pub(crate) mod fixtures {
     }
 
     pub fn cluster(yaml_spec: &str) -> ValidatedCluster {
-        let spec: ValkeyClusterSpec = serde_yaml::from_str(&dedent(yaml_spec)).unwrap();
+        let spec: ValkeyClusterSpec = serde_saphyr::from_str(&dedent(yaml_spec)).unwrap();
         let mut c = ValkeyCluster::new("cache", spec);
         c.metadata.namespace = Some("prod".into());
         validate(&c).unwrap()
     }
 
     pub fn node(yaml: &str) -> Node {
-        serde_yaml::from_str(&dedent(yaml)).unwrap()
+        serde_saphyr::from_str(&dedent(yaml)).unwrap()
     }
 
     pub fn pod(yaml: &str) -> Pod {
-        serde_yaml::from_str(&dedent(yaml)).unwrap()
+        serde_saphyr::from_str(&dedent(yaml)).unwrap()
     }
 
     pub fn ready_node(name: &str, zone: &str) -> Node {

@@ -47,7 +47,7 @@ mod tests {
     #[test]
     fn the_kubeconfig_names_the_server_and_embeds_the_credentials() {
         let text = render("https://127.0.0.1:6443", "CA", "CERT", "KEY");
-        let kc: kube::config::Kubeconfig = serde_yaml::from_str(&text).unwrap();
+        let kc: kube::config::Kubeconfig = serde_saphyr::from_str(&text).unwrap();
         assert_eq!(kc.current_context.as_deref(), Some("testbed"));
         let cluster = kc.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:6443"));

@@ -185,19 +185,21 @@ pub fn table_name(id: u8) -> String {
 /// atomically.
 pub fn render_ruleset(table: &str, service_cidr: &str, host_ip: &str, rules: &[Rule]) -> String {
     let mut s = format!("table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n");
-    for (chain, hook) in [("prerouting", "prerouting"), ("output", "output")] {
+    // Numeric priorities: -100 is dstnat, 100 srcnat (the keywords are not
+    // accepted for every hook by older nft).
+    for hook in ["prerouting", "output"] {
         s.push_str(&format!(
-            "  chain {chain} {{\n    type nat hook {hook} priority dstnat; policy accept;\n    ip daddr {service_cidr} jump services\n  }}\n"
+            "  chain {hook} {{\n    type nat hook {hook} priority -100; policy accept;\n    ip daddr {service_cidr} jump services\n  }}\n"
         ));
     }
     s.push_str(&format!(
-        "  chain postrouting {{\n    type nat hook postrouting priority srcnat; policy accept;\n    meta mark & {HAIRPIN_MARK} == {HAIRPIN_MARK} snat ip to {host_ip}\n  }}\n"
+        "  chain postrouting {{\n    type nat hook postrouting priority 100; policy accept;\n    meta mark & {HAIRPIN_MARK} == {HAIRPIN_MARK} snat ip to {host_ip}\n  }}\n"
     ));
     // What is still addressed to the service range after the DNAT had no
     // endpoint: refuse it.
     for hook in ["output", "forward"] {
         s.push_str(&format!(
-            "  chain reject-{hook} {{\n    type filter hook {hook} priority filter; policy accept;\n    ip daddr {service_cidr} meta l4proto tcp reject with tcp reset\n    ip daddr {service_cidr} reject\n  }}\n"
+            "  chain reject-{hook} {{\n    type filter hook {hook} priority 0; policy accept;\n    ip daddr {service_cidr} meta l4proto tcp reject with tcp reset\n    ip daddr {service_cidr} reject\n  }}\n"
         ));
     }
     s.push_str("  chain services {\n");
@@ -234,7 +236,8 @@ pub fn render_ruleset(table: &str, service_cidr: &str, host_ip: &str, rules: &[R
         s.push_str("  }\n");
         for (j, (ip, port)) in r.backends.iter().enumerate() {
             s.push_str(&format!(
-                "  chain ep-{i}-{j} {{\n    ip saddr {ip} meta mark set meta mark | {HAIRPIN_MARK}\n    dnat ip to {ip}:{port}\n  }}\n"
+                "  chain ep-{i}-{j} {{\n    ip saddr {ip} meta mark set meta mark | {HAIRPIN_MARK}\n    meta l4proto {} dnat ip to {ip}:{port}\n  }}\n",
+                r.proto.nft()
             ));
         }
     }
@@ -492,15 +495,15 @@ mod tests {
         assert!(
             s.starts_with("table inet vk3-svc\ndelete table inet vk3-svc\ntable inet vk3-svc {\n")
         );
-        assert!(s.contains("type nat hook prerouting priority dstnat;"));
-        assert!(s.contains("type nat hook output priority dstnat;"));
+        assert!(s.contains("type nat hook prerouting priority -100;"));
+        assert!(s.contains("type nat hook output priority -100;"));
         assert!(s.contains(
             "ip daddr 10.103.0.1 tcp dport 443 goto svc-0 comment \"default/kubernetes:https\"\n"
         ));
         assert!(s.contains("  chain svc-0 {\n    goto ep-0-0\n  }\n"));
-        assert!(s.contains("dnat ip to 10.103.255.1:6443\n"));
+        assert!(s.contains("meta l4proto tcp dnat ip to 10.103.255.1:6443\n"));
         assert!(s.contains("numgen random mod 2 vmap { 0 : goto ep-1-0, 1 : goto ep-1-1 }"));
-        assert!(s.contains("  chain ep-1-1 {\n    ip saddr 10.103.2.5 meta mark set meta mark | 0x00004000\n    dnat ip to 10.103.2.5:6379\n  }\n"));
+        assert!(s.contains("  chain ep-1-1 {\n    ip saddr 10.103.2.5 meta mark set meta mark | 0x00004000\n    meta l4proto tcp dnat ip to 10.103.2.5:6379\n  }\n"));
         assert!(s.contains("snat ip to 10.103.255.1"));
         // No endpoints: no DNAT, so the reject chains refuse it.
         assert!(!s.contains("10.103.0.21"));

@@ -20,7 +20,11 @@ kube_version=v1.36.3
 etcd_version=v3.6.16
 coredns_version=v1.15.0
 
-stamp_of() { cat "$1/go.mod" "$1/go.sum" "$1"/*.go 2>/dev/null | sha256sum | cut -c1-16; }
+stamp_of() {
+  local files=("$1/go.mod" "$1/go.sum")
+  [[ -f $1/main.go ]] && files+=("$1/main.go")
+  cat "${files[@]}" | sha256sum | cut -c1-16
+}
 
 build_kube() {
   local mod=$here/go/kube out=$cache/bin/kube-$kube_version

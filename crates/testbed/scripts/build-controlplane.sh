@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl) from the Go wrapper modules beside this script.
+# kube-scheduler, kubectl) and the cluster DNS (CoreDNS with a minimal plugin set)
+# from the Go wrapper modules beside this script.
 # Outputs and Go caches live outside the repo and are reused when present:
-#   $VALKEY_RS_CACHE (default ~/.cache/valkey-rs)/bin/{etcd,kube}-<version>/
-# A stamp of each wrapper's go.sum decides whether a rebuild is needed.
+#   $VALKEY_RS_CACHE (default ~/.cache/valkey-rs)/bin/{etcd,kube,coredns}-<version>/
+# A stamp of each wrapper's content (go.mod, go.sum; main.go for CoreDNS) decides
+# whether a rebuild is needed; it does not depend on where the checkout is.
+# Arguments pick what to build (etcd, kube, coredns); default all three.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,8 +18,13 @@ export CGO_ENABLED=0
 
 kube_version=v1.36.3
 etcd_version=v3.6.16
+coredns_version=v1.15.0
 
-stamp_of() { sha256sum "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-16; }
+stamp_of() {
+  local files=("$1/go.mod" "$1/go.sum")
+  [[ -f $1/main.go ]] && files+=("$1/main.go")
+  cat "${files[@]}" | sha256sum | cut -c1-16
+}
 
 build_kube() {
   local mod=$here/go/kube out=$cache/bin/kube-$kube_version
@@ -53,5 +61,25 @@ build_etcd() {
   echo "$stamp" > "$out/.stamp"
 }
 
-build_etcd
-build_kube
+build_coredns() {
+  local mod=$here/go/coredns out=$cache/bin/coredns-$coredns_version
+  local stamp; stamp=$(stamp_of "$mod")
+  if [[ -f $out/.stamp && $(cat "$out/.stamp") == "$stamp" ]]; then
+    echo "coredns $coredns_version: cached in $out"; return
+  fi
+  mkdir -p "$out"
+  echo "building coredns $coredns_version into $out"
+  (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$out/coredns" .)
+  echo "$stamp" > "$out/.stamp"
+}
+
+targets=("$@")
+((${#targets[@]})) || targets=(etcd kube coredns)
+for what in "${targets[@]}"; do
+  case $what in
+    etcd) build_etcd ;;
+    kube) build_kube ;;
+    coredns) build_coredns ;;
+    *) echo "unknown component $what (etcd, kube, coredns)" >&2; exit 2 ;;
+  esac
+done

@@ -97,6 +97,28 @@ pub fn nft_table(id: u8) -> String {
     format!("vk{id}")
 }
 
+/// The ClusterIP range of testbed `id`: `10.<100+id>.0.0/24`, the one /24 of
+/// its /16 that no node uses (node k has `.<k+1>.0/24`, the host `.255.1`). A
+/// range of its own per testbed keeps host-originated traffic to a ClusterIP
+/// unambiguous when several testbeds run at once.
+pub fn service_cidr(id: u8) -> String {
+    format!("10.{}.0.0/24", 100 + u32::from(id))
+}
+
+/// The first address of [`service_cidr`], taken by the `kubernetes` Service.
+pub fn first_service_ip(id: u8) -> String {
+    format!("10.{}.0.1", 100 + u32::from(id))
+}
+
+/// The cluster DNS address (the `kube-dns` Service's ClusterIP), `.10` of the
+/// service range as kubeadm picks it.
+pub fn cluster_dns_ip(id: u8) -> String {
+    format!("10.{}.0.10", 100 + u32::from(id))
+}
+
+/// The cluster domain.
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
+
 /// The pod /24 of the `k`-th node (0-based) of testbed `id`.
 pub fn pod_cidr(id: u8, k: usize) -> String {
     format!("10.{}.{}.0/24", 100 + u32::from(id), k + 1)
@@ -248,6 +270,22 @@ mod tests {
         assert_eq!(cidrs.len(), 24);
         assert_eq!(host_ip(150), "10.250.255.1");
         assert!(!cidrs.iter().any(|c| c.starts_with("10.250.255.")));
+        assert_eq!(service_cidr(150), "10.250.0.0/24");
+        assert!(!cidrs.iter().any(|c| c.starts_with("10.250.0.")));
+    }
+
+    #[test]
+    fn the_service_range_is_the_unused_first_slash_24_of_the_testbed() {
+        let nodes = Topology {
+            nodes_per_zone: 80,
+            ..Topology::default()
+        }
+        .nodes(4)
+        .unwrap();
+        assert_eq!(service_cidr(4), "10.104.0.0/24");
+        assert_eq!(first_service_ip(4), "10.104.0.1");
+        assert_eq!(cluster_dns_ip(4), "10.104.0.10");
+        assert!(nodes.iter().all(|n| !n.pod_cidr.starts_with("10.104.0.")));
     }
 
     #[test]

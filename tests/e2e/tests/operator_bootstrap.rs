@@ -1,13 +1,15 @@
 //! From `kubectl apply` to a healthy cluster: 3x1 and 3x2 clusters become Ready,
 //! pass `redis-cli --cluster check`, take 10,000 keys from the Python cluster
 //! client and give every one back; pods carry the contract labels; with zone and
-//! node Required 1, every shard has one member in every zone.
+//! node Required 1, every shard has one member in every zone; the client
+//! Service's ClusterIP answers from the host.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use e2e::cluster::{Env, MemberPod, condition};
+use e2e::cluster::{Env, MemberPod, condition, wait_until};
 use e2e::manifest::cluster_manifest;
 use e2e::suite::Suite;
 use std::collections::BTreeSet;
+use std::process::Command;
 use std::time::Duration;
 
 fn assert_healthy(env: &Env, ns: &str, name: &str, shards: u32, replicas: u32) -> Vec<MemberPod> {
@@ -54,6 +56,42 @@ fn fill_and_read(env: &Env, members: &[MemberPod], password: &str) {
     assert_eq!(out["missing_or_wrong"], 0, "{out}");
 }
 
+/// The cluster's client Service (named after it) routes, through the
+/// testbed's Service proxy: a client on the host reaches a member at its
+/// ClusterIP.
+fn client_service_answers(env: &Env, ns: &str, name: &str, password: &str) {
+    let svc = env
+        .kubectl_json(&["get", "service", "-n", ns, name])
+        .unwrap();
+    let vip = svc["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut last = String::new();
+    let res = wait_until(Duration::from_secs(30), Duration::from_millis(250), || {
+        let mut cmd = Command::new("timeout");
+        cmd.args([
+            "3",
+            "redis-cli",
+            "--no-auth-warning",
+            "-h",
+            &vip,
+            "-p",
+            "6379",
+        ]);
+        if !password.is_empty() {
+            cmd.args(["-a", password]);
+        }
+        let out = cmd.arg("ping").output()?;
+        last = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok(last == "PONG")
+    });
+    assert!(
+        res.is_ok(),
+        "client Service {ns}/{name} at {vip}:6379 from the host: {last:?}"
+    );
+}
+
 #[test]
 fn a_3x1_and_a_3x2_cluster_go_from_apply_to_ready_and_keep_every_key() {
     let Some(suite) = Suite::start("operator_bootstrap", "bootstrap", "e2e-bootstrap") else {
@@ -76,6 +114,7 @@ fn a_3x1_and_a_3x2_cluster_go_from_apply_to_ready_and_keep_every_key() {
         let members = assert_healthy(env, &ns.name, name, 3, replicas);
         let password = env.password(&ns.name, name).unwrap();
         fill_and_read(env, &members, &password);
+        client_service_answers(env, &ns.name, name, &password);
     }
 
     // Required zone 1 + node 1: one member of every shard in every zone, on

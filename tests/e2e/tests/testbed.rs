@@ -383,6 +383,8 @@ fn testbed_runs_real_valkey_pods_on_a_real_control_plane_and_its_faults_cut_what
     let ns = tb.env.namespace("testbed").unwrap();
     let kv = statefulset_spreads_one_valkey_per_zone_and_every_pod_answers(&tb, &ns.name, start)
         .unwrap();
+    services_route_to_ready_endpoints_and_pods_resolve_cluster_names(&tb, &ns.name, &kv, start)
+        .unwrap();
     persistent_volume_keeps_its_data_when_the_pod_is_recreated_on_its_node(&tb, &ns.name, start)
         .unwrap();
     node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(&tb, &ns.name, &kv, start)
@@ -633,6 +635,276 @@ spec:
       storageClassName: testbed-local
       resources: {requests: {storage: 1Gi}}
 "#;
+
+/// Two Valkey pods behind a ClusterIP Service whose port 80 targets the named
+/// container port `valkey` (6379). A pod is Ready while its own key `unready`
+/// is not `yes`, so the test flips readiness by writing to it.
+const WEB: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{name: client, port: 80, targetPort: valkey}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  serviceName: web
+  replicas: 2
+  podManagementPolicy: Parallel
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: valkey
+        image: valkey/valkey:9.1
+        command: [valkey-server, --port, "6379", --protected-mode, "no"]
+        ports: [{name: valkey, containerPort: 6379}]
+        readinessProbe:
+          exec: {command: [sh, -c, 'test "$(valkey-cli get unready)" != yes']}
+          periodSeconds: 1
+"#;
+
+/// `INFO server`'s run_id of the Valkey answering at `ip:port` (from the host
+/// or from inside `netns`).
+fn run_id(netns: Option<&str>, ip: &str, port: &str) -> Option<String> {
+    let mut c = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "timeout", "3", "redis-cli"]);
+            c
+        }
+        None => {
+            let mut c = Command::new("timeout");
+            c.args(["3", "redis-cli"]);
+            c
+        }
+    };
+    let out = c
+        .args(["-h", ip, "-p", port, "info", "server"])
+        .output()
+        .ok()?;
+    stdout_of(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|r| r.trim().to_string())
+}
+
+/// Runs `cmd` inside the network and mount namespaces of the first container
+/// of pod `pod` (what its processes see: its resolv.conf, its volumes).
+fn in_pod(tb: &Testbed, ns: &str, pod: &str, cmd: &[&str]) -> Result<Output> {
+    let p = tb.env.kubectl_json(&["get", "pod", "-n", ns, pod])?;
+    let id = p["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap_or_default();
+    let pid = id
+        .strip_prefix("testbed://")
+        .with_context(|| format!("{pod}: containerID {id:?}"))?;
+    Ok(Command::new("nsenter")
+        .args(["-t", pid, "--net", "--mount", "--", "timeout", "5"])
+        .args(cmd)
+        .output()?)
+}
+
+/// What `getent hosts NAME` answers inside the pod (the first address), if
+/// anything.
+fn resolve_in_pod(tb: &Testbed, ns: &str, pod: &str, name: &str) -> Result<Option<String>> {
+    let out = in_pod(tb, ns, pod, &["getent", "hosts", name])?;
+    Ok(stdout_of(&out)
+        .split_whitespace()
+        .next()
+        .map(str::to_string))
+}
+
+fn services_route_to_ready_endpoints_and_pods_resolve_cluster_names(
+    tb: &Testbed,
+    ns: &str,
+    kv: &[PodInfo],
+    start: Instant,
+) -> Result<()> {
+    let id = tb.state()["id"].as_u64().unwrap_or_default();
+    let range = format!("10.{}.0.", 100 + id);
+    tb.apply(ns, WEB)?;
+    let web = tb.wait_ready_pods(ns, "app=web", 2, Duration::from_secs(90))?;
+    let svc = tb.env.kubectl_json(&["get", "service", "-n", ns, "web"])?;
+    let vip = svc["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        vip.starts_with(&range),
+        "ClusterIP {vip} is not in the testbed's own range {range}0/24"
+    );
+    let ids: BTreeMap<String, String> = web
+        .iter()
+        .map(|p| {
+            let r = run_id(None, &p.ip, "6379").with_context(|| format!("run_id of {}", p.name));
+            r.map(|r| (r, p.name.clone()))
+        })
+        .collect::<Result<_>>()?;
+
+    // From the host: ClusterIP:80 reaches both ready pods' 6379, at random.
+    let mut seen = BTreeMap::<String, usize>::new();
+    wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        if let Some(r) = run_id(None, &vip, "80") {
+            *seen.entry(ids.get(&r).cloned().unwrap_or(r)).or_default() += 1;
+        }
+        Ok(seen.len() >= 2 && seen.values().sum::<usize>() >= 10)
+    })
+    .with_context(|| format!("host -> {vip}:80 reached {seen:?}, want both of {ids:?}"))?;
+    ensure!(
+        seen.keys().all(|k| ids.values().any(|n| n == k)),
+        "host -> {vip}:80 reached something else: {seen:?}"
+    );
+    // From a pod of another StatefulSet, inside its network namespace.
+    let client_ns = netns_of(&tb.prefix(), &kv[0].ip)?;
+    let from_pod = run_id(Some(&client_ns), &vip, "80").context("pod -> ClusterIP")?;
+    ensure!(
+        ids.contains_key(&from_pod),
+        "pod -> {vip}:80 reached {from_pod}"
+    );
+    step(
+        start,
+        &format!(
+            "Service web {vip}:80 -> both ready pods' valkey port, from the host and from pod {}",
+            kv[0].name
+        ),
+    );
+
+    // web-0 turns unready: it leaves the EndpointSlice and the DNAT.
+    let (w0, w1) = (&web[0], &web[1]);
+    ensure!(
+        valkey(None, &w0.ip, &["set", "unready", "yes"]).as_deref() == Some("OK"),
+        "could not make {} unready",
+        w0.name
+    );
+    wait_until(Duration::from_secs(30), Duration::from_millis(200), || {
+        Ok(tb
+            .pods(ns, "app=web")?
+            .iter()
+            .any(|p| p.name == w0.name && !p.ready))
+    })
+    .context("web-0 did not turn unready")?;
+    let mut streak = 0;
+    let mut last = String::new();
+    wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+        last = run_id(None, &vip, "80")
+            .and_then(|r| ids.get(&r).cloned())
+            .unwrap_or_default();
+        streak = if last == w1.name { streak + 1 } else { 0 };
+        Ok(streak >= 20)
+    })
+    .with_context(|| format!("{vip}:80 still reaches {last} with {} unready", w0.name))?;
+    let from_pod = run_id(Some(&client_ns), &vip, "80").and_then(|r| ids.get(&r).cloned());
+    ensure!(
+        from_pod.as_deref() == Some(w1.name.as_str()),
+        "pod -> {vip}:80 reached {from_pod:?}"
+    );
+    valkey(None, &w0.ip, &["del", "unready"]).context("del unready")?;
+    let mut back = BTreeMap::<String, usize>::new();
+    wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        if let Some(r) = run_id(None, &vip, "80").and_then(|r| ids.get(&r).cloned()) {
+            *back.entry(r).or_default() += 1;
+        }
+        Ok(back.len() == 2)
+    })
+    .with_context(|| format!("{} ready again but {vip}:80 reaches only {back:?}", w0.name))?;
+    step(
+        start,
+        &format!(
+            "{} unready: 20 connections in a row to {}; ready again: both",
+            w0.name, w1.name
+        ),
+    );
+
+    // A Service with no ready endpoint refuses at once (no black hole).
+    tb.kubectl(&["scale", "statefulset", "web", "-n", ns, "--replicas=0"])?;
+    tb.wait_ready_pods(ns, "app=web", 0, Duration::from_secs(60))?;
+    let t = Instant::now();
+    wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
+        let out = Command::new("timeout")
+            .args(["3", "redis-cli", "-h", &vip, "-p", "80", "ping"])
+            .output()?;
+        Ok(stdout_of(&out).contains("refused")
+            || String::from_utf8_lossy(&out.stderr).contains("refused"))
+    })
+    .with_context(|| format!("{vip}:80 without endpoints is not refused"))?;
+    step(
+        start,
+        &format!(
+            "no endpoints: {vip}:80 refused ({:.1}s after scale-in)",
+            t.elapsed().as_secs_f64()
+        ),
+    );
+
+    // Cluster DNS, from inside a pod (its resolv.conf, its network).
+    let pod = &kv[0].name;
+    let resolv = in_pod(tb, ns, pod, &["cat", "/etc/resolv.conf"])?;
+    let dns_ip = format!("{range}10");
+    let want = format!(
+        "nameserver {dns_ip}\nsearch {ns}.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"
+    );
+    ensure!(
+        stdout_of(&resolv) == want,
+        "resolv.conf in {pod}: {:?}",
+        stdout_of(&resolv)
+    );
+    let kube_dns = tb
+        .env
+        .kubectl_json(&["get", "service", "-n", "kube-system", "kube-dns"])?;
+    ensure!(
+        kube_dns["spec"]["clusterIP"] == dns_ip.as_str(),
+        "kube-dns: {}",
+        kube_dns["spec"]
+    );
+    let first = format!("{range}1");
+    for (name, want) in [
+        (format!("web.{ns}.svc.cluster.local"), vip.clone()),
+        ("web".to_string(), vip.clone()),
+        ("kubernetes.default".to_string(), first.clone()),
+        (
+            format!("{}.kv.{ns}.svc.cluster.local", kv[1].name),
+            kv[1].ip.clone(),
+        ),
+    ] {
+        let mut got = None;
+        wait_until(Duration::from_secs(20), Duration::from_millis(250), || {
+            got = resolve_in_pod(tb, ns, pod, &name)?;
+            Ok(got.as_deref() == Some(want.as_str()))
+        })
+        .with_context(|| format!("{name} resolves to {got:?} in {pod}, want {want}"))?;
+    }
+    // A Valkey client in the pod connects by the headless per-pod name.
+    let target = format!("{}.kv.{ns}.svc.cluster.local", kv[2].name);
+    let out = in_pod(
+        tb,
+        ns,
+        pod,
+        &["redis-cli", "-h", &target, "-p", "6379", "ping"],
+    )?;
+    ensure!(
+        stdout_of(&out).trim() == "PONG",
+        "valkey-cli -h {target} ping in {pod}: {:?}",
+        stdout_of(&out)
+    );
+    // The host's resolv.conf is untouched.
+    let host_resolv = std::fs::read_to_string("/etc/resolv.conf")?;
+    ensure!(
+        !host_resolv.contains(&dns_ip),
+        "the host's resolv.conf changed: {host_resolv}"
+    );
+    step(
+        start,
+        &format!(
+            "DNS in {pod}: resolv.conf as the kubelet writes it; web, kubernetes.default and per-pod names resolve; valkey-cli -h {target} PONG"
+        ),
+    );
+    Ok(())
+}
 
 fn persistent_volume_keeps_its_data_when_the_pod_is_recreated_on_its_node(
     tb: &Testbed,
@@ -958,6 +1230,7 @@ fn down_leaves_no_process_and_no_network_namespace(tb: &Testbed, start: Instant)
             "kube-apiserver",
             "kube-controller-manager",
             "kube-scheduler",
+            "coredns",
             "agent",
         ]
         .iter()
@@ -989,6 +1262,12 @@ fn down_leaves_no_process_and_no_network_namespace(tb: &Testbed, start: Instant)
             .lines()
             .any(|l| l.trim() == format!("table inet vk{id}")),
         "nftables table inet vk{id} left"
+    );
+    ensure!(
+        !stdout_of(&tables)
+            .lines()
+            .any(|l| l.trim() == format!("table inet vk{id}-svc")),
+        "nftables table inet vk{id}-svc left"
     );
     // Down again: harmless.
     tb.ok(&["down"])?;

@@ -6,18 +6,21 @@
 //! - `runtime`, `network`, `volumes`: processes, namespaces, volume folders.
 //! - `provisioner`: PersistentVolumes for StorageClass `testbed-local`.
 //! - `faults`: the fault socket and the nftables rules behind it.
+//! - `proxy`: ClusterIP Services (kube-proxy's DNAT); `dns`: pods' resolv.conf.
 //!
 //! What is simulated: there are no images; a container whose image names
 //! valkey runs the real `valkey-server` (and its probes the real CLI); any
 //! other container runs a placeholder (`sleep infinity`, init containers exit
 //! 0) that reports Ready without probing.
 
+pub mod dns;
 pub mod faults;
 pub mod network;
 pub mod node;
 pub mod pods;
 pub mod probes;
 pub mod provisioner;
+pub mod proxy;
 pub mod runtime;
 pub mod spec;
 pub mod status;
@@ -270,6 +273,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
     }
     tasks.push(tokio::spawn(provisioner::run(agent.clone())));
     tasks.push(tokio::spawn(dispatch_pods(agent.clone())));
+    tasks.push(tokio::spawn(proxy::run(agent.clone())));
 
     wait_for_signal().await;
     tracing::info!("agent stopping: killing pod processes and removing namespaces");
@@ -281,6 +285,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
     }
     network::sweep(&agent.tools.ip, &agent.state.netns_prefix).await;
     faults::delete_table(&agent.tools.nft, &agent.table).await;
+    faults::delete_table(&agent.tools.nft, &proxy::table_name(agent.state.id)).await;
     let _ = std::fs::remove_file(&agent.state.agent_socket);
     tracing::info!("agent stopped");
     Ok(())

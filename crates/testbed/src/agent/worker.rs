@@ -520,6 +520,15 @@ impl Worker {
                 let _ = std::fs::create_dir_all(&m.source);
                 mounts.push(m);
             }
+            // Cluster DNS: the pod's resolv.conf (see agent/dns.rs).
+            if let Some(m) = super::dns::resolv_mount(
+                &pod,
+                &agent.pod_dir(&self.ns, &self.name, &self.uid),
+                &crate::topology::cluster_dns_ip(agent.state.id),
+                crate::topology::CLUSTER_DOMAIN,
+            ) {
+                mounts.push(m);
+            }
             (argv, mounts, workdir)
         } else {
             let argv = match slot.kind {

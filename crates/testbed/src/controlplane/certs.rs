@@ -220,7 +220,7 @@ mod tests {
 
     #[test]
     fn the_pki_is_pem_with_private_keys_in_pkcs8_and_a_public_key_for_tokens() {
-        let pki = generate(&apiserver_sans("10.96.0.1", "10.101.255.1")).unwrap();
+        let pki = generate(&apiserver_sans("10.101.0.1", "10.101.255.1")).unwrap();
         for cert in [&pki.ca_cert, &pki.apiserver_cert, &pki.admin_cert] {
             assert!(cert.starts_with("-----BEGIN CERTIFICATE-----"));
         }
@@ -233,12 +233,12 @@ mod tests {
 
     #[test]
     fn the_apiserver_answers_to_loopback_and_its_service_names() {
-        let sans = apiserver_sans("10.96.0.1", "10.101.255.1");
+        let sans = apiserver_sans("10.101.0.1", "10.101.255.1");
         for name in [
             "127.0.0.1",
             "localhost",
             "kubernetes.default.svc",
-            "10.96.0.1",
+            "10.101.0.1",
         ] {
             assert!(sans.iter().any(|s| s == name), "{name}");
         }

@@ -6,11 +6,6 @@ use super::certs::PkiPaths;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// The ClusterIP range. Nothing routes it: it only gives Services their
-/// addresses, as on a cluster without kube-proxy.
-pub const SERVICE_CIDR: &str = "10.96.0.0/16";
-/// The first address of [`SERVICE_CIDR`], taken by the `kubernetes` Service.
-pub const FIRST_SERVICE_IP: &str = "10.96.0.1";
 /// Seconds a pod tolerates `not-ready`/`unreachable` before it is evicted (the
 /// DefaultTolerationSeconds admission plugin adds these to every pod). Stock
 /// clusters use 300 s; tests cannot wait that long.
@@ -96,13 +91,15 @@ pub fn etcd_args(l: &Layout, p: &Ports) -> Vec<String> {
 /// on a machine without a default route (the apiserver cannot pick one), and it
 /// must not be loopback: the apiserver writes it into the `kubernetes` Service's
 /// Endpoints, which refuse 127/8 (it would log that failure every 10 s).
-pub fn apiserver_args(l: &Layout, p: &Ports, advertise: &str) -> Vec<String> {
+/// `service_cidr` is the testbed's own ClusterIP range
+/// ([`crate::topology::service_cidr`]), routed by the agent's proxy.
+pub fn apiserver_args(l: &Layout, p: &Ports, advertise: &str, service_cidr: &str) -> Vec<String> {
     vec![
         flag("advertise-address", advertise),
         flag("bind-address", "127.0.0.1"),
         flag("secure-port", p.apiserver),
         flag("etcd-servers", etcd_url(p)),
-        flag("service-cluster-ip-range", SERVICE_CIDR),
+        flag("service-cluster-ip-range", service_cidr),
         flag("authorization-mode", "Node,RBAC"),
         flag("allow-privileged", "true"),
         path_flag("client-ca-file", &l.pki.ca_cert),
@@ -197,7 +194,7 @@ mod tests {
         let (l, p) = sample();
         for args in [
             etcd_args(&l, &p),
-            apiserver_args(&l, &p, "10.101.255.1"),
+            apiserver_args(&l, &p, "10.101.255.1", "10.101.0.0/24"),
             controller_manager_args(&l, &p),
             scheduler_args(&l, &p),
             agent_args(&l),
@@ -213,7 +210,8 @@ mod tests {
     #[test]
     fn the_apiserver_talks_to_this_testbeds_etcd_and_shortens_tolerations() {
         let (l, p) = sample();
-        let a = apiserver_args(&l, &p, "10.101.255.1");
+        let a = apiserver_args(&l, &p, "10.101.255.1", "10.101.0.0/24");
+        assert!(a.contains(&"--service-cluster-ip-range=10.101.0.0/24".to_string()));
         assert!(a.contains(&"--etcd-servers=http://127.0.0.1:1001".to_string()));
         assert!(a.contains(&"--secure-port=1003".to_string()));
         assert!(a.contains(&"--advertise-address=10.101.255.1".to_string()));

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod certs;
 pub mod components;
+pub mod coredns;
 pub mod kubeconfig;
 pub mod process;
 
@@ -35,7 +36,16 @@ pub const APISERVER: &str = "kube-apiserver";
 pub const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 pub const SCHEDULER: &str = "kube-scheduler";
 pub const AGENT: &str = "agent";
-pub const COMPONENTS: [&str; 5] = [ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, AGENT];
+/// The cluster DNS (see [`coredns`]).
+pub const COREDNS: &str = "coredns";
+pub const COMPONENTS: [&str; 6] = [
+    ETCD,
+    APISERVER,
+    CONTROLLER_MANAGER,
+    SCHEDULER,
+    COREDNS,
+    AGENT,
+];
 
 const RECORD_FILE: &str = "controlplane.json";
 
@@ -138,6 +148,7 @@ pub struct Binaries {
     pub kube_bin_dir: PathBuf,
     pub valkey_server: PathBuf,
     pub valkey_cli: PathBuf,
+    pub coredns: PathBuf,
 }
 
 impl Binaries {
@@ -150,6 +161,9 @@ impl Binaries {
             kube_bin_dir: bin.join(format!("kube-{KUBE_VERSION}")),
             valkey_server: valkey.join("valkey-server"),
             valkey_cli: valkey.join("valkey-cli"),
+            coredns: bin
+                .join(format!("coredns-{}", coredns::COREDNS_VERSION))
+                .join("coredns"),
         }
     }
 
@@ -173,6 +187,7 @@ impl Binaries {
             }
         };
         missing("etcd", &self.etcd, "build-controlplane.sh")?;
+        missing("coredns", &self.coredns, "build-controlplane.sh")?;
         for name in [APISERVER, CONTROLLER_MANAGER, SCHEDULER, "kubectl"] {
             missing(
                 "the control plane",
@@ -348,7 +363,7 @@ fn restart_missing(
     let bins = Binaries::in_cache();
     hostnet::setup(&state.netns_prefix, &state.host_ip)?;
     let mut restarted = Vec::new();
-    for name in [CONTROLLER_MANAGER, SCHEDULER, AGENT] {
+    for name in [CONTROLLER_MANAGER, SCHEDULER, COREDNS, AGENT] {
         if s.sup.liveness(name).is_alive() {
             continue;
         }
@@ -361,6 +376,7 @@ fn restart_missing(
                 bins.kube(name),
                 components::scheduler_args(&s.layout, &record.ports),
             ),
+            COREDNS => (bins.coredns.clone(), write_corefile(&s.layout, state)?),
             _ => (current_exe()?, components::agent_args(&s.layout)),
         };
         s.sup.spawn(name, &program, &args)?;
@@ -455,7 +471,10 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
     let prefix = netns_prefix(id);
     let host = host_ip(id);
 
-    let pki = certs::generate(&certs::apiserver_sans(components::FIRST_SERVICE_IP, &host))?;
+    let pki = certs::generate(&certs::apiserver_sans(
+        &crate::topology::first_service_ip(id),
+        &host,
+    ))?;
     certs::write(&pki, &s.layout.pki)?;
     let server = components::apiserver_url(&ports);
     let kc = kubeconfig::render(&server, &pki.ca_cert, &pki.admin_cert, &pki.admin_key);
@@ -507,7 +526,7 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
     s.sup.spawn(
         APISERVER,
         &bins.kube(APISERVER),
-        &components::apiserver_args(&s.layout, &ports, &host),
+        &components::apiserver_args(&s.layout, &ports, &host, &crate::topology::service_cidr(id)),
     )?;
     let client = api::client(&s.layout.kubeconfig).await?;
     while !api::is_ready(&client).await {
@@ -529,22 +548,47 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
     )?;
     s.sup
         .spawn(AGENT, &current_exe()?, &components::agent_args(&s.layout))?;
+    s.sup
+        .spawn(COREDNS, &bins.coredns, &write_corefile(&s.layout, &state)?)?;
     api::apply_storage_class(&client).await?;
-    progress(s.start, "controller-manager, scheduler and agent started");
+    coredns::apply_kube_dns(&client, &crate::topology::cluster_dns_ip(id), &host).await?;
+    progress(
+        s.start,
+        "controller-manager, scheduler, agent and coredns started",
+    );
 
     wait_for_cluster(s, &state).await?;
     progress(
         s.start,
         &format!(
-            "{} nodes Ready, default ServiceAccount present",
+            "{} nodes Ready, default ServiceAccount present, cluster DNS ready",
             state.nodes.len()
         ),
     );
     Ok(())
 }
 
-/// Waits until every node of `state` is Ready and the default ServiceAccount
-/// exists, watching that no component dies meanwhile.
+/// Writes `DIR/coredns/Corefile` for this testbed and returns CoreDNS's
+/// command line.
+fn write_corefile(l: &Layout, state: &TestbedState) -> Result<Vec<String>, ControlPlaneError> {
+    let dir = l.dir.join("coredns");
+    let path = dir.join("Corefile");
+    let text = coredns::corefile(
+        &state.host_ip,
+        &l.kubeconfig,
+        crate::topology::CLUSTER_DOMAIN,
+    );
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&path, text))
+        .map_err(|source| ControlPlaneError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(coredns::args(&path))
+}
+
+/// Waits until every node of `state` is Ready, the default ServiceAccount
+/// exists and CoreDNS is ready, watching that no component dies meanwhile.
 async fn wait_for_cluster(s: &Starter, state: &TestbedState) -> Result<(), ControlPlaneError> {
     let client = api::client(&s.layout.kubeconfig).await?;
     let mut reported = usize::MAX;
@@ -564,13 +608,16 @@ async fn wait_for_cluster(s: &Starter, state: &TestbedState) -> Result<(), Contr
             );
             reported = ready;
         }
-        if ready == state.nodes.len() && api::default_service_account_exists(&client).await {
+        if ready == state.nodes.len()
+            && api::default_service_account_exists(&client).await
+            && coredns::is_ready(&state.host_ip)
+        {
             return Ok(());
         }
         s.check_alive(&COMPONENTS)?;
         if Instant::now() >= s.deadline {
             return Err(s.timeout(format!(
-                "{} nodes Ready ({ready} are) and the default ServiceAccount",
+                "{} nodes Ready ({ready} are), the default ServiceAccount and CoreDNS ready",
                 state.nodes.len()
             )));
         }
@@ -662,6 +709,7 @@ pub fn down(dir: &Path) -> DownReport {
     }
     for (name, grace) in [
         (AGENT, 60),
+        (COREDNS, 10),
         (SCHEDULER, 10),
         (CONTROLLER_MANAGER, 10),
         (APISERVER, 10),
@@ -682,6 +730,7 @@ pub fn down(dir: &Path) -> DownReport {
         APISERVER,
         CONTROLLER_MANAGER,
         SCHEDULER,
+        COREDNS,
         "testbed",
         me.as_str(),
         "valkey-server",

@@ -7,17 +7,23 @@
 //! - `provisioner`: PersistentVolumes for StorageClass `testbed-local`.
 //! - `faults`: the fault socket and the nftables rules behind it.
 //!
-//! What is simulated: there are no images; a container whose image names
+//! - `rootfs`, `incluster`: loaded images run from their root filesystem;
+//!   the API address and service-account tokens in-cluster clients need.
+//!
+//! What is simulated: nothing is pulled; a container whose image was loaded
+//! (`testbed image load`) runs it for real, a container whose image names
 //! valkey runs the real `valkey-server` (and its probes the real CLI); any
 //! other container runs a placeholder (`sleep infinity`, init containers exit
 //! 0) that reports Ready without probing.
 
 pub mod faults;
+pub mod incluster;
 pub mod network;
 pub mod node;
 pub mod pods;
 pub mod probes;
 pub mod provisioner;
+pub mod rootfs;
 pub mod runtime;
 pub mod spec;
 pub mod status;

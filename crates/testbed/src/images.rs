@@ -147,9 +147,7 @@ fn blob_path(layout: &Path, digest: &str) -> Result<PathBuf> {
 }
 
 fn run(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("running {cmd:?}"))?;
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
         bail!(
             "{cmd:?} failed ({}): {}",
@@ -278,9 +276,7 @@ impl Store {
     pub fn load(&self, archive: &Path, names: &[String]) -> Result<(String, Vec<String>)> {
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
-        let work = self
-            .dir
-            .join(format!(".load-{}", std::process::id()));
+        let work = self.dir.join(format!(".load-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&work);
         let layout = work.join("layout");
         std::fs::create_dir_all(&layout)?;
@@ -378,9 +374,10 @@ pub fn resolve_user(rootfs: &Path, user: &str) -> Result<(u32, u32, String)> {
         None => (user, None),
     };
     let u = if u.is_empty() { "0" } else { u };
-    let entry = passwd.lines().map(|l| l.split(':').collect::<Vec<_>>()).find(|f| {
-        f.len() >= 6 && (f[0] == u || f[2] == u)
-    });
+    let entry = passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 6 && (f[0] == u || f[2] == u));
     let uid: u32 = match u.parse() {
         Ok(n) => n,
         Err(_) => entry
@@ -426,15 +423,9 @@ mod tests {
             normalize("docker.io/library/valkey-operator:0.1.0"),
             "docker.io/library/valkey-operator:0.1.0"
         );
-        assert_eq!(
-            normalize("localhost:5000/x/y"),
-            "localhost:5000/x/y:latest"
-        );
+        assert_eq!(normalize("localhost:5000/x/y"), "localhost:5000/x/y:latest");
         assert_eq!(normalize("ghcr.io/a/b:1"), "ghcr.io/a/b:1");
-        assert_eq!(
-            normalize("a/b@sha256:00"),
-            "docker.io/a/b@sha256:00"
-        );
+        assert_eq!(normalize("a/b@sha256:00"), "docker.io/a/b@sha256:00");
     }
 
     #[test]
@@ -450,7 +441,10 @@ mod tests {
             ),
         ]
         .into();
-        assert_eq!(names_of(&a), vec!["docker.io/library/valkey-operator:0.1.0"]);
+        assert_eq!(
+            names_of(&a),
+            vec!["docker.io/library/valkey-operator:0.1.0"]
+        );
         let tag_only: BTreeMap<String, String> = [(
             "org.opencontainers.image.ref.name".to_string(),
             "0.1.0".to_string(),
@@ -489,7 +483,10 @@ mod tests {
             (65532, 65532, "/home/nonroot".into())
         );
         assert_eq!(resolve_user(&root, "").unwrap(), (0, 0, "/root".into()));
-        assert_eq!(resolve_user(&root, "1000").unwrap(), (1000, 1000, "/".into()));
+        assert_eq!(
+            resolve_user(&root, "1000").unwrap(),
+            (1000, 1000, "/".into())
+        );
         assert!(resolve_user(&root, "nobody").is_err());
         std::fs::remove_dir_all(&root).unwrap();
     }

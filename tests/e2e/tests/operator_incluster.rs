@@ -21,12 +21,12 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::cluster::{Env, wait_until};
-use std::time::Instant;
 use e2e::manifest::cluster_manifest;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
+use std::time::Instant;
 
 const HELM_VERSION: &str = "v4.3.2";
 const RELEASE: &str = "vk";
@@ -76,7 +76,11 @@ fn helm(env: &Env, args: &[&str]) -> Result<String> {
 
 /// Polls `f` every `every` until it gives a value or `timeout` passes (its
 /// errors count as "not yet"; the last one is reported).
-fn poll<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+fn poll<T>(
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
     let deadline = Instant::now() + timeout;
     let mut last = String::new();
     loop {
@@ -134,7 +138,10 @@ fn pod_log(env: &Env, ns: &str, pod: &str, container: &str) -> String {
 fn operator_diagnostics(env: &Env) -> String {
     let mut out = String::new();
     for p in operator_pods(env).unwrap_or_default() {
-        let name = p["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = p["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         out.push_str(&format!(
             "\n--- pod {OPERATOR_NS}/{name}: {}\n",
             p["status"]
@@ -185,10 +192,16 @@ fn check_runs_from_the_image(pid: u32) -> Result<()> {
     let environ = std::fs::read(format!("/proc/{pid}/environ"))?;
     let environ = String::from_utf8_lossy(&environ);
     ensure!(
-        environ.split('\0').any(|v| v.starts_with("KUBERNETES_SERVICE_HOST=")),
+        environ
+            .split('\0')
+            .any(|v| v.starts_with("KUBERNETES_SERVICE_HOST=")),
         "pid {pid} has no KUBERNETES_SERVICE_HOST"
     );
-    let sa = root.join("var/run/secrets/kubernetes.io/serviceaccount");
+    // Through /proc/PID/root: the container's mounts exist only in its own
+    // mount namespace.
+    let sa = PathBuf::from(format!(
+        "/proc/{pid}/root/var/run/secrets/kubernetes.io/serviceaccount"
+    ));
     for f in ["token", "ca.crt", "namespace"] {
         let text = std::fs::read_to_string(sa.join(f))
             .with_context(|| format!("the pod has no service-account {f}"))?;
@@ -271,7 +284,12 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     })?;
     let names: Vec<String> = replicas
         .iter()
-        .map(|p| p["metadata"]["name"].as_str().unwrap_or_default().to_string())
+        .map(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
         .collect();
     ensure!(
         names.len() == 2,
@@ -291,7 +309,9 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
             "-o",
             "jsonpath={.spec.holderIdentity}",
         ]);
-        Ok(h.ok().map(|h| h.trim().to_string()).filter(|h| !h.is_empty()))
+        Ok(h.ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty()))
     })
     .context("nobody took the Lease")?;
     ensure!(
@@ -305,7 +325,12 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     // 4. the user's cluster.
     let m = cluster_manifest(CLUSTER, 3, 1);
     env.create_cluster(ns, &m, Duration::from_secs(300))
-        .with_context(|| format!("the cluster did not become Ready{}", operator_diagnostics(env)))?;
+        .with_context(|| {
+            format!(
+                "the cluster did not become Ready{}",
+                operator_diagnostics(env)
+            )
+        })?;
     println!("operator_incluster: ValkeyCluster {ns}/{CLUSTER} Ready 3x1");
 
     // 5. an in-cluster client.
@@ -313,14 +338,26 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     // TODO(netdns branch): once cluster DNS and ClusterIP routing are merged,
     // reach the client Service by name instead:
     // let target = format!("{CLUSTER}.{ns}.svc.cluster.local");
-    let target = env.member_ips(ns, CLUSTER)?.first().cloned().context("no member")?;
+    let target = env
+        .member_ips(ns, CLUSTER)?
+        .first()
+        .cloned()
+        .context("no member")?;
     let keys = 30;
     env.kubectl_stdin(
         &["apply", "-n", ns, "-f", "-"],
         &client_pod_yaml("client", &target, &password, keys),
     )?;
     let phase = poll(Duration::from_secs(120), Duration::from_secs(1), || {
-        let p = env.kubectl(&["get", "pod", "client", "-n", ns, "-o", "jsonpath={.status.phase}"])?;
+        let p = env.kubectl(&[
+            "get",
+            "pod",
+            "client",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.status.phase}",
+        ])?;
         let p = p.trim().to_string();
         Ok((p == "Succeeded" || p == "Failed").then_some(p))
     })?;
@@ -343,7 +380,7 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
         .context("helm uninstall removed the user's ValkeyCluster")?;
     let members = env.members(ns, CLUSTER)?;
     ensure!(
-        members.len() == 3 && members.iter().all(|m| m.ready),
+        members.len() == 6 && members.iter().all(|m| m.ready),
         "the cluster's pods did not survive the uninstall: {members:?}"
     );
     for i in [1, keys / 2, keys] {

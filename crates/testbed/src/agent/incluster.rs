@@ -22,7 +22,10 @@ pub fn api_endpoint(apiserver_url: &str) -> Option<(String, u16)> {
     let rest = apiserver_url.strip_prefix("https://")?;
     let hostport = rest.split('/').next()?;
     let (host, port) = hostport.rsplit_once(':')?;
-    Some((host.trim_matches(['[', ']']).to_string(), port.parse().ok()?))
+    Some((
+        host.trim_matches(['[', ']']).to_string(),
+        port.parse().ok()?,
+    ))
 }
 
 /// The variables a kubelet sets in every container for the `kubernetes`
@@ -175,7 +178,10 @@ mod tests {
             kubernetes_service_env("https://10.101.255.1:1234"),
         );
         assert_eq!(env[0].1, "x");
-        assert!(env.iter().any(|(k, v)| k == "KUBERNETES_SERVICE_PORT" && v == "1234"));
+        assert!(
+            env.iter()
+                .any(|(k, v)| k == "KUBERNETES_SERVICE_PORT" && v == "1234")
+        );
     }
 
     #[test]

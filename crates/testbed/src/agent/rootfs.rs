@@ -46,11 +46,7 @@ impl RootFs {
     /// Script lines before the volume mounts: the overlay root, `/proc`, `/dev`.
     pub fn prelude(&self, mount: &str, mkdir: &str) -> String {
         let q = |p: &Path| shell_quote(&p.display().to_string());
-        let (upper, work, merged) = (
-            self.dir.join("upper"),
-            self.dir.join("work"),
-            self.merged(),
-        );
+        let (upper, work, merged) = (self.dir.join("upper"), self.dir.join("work"), self.merged());
         let opts = format!(
             "lowerdir={},upperdir={},workdir={}",
             self.lower.display(),
@@ -189,11 +185,7 @@ pub fn image_env(
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let pod_sets_home = container
-        .env
-        .iter()
-        .flatten()
-        .any(|e| e.name == "HOME");
+    let pod_sets_home = container.env.iter().flatten().any(|e| e.name == "HOME");
     let image_sets_home = env.iter().any(|(k, _)| k == "HOME");
     for (k, v) in pod_env {
         if k == "HOME" && !pod_sets_home {
@@ -267,7 +259,14 @@ pub fn exec_root_argv(
 /// `testbed exec-root`: chroot into `root`, enter `wd`, become `uid:gid`
 /// (with `groups`), exec `argv` (a bare name is looked up on PATH inside the
 /// root). Returns only on failure.
-pub fn exec_root(root: &Path, wd: &str, uid: u32, gid: u32, groups: &[u32], argv: &[String]) -> anyhow::Error {
+pub fn exec_root(
+    root: &Path,
+    wd: &str,
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+    argv: &[String],
+) -> anyhow::Error {
     use anyhow::Context;
     use nix::unistd::{Gid, Uid};
     use std::os::unix::process::CommandExt;

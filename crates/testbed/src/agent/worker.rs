@@ -479,7 +479,8 @@ impl Worker {
             .as_deref()
             .and_then(|i| crate::images::Store::at(&agent.state.dir).resolve(i));
         slot.in_root = image.is_some();
-        slot.real = slot.in_root || spec::is_valkey_image(slot.spec.image.as_deref().unwrap_or_default());
+        slot.real =
+            slot.in_root || spec::is_valkey_image(slot.spec.image.as_deref().unwrap_or_default());
         let default_path = match &image {
             Some(img) => super::rootfs::image_path(&img.config),
             None => default_path,

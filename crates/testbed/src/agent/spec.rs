@@ -510,7 +510,9 @@ pub fn mount_order(mounts: &[Mount]) -> Vec<&Mount> {
 /// The `sh -c` script that runs inside the container's fresh mount namespace:
 /// create the mount points, bind the volumes (parents before children),
 /// re-mount read-only ones, enter the working directory and exec the argv
-/// (passed as `"$@"`, so it is never re-parsed by the shell).
+/// (passed as `"$@"`, so it is never re-parsed by the shell). The runtime
+/// calls [`wrapper_script_with`]; this is its form without an image root.
+#[cfg(test)]
 pub fn wrapper_script(
     mounts: &[Mount],
     workdir: &Path,

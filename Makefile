@@ -57,7 +57,8 @@ unit: build
 	$(CARGO) test $(CARGO_PROFILE) --workspace --exclude e2e
 
 # e2e suites on a testbed of their own (3 zones x 3 nodes), brought up and down here.
-e2e: build
+# operator_incluster installs the image `make image` writes.
+e2e: build image
 	bash scripts/e2e.sh $(E2E_DIR)
 
 # Issue-3 live-topology suites alone (also part of `make test`): zone loss,
@@ -79,11 +80,13 @@ chaos-seeds: build
 
 test: lint crd-check version-check image-check unit e2e
 
-demo: build
+# The operator runs in-cluster: its image loaded into the testbed, installed
+# with the Helm chart (release valkey-operator, namespace valkey-system).
+demo: image
 	bash scripts/demo.sh $(DEMO_DIR)
 
+# `down` stops the testbed and every pod (the in-cluster operator with it).
 demo-down:
-	-[ -f $(DEMO_DIR)/pids/operator.pid ] && kill $$(cat $(DEMO_DIR)/pids/operator.pid)
 	-$(TESTBED) down --dir $(DEMO_DIR)
 
 bench: build

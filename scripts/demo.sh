@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
-# `make demo`: testbed up, operator running, a spread 3-shard x 2-replica cluster
-# applied, its topology shown. Leaves everything running; `make demo-down` stops it.
+# `make demo`: testbed up, the operator image loaded into it and installed with
+# the Helm chart (release valkey-operator in namespace valkey-system, running
+# in-cluster: no operator process on the host), a spread 3-shard x 2-replica
+# cluster applied, its topology shown. Leaves everything running; `make
+# demo-down` stops it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(realpath -m "${1:-$root/.testbed}")
 tb=$root/target/release/testbed
 op=$root/target/release/valkey-operator
+cache=${VALKEY_RS_CACHE:-$HOME/.cache/valkey-rs}
+kubectl=$cache/bin/kube-v1.36.3/kubectl
+helm=${HELM_BIN:-$cache/bin/helm-v4.3.2/helm}
+release=valkey-operator
+ns=valkey-system
+
+version=$("$op" --version | awk '{print $2}')
+image=$root/target/image/valkey-operator-$version.oci.tar
+[[ -f $image ]] || { echo "$image is missing: make image builds it" >&2; exit 1; }
 
 "$tb" up --dir "$dir" | tail -n 1 > "$dir.env" || { echo "testbed up failed; logs in $dir/logs" >&2; exit 1; }
 # shellcheck disable=SC1090
 source "$dir.env"
-kubectl=${VALKEY_RS_CACHE:-$HOME/.cache/valkey-rs}/bin/kube-v1.36.3/kubectl
 
-"$kubectl" apply --server-side --force-conflicts -f "$root/deploy/crd/valkeycluster.yaml" >/dev/null
-"$kubectl" wait --for=condition=Established crd/valkeyclusters.valkey.rs --timeout=60s >/dev/null
-
-pidfile=$dir/pids/operator.pid
-if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-  echo "operator already running (pid $(cat "$pidfile"))"
-else
-  mkdir -p "$dir/pids" "$dir/logs"
-  setsid "$op" run >"$dir/logs/operator.log" 2>&1 < /dev/null &
-  echo $! > "$pidfile"
-  echo "operator started (pid $!, log $dir/logs/operator.log)"
+# An operator a previous demo ran on the host gives way to the in-cluster one.
+if [[ -f $dir/pids/operator.pid ]]; then
+  kill "$(cat "$dir/pids/operator.pid")" 2>/dev/null || true
+  rm -f "$dir/pids/operator.pid"
 fi
+
+"$tb" image load --dir "$dir" "$image"
+export HELM_CACHE_HOME=$dir/helm/cache HELM_CONFIG_HOME=$dir/helm/config HELM_DATA_HOME=$dir/helm/data
+# The chart installs the CRD (crds/) and the operator Deployment with its defaults.
+"$helm" upgrade --install "$release" "$root/deploy/helm/valkey-operator" \
+  -n "$ns" --create-namespace --wait --timeout 5m
+"$kubectl" get pods -n "$ns" -o wide
+echo "operator running in-cluster: kubectl -n $ns get pods (container logs in $dir/logs/pods/)"
 
 "$kubectl" apply -n default -f "$root/examples/cluster.yaml"
 echo "waiting for valkeycluster/demo to become Ready..."

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the e2e suites (package `e2e`) on a testbed of their own.
 # The testbed suite brings up and tears down testbeds itself; the operator
-# suites share the one brought up here, and each starts its own operator.
+# suites share the one brought up here, and each starts its own operator (on
+# the host; operator_incluster installs the image `make image` wrote with the
+# Helm chart and runs it in-cluster, then uninstalls it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(realpath -m "${1:-$root/.testbed-e2e}")

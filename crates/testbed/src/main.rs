@@ -2,13 +2,16 @@
 //! valkey-server pods.
 //!
 //! Verbs: `up`, `down`, `status`, and the faults `node fail|heal NAME`,
-//! `zone fail|heal|partition ZONE`. Every verb takes `--dir DIR` (default
-//! `.testbed`). The hidden verb `agent` is the node agent that `up` starts.
+//! `zone fail|heal|partition ZONE`, `image load FILE`. Every verb takes
+//! `--dir DIR` (default `.testbed`). The hidden verb `agent` is the node agent
+//! that `up` starts; the hidden `exec-root` enters a loaded image's root for
+//! the agent's containers.
 
 mod agent;
 mod controlplane;
 mod faults;
 mod hostnet;
+mod images;
 mod registry;
 mod state;
 mod topology;
@@ -62,9 +65,45 @@ enum Verb {
         #[command(subcommand)]
         action: ZoneAction,
     },
+    /// Images the testbed runs for real.
+    Image {
+        #[command(subcommand)]
+        action: ImageAction,
+    },
     /// The node agent (started by `up`).
     #[command(hide = true)]
     Agent,
+    /// Used by the agent inside a container's mount namespace: chroot into
+    /// ROOT, enter WD, become UID:GID, exec ARGV.
+    #[command(hide = true)]
+    ExecRoot {
+        #[arg(long)]
+        root: PathBuf,
+        #[arg(long)]
+        wd: String,
+        #[arg(long)]
+        uid: u32,
+        #[arg(long)]
+        gid: u32,
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<u32>,
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ImageAction {
+    /// Import an OCI archive (a tar of an OCI image layout) into DIR/images:
+    /// pods whose image is one of its references then run it for real.
+    Load {
+        file: PathBuf,
+        /// Another reference for the image (besides those in the archive).
+        #[arg(long)]
+        name: Vec<String>,
+    },
+    /// The loaded images' references.
+    List,
 }
 
 #[derive(Args, Debug)]
@@ -126,6 +165,18 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    // Before any thread exists: this process becomes the container.
+    if let Verb::ExecRoot {
+        root,
+        wd,
+        uid,
+        gid,
+        groups,
+        argv,
+    } = &cli.verb
+    {
+        return Err(agent::rootfs::exec_root(root, wd, *uid, *gid, groups, argv));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -178,6 +229,31 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             let dir = controlplane::absolute_dir(&dir, false)?;
             rt.block_on(agent::run(&dir))?;
         }
+        Verb::Image { action } => {
+            let dir = controlplane::absolute_dir(&dir, true)?;
+            let store = images::Store::at(&dir);
+            match action {
+                ImageAction::Load { file, name } => {
+                    let started = std::time::Instant::now();
+                    let (id, refs) = store
+                        .load(&file, &name)
+                        .with_context(|| format!("loading {}", file.display()))?;
+                    say!(
+                        "loaded {} as {} in {:.1} s (image {})",
+                        file.display(),
+                        refs.join(", "),
+                        started.elapsed().as_secs_f64(),
+                        &id[..12.min(id.len())]
+                    );
+                }
+                ImageAction::List => {
+                    for (r, id) in store.index().refs {
+                        say!("{r} {}", &id[..12.min(id.len())]);
+                    }
+                }
+            }
+        }
+        Verb::ExecRoot { .. } => {}
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -2,8 +2,9 @@
 //! 1. `helm lint` passes and `helm template` renders objects the API server
 //!    accepts (server-side dry run);
 //! 2. `helm install` creates the ServiceAccount, RBAC, Deployment and metrics
-//!    Service (the Deployment scaled to 0: the testbed runs no operator
-//!    image);
+//!    Service (the Deployment scaled to 0: here the operator runs on the
+//!    host with the chart's ServiceAccount token; `operator_incluster` runs
+//!    the chart's Deployment from the image);
 //! 3. the operator, run with a token of the chart's ServiceAccount and no
 //!    other rights, takes the Lease in the release namespace and brings a 3x1
 //!    cluster to Ready: the chart's RBAC is enough for the operator's work;

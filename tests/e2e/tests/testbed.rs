@@ -387,6 +387,8 @@ fn testbed_runs_real_valkey_pods_on_a_real_control_plane_and_its_faults_cut_what
         .unwrap();
     persistent_volume_keeps_its_data_when_the_pod_is_recreated_on_its_node(&tb, &ns.name, start)
         .unwrap();
+    nested_read_only_volumes_mount_and_pods_reach_the_api_with_their_token(&tb, &ns.name, start)
+        .unwrap();
     node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(&tb, &ns.name, &kv, start)
         .unwrap();
     zone_partition_cuts_traffic_both_ways_and_heal_restores_it(&tb, &ns.name, start).unwrap();
@@ -606,6 +608,89 @@ fn statefulset_spreads_one_valkey_per_zone_and_every_pod_answers(
         &format!("StatefulSet kv: one pod per zone, PONG from {pod_ips:?}, EndpointSlice agrees"),
     );
     Ok(pods)
+}
+
+/// A ConfigMap read-only at /config with a Secret read-only at /config/users
+/// inside it (the mount point must be made before /config turns read-only),
+/// and a call to the API server as the pod's ServiceAccount, the way an
+/// in-cluster client makes it (KUBERNETES_SERVICE_*, the projected token and
+/// CA). The default ServiceAccount may not list pods: a 403 naming it proves
+/// the token was accepted.
+const NESTED: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: nested-config}
+data: {valkey.conf: "port 6379"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: nested-users}
+stringData: {users.acl: "user default on nopass ~* +@all"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: nested}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: valkey/valkey:9.1
+    command:
+    - sh
+    - -c
+    - |
+      set -e
+      grep -q 'port 6379' /config/valkey.conf
+      grep -q 'user default' /config/users/users.acl
+      if touch /config/x 2>/dev/null; then echo config-writable; exit 1; fi
+      if touch /config/users/x 2>/dev/null; then echo users-writable; exit 1; fi
+      echo nested-ro-ok
+      sa=/var/run/secrets/kubernetes.io/serviceaccount
+      curl -s --cacert $sa/ca.crt -H "Authorization: Bearer $(cat $sa/token)" \
+        "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat $sa/namespace)/pods"
+    volumeMounts:
+    - {name: config, mountPath: /config, readOnly: true}
+    - {name: users, mountPath: /config/users, readOnly: true}
+  volumes:
+  - {name: config, configMap: {name: nested-config}}
+  - {name: users, secret: {secretName: nested-users}}
+"#;
+
+fn nested_read_only_volumes_mount_and_pods_reach_the_api_with_their_token(
+    tb: &Testbed,
+    ns: &str,
+    start: Instant,
+) -> Result<()> {
+    tb.apply(ns, NESTED)?;
+    let mut phase = String::new();
+    wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
+        phase = tb.kubectl(&[
+            "get",
+            "pod",
+            "nested",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.status.phase}",
+        ])?;
+        Ok(phase == "Succeeded" || phase == "Failed")
+    })
+    .with_context(|| format!("pod nested did not finish\n{}", tb.agent_log_tail()))?;
+    let log = std::fs::read_to_string(tb.dir.join("logs/pods").join(format!("{ns}_nested_c.log")))
+        .unwrap_or_default();
+    ensure!(
+        phase == "Succeeded" && log.contains("nested-ro-ok"),
+        "nested read-only volumes: pod {phase}: {log}"
+    );
+    ensure!(
+        log.contains(&format!("system:serviceaccount:{ns}:default")),
+        "the API server did not see the pod's ServiceAccount token: {log}"
+    );
+    step(
+        start,
+        "nested read-only ConfigMap/Secret volumes mounted; the pod's token authenticates it to the API server",
+    );
+    Ok(())
 }
 
 const DATA: &str = r#"

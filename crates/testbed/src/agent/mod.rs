@@ -7,20 +7,25 @@
 //! - `provisioner`: PersistentVolumes for StorageClass `testbed-local`.
 //! - `faults`: the fault socket and the nftables rules behind it.
 //! - `proxy`: ClusterIP Services (kube-proxy's DNAT); `dns`: pods' resolv.conf.
+//! - `rootfs`, `incluster`: loaded images run from their root filesystem;
+//!   the API address and service-account tokens in-cluster clients need.
 //!
-//! What is simulated: there are no images; a container whose image names
+//! What is simulated: nothing is pulled; a container whose image was loaded
+//! (`testbed image load`) runs it for real, a container whose image names
 //! valkey runs the real `valkey-server` (and its probes the real CLI); any
 //! other container runs a placeholder (`sleep infinity`, init containers exit
 //! 0) that reports Ready without probing.
 
 pub mod dns;
 pub mod faults;
+pub mod incluster;
 pub mod network;
 pub mod node;
 pub mod pods;
 pub mod probes;
 pub mod provisioner;
 pub mod proxy;
+pub mod rootfs;
 pub mod runtime;
 pub mod spec;
 pub mod status;

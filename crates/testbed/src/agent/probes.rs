@@ -107,6 +107,9 @@ pub struct ProbeTarget {
     pub env: Vec<(String, String)>,
     pub nsenter: PathBuf,
     pub bins: super::spec::Binaries,
+    /// The container runs in a loaded image's root: exec there, with the
+    /// image's own programs.
+    pub in_root: bool,
 }
 
 /// Resolves a probe port (number or container port name).
@@ -140,13 +143,19 @@ pub fn exec_argv(command: &[String], bins: &super::spec::Binaries) -> Vec<String
 /// and mount namespaces, with the container's environment, in its working dir.
 /// Returns whether it exited 0 within `timeout`.
 pub async fn run_exec(target: &ProbeTarget, command: &[String], timeout: Duration) -> bool {
-    let argv = exec_argv(command, &target.bins);
+    let argv = if target.in_root {
+        command.to_vec()
+    } else {
+        exec_argv(command, &target.bins)
+    };
     if argv.is_empty() {
         return false;
     }
     let mut cmd = tokio::process::Command::new(&target.nsenter);
     cmd.arg(format!("--target={}", target.pid))
-        .args(["--net", "--mount", "--uts", "--wd", "--"])
+        .args(["--net", "--mount", "--uts"])
+        .args(target.in_root.then_some("--root"))
+        .args(["--wd", "--"])
         .args(&argv)
         .env_clear()
         .envs(target.env.iter().map(|(k, v)| (k, v)))

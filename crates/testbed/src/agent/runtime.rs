@@ -8,7 +8,7 @@
 //! holds everything it forks. The wrapper (see `spec::wrapper_script`) makes the
 //! bind mounts, so volumes appear at their real mount paths only inside.
 
-use super::spec::{Mount, ScriptTools, wrapper_script};
+use super::spec::{Mount, RootScript, ScriptTools, wrapper_script_with};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -96,6 +96,8 @@ pub struct Launch {
     /// The pod's hostname, set in the container's own UTS namespace.
     pub hostname: String,
     pub log: PathBuf,
+    /// A loaded image's root filesystem (`rootfs`): its mount script parts.
+    pub root: Option<RootScript>,
 }
 
 /// The full argument vector of the launch chain (program first).
@@ -112,7 +114,13 @@ pub fn launch_argv(tools: &Tools, l: &Launch) -> Vec<String> {
         "--".into(),
         tools.sh.display().to_string(),
         "-c".into(),
-        wrapper_script(&l.mounts, &l.workdir, &l.hostname, &tools.script_tools()),
+        wrapper_script_with(
+            &l.mounts,
+            &l.workdir,
+            &l.hostname,
+            &tools.script_tools(),
+            l.root.as_ref(),
+        ),
         "sh".into(),
     ];
     argv.extend(l.argv.iter().cloned());
@@ -197,6 +205,7 @@ mod tests {
             workdir: "/data".into(),
             hostname: "vk-0".into(),
             log: "/tmp/x.log".into(),
+            root: None,
         };
         let a = launch_argv(&tools(), &l);
         assert_eq!(a[0], "/usr/bin/nsenter");

@@ -510,12 +510,38 @@ pub fn mount_order(mounts: &[Mount]) -> Vec<&Mount> {
 /// The `sh -c` script that runs inside the container's fresh mount namespace:
 /// create the mount points, bind the volumes (parents before children),
 /// re-mount read-only ones, enter the working directory and exec the argv
-/// (passed as `"$@"`, so it is never re-parsed by the shell).
+/// (passed as `"$@"`, so it is never re-parsed by the shell). The runtime
+/// calls [`wrapper_script_with`]; this is its form without an image root.
+#[cfg(test)]
 pub fn wrapper_script(
     mounts: &[Mount],
     workdir: &Path,
     hostname: &str,
     tools: &ScriptTools,
+) -> String {
+    wrapper_script_with(mounts, workdir, hostname, tools, None)
+}
+
+/// Extra script of a container that runs in an image's root filesystem
+/// (`rootfs::RootFs`): `prelude` before the volume mounts, `epilogue` last.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RootScript {
+    pub prelude: String,
+    pub epilogue: String,
+}
+
+/// [`wrapper_script`], with an image root's prelude and epilogue when given.
+///
+/// Every mount point is created and bound first; only then are the read-only
+/// ones re-mounted read-only (a kubelet's order). Re-mounting a parent
+/// read-only before binding a volume inside it would leave no way to create
+/// the child's mount point (`/config` read-only, then `mkdir /config/users`).
+pub fn wrapper_script_with(
+    mounts: &[Mount],
+    workdir: &Path,
+    hostname: &str,
+    tools: &ScriptTools,
+    root: Option<&RootScript>,
 ) -> String {
     let sorted = mount_order(mounts);
     let mount = shell_quote(&tools.mount.display().to_string());
@@ -528,7 +554,10 @@ pub fn wrapper_script(
             shell_quote(hostname)
         ));
     }
-    for m in sorted {
+    if let Some(r) = root {
+        s.push_str(&r.prelude);
+    }
+    for m in &sorted {
         let t = shell_quote(&m.target.display().to_string());
         let src = shell_quote(&m.source.display().to_string());
         if m.file {
@@ -545,12 +574,19 @@ pub fn wrapper_script(
             s.push_str(&format!("{mkdir} -p {t}\n"));
         }
         s.push_str(&format!("{mount} --bind {src} {t}\n"));
-        if m.read_only {
-            s.push_str(&format!("{mount} -o remount,bind,ro {t}\n"));
-        }
+    }
+    // Read-only last, children before parents (a child's remount never
+    // needs its parent writable, but keep the order obvious).
+    for m in sorted.iter().rev().filter(|m| m.read_only) {
+        let t = shell_quote(&m.target.display().to_string());
+        s.push_str(&format!("{mount} -o remount,bind,ro {t}\n"));
     }
     let wd = shell_quote(&workdir.display().to_string());
-    s.push_str(&format!("{mkdir} -p {wd}\ncd {wd}\nexec \"$@\"\n"));
+    s.push_str(&format!("{mkdir} -p {wd}\ncd {wd}\n"));
+    if let Some(r) = root {
+        s.push_str(&r.epilogue);
+    }
+    s.push_str("exec \"$@\"\n");
     s
 }
 
@@ -934,5 +970,32 @@ mod tests {
         assert!(s.contains("remount,bind,ro '/etc/valkey/valkey.conf'"));
         assert!(s.contains(": > '/etc/valkey/valkey.conf'"));
         assert!(s.ends_with("cd '/data'\nexec \"$@\"\n"));
+    }
+
+    #[test]
+    fn nested_read_only_mounts_bind_every_child_before_any_remount() {
+        let tools = ScriptTools {
+            mount: "/usr/bin/mount".into(),
+            mkdir: "/usr/bin/mkdir".into(),
+        };
+        let m = |s: &str, t: &str| Mount {
+            source: s.into(),
+            target: t.into(),
+            read_only: true,
+            file: false,
+        };
+        let s = wrapper_script(
+            &[m("/v/users", "/config/users"), m("/v/config", "/config")],
+            Path::new("/data"),
+            "",
+            &tools,
+        );
+        let bind_parent = s.find("--bind '/v/config' '/config'").unwrap();
+        let mkdir_child = s.find("-p '/config/users'").unwrap();
+        let bind_child = s.find("--bind '/v/users' '/config/users'").unwrap();
+        let ro_parent = s.find("remount,bind,ro '/config'\n").unwrap();
+        let ro_child = s.find("remount,bind,ro '/config/users'").unwrap();
+        assert!(bind_parent < mkdir_child && mkdir_child < bind_child, "{s}");
+        assert!(bind_child < ro_parent && bind_child < ro_child, "{s}");
     }
 }

@@ -501,7 +501,7 @@ async fn object_files<K: KeyedObject>(
 
 /// A bound service account token for the pod (empty when the API refuses, so
 /// a pod that never talks to the API still starts).
-async fn service_account_token(
+pub(crate) async fn service_account_token(
     client: &kube::Client,
     pod: &Pod,
     audience: Option<String>,

@@ -69,8 +69,10 @@ enum SlotKind {
 struct Slot {
     kind: SlotKind,
     spec: Container,
-    /// Runs the real process (a Valkey image) or a placeholder.
+    /// Runs the real process (a Valkey image or a loaded image) or a placeholder.
     real: bool,
+    /// Runs in a loaded image's root filesystem (`rootfs`).
+    in_root: bool,
     run: ContainerRun,
     has_run: bool,
     pid: Option<u32>,
@@ -123,6 +125,8 @@ struct Worker {
     /// The kubelet has seen this pod from the API: a pod bound while its node
     /// was cut off is unknown to it (and so not started) until the heal.
     known: bool,
+    /// Renews the pod's projected service-account tokens (`incluster`).
+    token_refresh: Option<JoinHandle<()>>,
 }
 
 impl Worker {
@@ -167,6 +171,7 @@ impl Worker {
                 slots.push(Slot {
                     kind,
                     real: spec::is_valkey_image(c.image.as_deref().unwrap_or_default()),
+                    in_root: false,
                     spec: c,
                     run,
                     has_run: inh.has_run,
@@ -211,6 +216,7 @@ impl Worker {
             terminal: false,
             host_ip,
             known: false,
+            token_refresh: None,
         }
     }
 
@@ -328,7 +334,16 @@ impl Worker {
         }
         if self.volumes.is_none() {
             match self.prepare_volumes().await {
-                Ok(v) => self.volumes = Some(v),
+                Ok(v) => {
+                    if self.token_refresh.is_none() {
+                        self.token_refresh = super::incluster::spawn_token_refresh(
+                            self.agent.client.clone(),
+                            (*self.pod).clone(),
+                            v.clone().into_iter().collect(),
+                        );
+                    }
+                    self.volumes = Some(v);
+                }
                 Err(message) => {
                     tracing::warn!(pod = %self.name, error = %message, "volumes not ready, retrying");
                     for s in self
@@ -456,6 +471,20 @@ impl Worker {
         self.next_instance += 1;
         let agent = self.agent.clone();
         let slot = &mut self.slots[i];
+        // A loaded image runs for real from its root filesystem (`rootfs`);
+        // looked up on every start, so an image loaded later is picked up.
+        let image = slot
+            .spec
+            .image
+            .as_deref()
+            .and_then(|i| crate::images::Store::at(&agent.state.dir).resolve(i));
+        slot.in_root = image.is_some();
+        slot.real =
+            slot.in_root || spec::is_valkey_image(slot.spec.image.as_deref().unwrap_or_default());
+        let default_path = match &image {
+            Some(img) => super::rootfs::image_path(&img.config),
+            None => default_path,
+        };
         let config_error = |slot: &mut Slot, message: String| {
             tracing::warn!(container = %slot.spec.name, error = %message, "container config error");
             slot.run.state = RunState::Waiting {
@@ -475,6 +504,14 @@ impl Worker {
             Ok(e) => e,
             Err(e) => return config_error(slot, e.to_string()),
         };
+        let mut env = env;
+        super::incluster::add_missing(
+            &mut env,
+            super::incluster::kubernetes_service_env(&format!(
+                "https://{}:443",
+                crate::topology::first_service_ip(agent.state.id)
+            )),
+        );
         let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
             v.iter()
@@ -482,7 +519,51 @@ impl Worker {
                 .map(|a| spec::expand(a, &lookup))
                 .collect()
         };
-        let (argv, mounts, workdir) = if slot.real {
+        let mut root_script = None;
+        let (argv, mounts, workdir) = if let Some(img) = &image {
+            let mut mounts = match spec::volume_mounts(&slot.spec, &volumes, &env) {
+                Ok(m) => m,
+                Err(e) => return config_error(slot, e.to_string()),
+            };
+            for m in &mut mounts {
+                if !m.source.exists() {
+                    let _ = std::fs::create_dir_all(&m.source);
+                }
+                m.file = m.source.is_file();
+            }
+            // Cluster DNS: the pod's resolv.conf, mounted inside the image's
+            // root like the volumes (see agent/dns.rs).
+            if let Some(m) = super::dns::resolv_mount(
+                &pod,
+                &agent.pod_dir(&self.ns, &self.name, &self.uid),
+                &crate::topology::cluster_dns_ip(agent.state.id),
+                crate::topology::CLUSTER_DOMAIN,
+            ) {
+                mounts.push(m);
+            }
+            let dir = agent
+                .pod_dir(&self.ns, &self.name, &self.uid)
+                .join("containers")
+                .join(&slot.spec.name);
+            match super::rootfs::plan(
+                &pod,
+                &slot.spec,
+                img,
+                &expand_all(&slot.spec.command),
+                &expand_all(&slot.spec.args),
+                env.clone(),
+                mounts,
+                &dir,
+                &agent.tools.script_tools(),
+            ) {
+                Ok(p) => {
+                    env = p.env;
+                    root_script = Some(p.script);
+                    (p.argv, p.mounts, p.workdir)
+                }
+                Err(e) => return config_error(slot, e),
+            }
+        } else if slot.real {
             let argv = spec::valkey_argv(
                 &expand_all(&slot.spec.command),
                 &expand_all(&slot.spec.args),
@@ -550,6 +631,7 @@ impl Worker {
                 .map(|(_, v)| v.clone())
                 .unwrap_or_default(),
             log: agent.log_path(&self.ns, &self.name, &slot.spec.name),
+            root: root_script,
         };
         let mut child = match runtime::launch(&agent.tools, &launch) {
             Ok(c) => c,
@@ -631,6 +713,7 @@ impl Worker {
             env: probe_env(&slot.env, &agent.bin_dir),
             nsenter: agent.tools.nsenter.clone(),
             bins: agent.bins.clone(),
+            in_root: slot.in_root,
         };
         if slot.startup.is_some() {
             spawn_probe(slot, ProbeKind::Startup, &target, &self.ev_tx);
@@ -754,6 +837,7 @@ impl Worker {
                         env: probe_env(&slot.env, &bin_dir),
                         nsenter,
                         bins,
+                        in_root: slot.in_root,
                     };
                     // Stop the startup loop, start the other two.
                     slot.stop_probes();
@@ -1017,6 +1101,7 @@ impl Worker {
                 env: probe_env(&s.env, &self.agent.bin_dir),
                 nsenter: self.agent.tools.nsenter.clone(),
                 bins: self.agent.bins.clone(),
+                in_root: s.in_root,
             };
             let timeout = deadline.saturating_duration_since(Instant::now());
             hooks.push(async move { super::probes::run_exec(&target, &cmd, timeout).await });
@@ -1038,6 +1123,9 @@ impl Worker {
     }
 
     async fn teardown(&mut self) {
+        if let Some(t) = self.token_refresh.take() {
+            t.abort();
+        }
         if let Some(sb) = self.sandbox.take() {
             sb.destroy(&self.agent.tools.ip).await;
         }

@@ -57,8 +57,12 @@ pub fn etcd_url(ports: &Ports) -> String {
     format!("http://127.0.0.1:{}", ports.etcd_client)
 }
 
-pub fn apiserver_url(ports: &Ports) -> String {
-    format!("https://127.0.0.1:{}", ports.apiserver)
+/// The API server's URL: the testbed's fabric (host) address, the one address
+/// both the host and the pods' network namespaces reach (pods route to it
+/// through their gateway), so in-cluster clients get the API as a kubelet gives
+/// it. The serving certificate names it ([`super::certs::apiserver_sans`]).
+pub fn apiserver_url(ports: &Ports, host_ip: &str) -> String {
+    format!("https://{host_ip}:{}", ports.apiserver)
 }
 
 /// etcd, single member on loopback. `--unsafe-no-fsync`: the data is thrown away
@@ -82,7 +86,8 @@ pub fn etcd_args(l: &Layout, p: &Ports) -> Vec<String> {
     ]
 }
 
-/// kube-apiserver on loopback, authenticating client certificates against the
+/// kube-apiserver on the testbed's fabric address (see [`apiserver_url`]; one
+/// `--bind-address` only, and never 0.0.0.0), authenticating client certificates against the
 /// testbed CA, authorising with Node and RBAC like a kubeadm cluster. The
 /// admission plugins are the release's defaults (ServiceAccount and
 /// DefaultTolerationSeconds among them).
@@ -96,7 +101,7 @@ pub fn etcd_args(l: &Layout, p: &Ports) -> Vec<String> {
 pub fn apiserver_args(l: &Layout, p: &Ports, advertise: &str, service_cidr: &str) -> Vec<String> {
     vec![
         flag("advertise-address", advertise),
-        flag("bind-address", "127.0.0.1"),
+        flag("bind-address", advertise),
         flag("secure-port", p.apiserver),
         flag("etcd-servers", etcd_url(p)),
         flag("service-cluster-ip-range", service_cidr),
@@ -215,7 +220,7 @@ mod tests {
         assert!(a.contains(&"--etcd-servers=http://127.0.0.1:1001".to_string()));
         assert!(a.contains(&"--secure-port=1003".to_string()));
         assert!(a.contains(&"--advertise-address=10.101.255.1".to_string()));
-        assert!(a.contains(&"--bind-address=127.0.0.1".to_string()));
+        assert!(a.contains(&"--bind-address=10.101.255.1".to_string()));
         assert!(a.contains(&"--default-unreachable-toleration-seconds=10".to_string()));
         assert!(
             !a.iter()

@@ -476,7 +476,7 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
         &host,
     ))?;
     certs::write(&pki, &s.layout.pki)?;
-    let server = components::apiserver_url(&ports);
+    let server = components::apiserver_url(&ports, &host);
     let kc = kubeconfig::render(&server, &pki.ca_cert, &pki.admin_cert, &pki.admin_key);
     std::fs::write(&s.layout.kubeconfig, kc).map_err(|source| ControlPlaneError::Write {
         path: s.layout.kubeconfig.clone(),

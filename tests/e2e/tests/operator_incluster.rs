@@ -1,0 +1,405 @@
+//! The user's path (issue 12, part 3): the operator installed from its image
+//! with the Helm chart and running in-cluster, nothing on the host but the
+//! testbed.
+//!
+//! 1. `testbed image load` imports the archive `make image` wrote
+//!    (target/image/valkey-operator-<version>.oci.tar);
+//! 2. `helm install vk deploy/helm/valkey-operator -n valkey-system
+//!    --create-namespace` with the chart's defaults (its image reference is
+//!    the loaded image's; only `watchNamespace` is set to this suite's
+//!    namespace, so the in-cluster operator never touches the clusters of the
+//!    other suites on the shared testbed);
+//! 3. both operator pods become Ready through their `/readyz` probe, running
+//!    the image's binary from its root filesystem as uid 65532, talking to the
+//!    API server with kube's in-cluster config and the pod's service-account
+//!    token; one of them holds the Lease `valkey-system/valkey-operator`;
+//! 4. a ValkeyCluster the user applies becomes Ready with the shape it asks for;
+//! 5. an in-cluster client pod writes and reads keys through the cluster;
+//! 6. `helm uninstall` removes the operator and keeps the CRD, the
+//!    ValkeyCluster and its data (docs/operator.md, "Uninstalling").
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::cluster::{Env, wait_until};
+use e2e::manifest::cluster_manifest;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+use std::time::Instant;
+
+const HELM_VERSION: &str = "v4.3.2";
+const RELEASE: &str = "vk";
+const OPERATOR_NS: &str = "valkey-system";
+/// The chart's name: its Deployment, ServiceAccount and Lease carry it.
+const CHART_NAME: &str = "valkey-operator";
+const CLUSTER: &str = "incluster";
+
+fn helm_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("HELM_BIN") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var_os("VALKEY_RS_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/valkey-rs")
+        });
+    cache.join(format!("bin/helm-{HELM_VERSION}/helm"))
+}
+
+fn helm(env: &Env, args: &[&str]) -> Result<String> {
+    let bin = helm_bin();
+    ensure!(
+        bin.exists(),
+        "{} is missing: `make setup` (scripts/build-helm.sh) builds it",
+        bin.display()
+    );
+    let out = Command::new(&bin)
+        .args(args)
+        .env("KUBECONFIG", &env.kubeconfig)
+        .env("HELM_CACHE_HOME", env.testbed_dir.join("helm/cache"))
+        .env("HELM_CONFIG_HOME", env.testbed_dir.join("helm/config"))
+        .env("HELM_DATA_HOME", env.testbed_dir.join("helm/data"))
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !out.status.success() {
+        bail!(
+            "helm {} failed ({}): {}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Polls `f` every `every` until it gives a value or `timeout` passes (its
+/// errors count as "not yet"; the last one is reported).
+fn poll<T>(
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = format!(" (last error: {e:#})"),
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {timeout:?}{last}");
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// The archive `make image` writes for this version.
+fn image_archive(env: &Env) -> PathBuf {
+    env.root.join(format!(
+        "target/image/valkey-operator-{}.oci.tar",
+        env!("CARGO_PKG_VERSION")
+    ))
+}
+
+/// The operator pods of the release, as JSON items.
+fn operator_pods(env: &Env) -> Result<Vec<Value>> {
+    let pods = env.kubectl_json(&[
+        "get",
+        "pods",
+        "-n",
+        OPERATOR_NS,
+        "-l",
+        &format!("app.kubernetes.io/name={CHART_NAME}"),
+    ])?;
+    Ok(pods["items"].as_array().cloned().unwrap_or_default())
+}
+
+fn is_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// What the agent's log of a pod's container says (DIR/logs/pods/).
+fn pod_log(env: &Env, ns: &str, pod: &str, container: &str) -> String {
+    let path = env
+        .testbed_dir
+        .join("logs/pods")
+        .join(format!("{ns}_{pod}_{container}.log"));
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// The operator pods' state for a failure message.
+fn operator_diagnostics(env: &Env) -> String {
+    let mut out = String::new();
+    for p in operator_pods(env).unwrap_or_default() {
+        let name = p["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        out.push_str(&format!(
+            "\n--- pod {OPERATOR_NS}/{name}: {}\n",
+            p["status"]
+        ));
+        let log = pod_log(env, OPERATOR_NS, &name, "operator");
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        for l in tail.into_iter().rev() {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The host process of a container, from `containerID: testbed://<pid>`.
+fn container_pid(pod: &Value) -> Option<u32> {
+    pod["status"]["containerStatuses"][0]["containerID"]
+        .as_str()?
+        .strip_prefix("testbed://")?
+        .parse()
+        .ok()
+}
+
+/// Checks that a container process runs the image's binary from the image's
+/// root, as uid 65532, and got the service-account token and API address.
+fn check_runs_from_the_image(pid: u32) -> Result<()> {
+    let root = std::fs::read_link(format!("/proc/{pid}/root"))
+        .with_context(|| format!("reading /proc/{pid}/root"))?;
+    ensure!(
+        root != std::path::Path::new("/"),
+        "pid {pid} runs in the host's root, not the image's"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let uid_line = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .unwrap_or_default();
+    ensure!(
+        uid_line.split_whitespace().nth(1) == Some("65532"),
+        "pid {pid} does not run as 65532: {uid_line}"
+    );
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))?;
+    ensure!(
+        exe.ends_with("usr/local/bin/valkey-operator"),
+        "pid {pid} runs {}",
+        exe.display()
+    );
+    let environ = std::fs::read(format!("/proc/{pid}/environ"))?;
+    let environ = String::from_utf8_lossy(&environ);
+    ensure!(
+        environ
+            .split('\0')
+            .any(|v| v.starts_with("KUBERNETES_SERVICE_HOST=")),
+        "pid {pid} has no KUBERNETES_SERVICE_HOST"
+    );
+    // Through /proc/PID/root: the container's mounts exist only in its own
+    // mount namespace.
+    let sa = PathBuf::from(format!(
+        "/proc/{pid}/root/var/run/secrets/kubernetes.io/serviceaccount"
+    ));
+    for f in ["token", "ca.crt", "namespace"] {
+        let text = std::fs::read_to_string(sa.join(f))
+            .with_context(|| format!("the pod has no service-account {f}"))?;
+        ensure!(!text.trim().is_empty(), "service-account {f} is empty");
+    }
+    let ns = std::fs::read_to_string(sa.join("namespace"))?;
+    ensure!(ns.trim() == OPERATOR_NS, "namespace file says {ns:?}");
+    Ok(())
+}
+
+/// A pod of the Valkey image that writes keys through the cluster and reads
+/// them back, from inside the cluster, then exits.
+fn client_pod_yaml(name: &str, target: &str, password: &str, keys: u32) -> String {
+    let script = format!(
+        "set -e; for i in $(seq 1 {keys}); do \
+           valkey-cli -c -h \"$TARGET\" -p 6379 --no-auth-warning -a \"$PW\" set incluster-$i v$i | grep -qx OK; \
+         done; \
+         for i in $(seq 1 {keys}); do \
+           test \"$(valkey-cli -c -h \"$TARGET\" -p 6379 --no-auth-warning -a \"$PW\" get incluster-$i)\" = v$i; \
+         done; echo wrote-and-read {keys}"
+    );
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "client",
+                "image": "valkey/valkey:9.1",
+                "command": ["sh", "-c", script],
+                "env": [
+                    {"name": "TARGET", "value": target},
+                    {"name": "PW", "value": password},
+                ],
+            }],
+        },
+    })
+    .to_string()
+}
+
+fn suite(env: &Env, ns: &str) -> Result<()> {
+    // 1. the image.
+    let archive = image_archive(env);
+    ensure!(
+        archive.exists(),
+        "{} is missing: `make image` builds it (make e2e depends on it)",
+        archive.display()
+    );
+    let loaded = env.testbed(&["image", "load", &archive.to_string_lossy()])?;
+    println!("operator_incluster: {}", loaded.trim());
+
+    // 2. the chart, its defaults (the image reference is the loaded image's).
+    let chart = env.root.join("deploy/helm/valkey-operator");
+    helm(
+        env,
+        &[
+            "install",
+            RELEASE,
+            &chart.to_string_lossy(),
+            "-n",
+            OPERATOR_NS,
+            "--create-namespace",
+            "--set",
+            &format!("watchNamespace={ns}"),
+        ],
+    )?;
+    println!("operator_incluster: helm install {RELEASE} in {OPERATOR_NS}");
+
+    // 3. every replica Ready through /readyz; one holds the Lease.
+    let replicas = poll(Duration::from_secs(180), Duration::from_secs(1), || {
+        let pods = operator_pods(env)?;
+        Ok((!pods.is_empty() && pods.iter().all(is_ready)).then_some(pods))
+    })
+    .with_context(|| {
+        format!(
+            "the operator pods did not become Ready{}",
+            operator_diagnostics(env)
+        )
+    })?;
+    let names: Vec<String> = replicas
+        .iter()
+        .map(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    ensure!(
+        names.len() == 2,
+        "the chart's default is 2 replicas, found {names:?}"
+    );
+    for p in &replicas {
+        let pid = container_pid(p).context("no containerID")?;
+        check_runs_from_the_image(pid)?;
+    }
+    let holder = poll(Duration::from_secs(60), Duration::from_millis(500), || {
+        let h = env.kubectl(&[
+            "get",
+            "lease",
+            CHART_NAME,
+            "-n",
+            OPERATOR_NS,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ]);
+        Ok(h.ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty()))
+    })
+    .context("nobody took the Lease")?;
+    ensure!(
+        names.iter().any(|n| holder.starts_with(n.as_str())),
+        "the Lease holder {holder:?} is none of the operator pods {names:?}"
+    );
+    println!(
+        "operator_incluster: pods {names:?} Ready from the image as uid 65532; {holder} holds the Lease"
+    );
+
+    // 4. the user's cluster.
+    let m = cluster_manifest(CLUSTER, 3, 1);
+    env.create_cluster(ns, &m, Duration::from_secs(300))
+        .with_context(|| {
+            format!(
+                "the cluster did not become Ready{}",
+                operator_diagnostics(env)
+            )
+        })?;
+    println!("operator_incluster: ValkeyCluster {ns}/{CLUSTER} Ready 3x1");
+
+    // 5. an in-cluster client.
+    let password = env.password(ns, CLUSTER)?;
+    // Through cluster DNS and the client Service's ClusterIP, as an
+    // application would (`-c` then follows the members' redirects).
+    let target = format!("{CLUSTER}.{ns}.svc.cluster.local");
+    let keys = 30;
+    env.kubectl_stdin(
+        &["apply", "-n", ns, "-f", "-"],
+        &client_pod_yaml("client", &target, &password, keys),
+    )?;
+    let phase = poll(Duration::from_secs(120), Duration::from_secs(1), || {
+        let p = env.kubectl(&[
+            "get",
+            "pod",
+            "client",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.status.phase}",
+        ])?;
+        let p = p.trim().to_string();
+        Ok((p == "Succeeded" || p == "Failed").then_some(p))
+    })?;
+    let log = pod_log(env, ns, "client", "client");
+    ensure!(
+        phase == "Succeeded" && log.contains(&format!("wrote-and-read {keys}")),
+        "the client pod ended {phase}: {log}"
+    );
+    println!("operator_incluster: an in-cluster client wrote and read {keys} keys via {target}");
+
+    // 6. uninstall: the operator goes; the CRD, the cluster and its data stay.
+    helm(env, &["uninstall", RELEASE, "-n", OPERATOR_NS, "--wait"])?;
+    wait_until(Duration::from_secs(90), Duration::from_millis(500), || {
+        Ok(operator_pods(env)?.is_empty())
+    })
+    .context("the operator pods outlived helm uninstall")?;
+    env.kubectl(&["get", "crd", "valkeyclusters.valkey.rs", "-o", "name"])
+        .context("helm uninstall removed the CRD (Helm keeps CRDs)")?;
+    env.cluster(ns, CLUSTER)
+        .context("helm uninstall removed the user's ValkeyCluster")?;
+    let members = env.members(ns, CLUSTER)?;
+    ensure!(
+        members.len() == 6 && members.iter().all(|m| m.ready),
+        "the cluster's pods did not survive the uninstall: {members:?}"
+    );
+    for i in [1, keys / 2, keys] {
+        let ip = &members[0].ip;
+        let v = env.valkey_cli(ip, &password, &["-c", "get", &format!("incluster-{i}")])?;
+        ensure!(v.trim() == format!("v{i}"), "key incluster-{i} reads {v:?}");
+    }
+    println!(
+        "operator_incluster: uninstalled; the CRD, the ValkeyCluster, its pods and its keys stay"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_chart_runs_the_operator_image_in_cluster_and_it_serves_a_users_cluster() {
+    let Some(env) = Env::or_skip("operator_incluster") else {
+        return;
+    };
+    let ns = env.namespace("e2e-incluster").unwrap();
+    let result = suite(&env, &ns.name);
+    // Whatever happened: no operator of this suite outlives it.
+    let _ = helm(&env, &["uninstall", RELEASE, "-n", OPERATOR_NS, "--wait"]);
+    let _ = env.kubectl(&["delete", "namespace", OPERATOR_NS, "--wait=false"]);
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}

@@ -1,6 +1,10 @@
 //! `valkey-operator plan` as a user runs it: the built binary on fixture files
 //! (tests/fixtures: 3 zones x 3 nodes, a cordoned zone, a tainted zone, running
 //! members, a full zone), checking exit codes, stderr and the JSON contract.
+//!
+//! (Over 600 lines on purpose: one test per promise of the CLI, each reading
+//! as the command a user types and what it must answer; they share only the
+//! small helpers at the top.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_json::Value;

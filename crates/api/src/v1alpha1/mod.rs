@@ -14,5 +14,5 @@ pub use spec::*;
 pub use status::*;
 pub use validation::{
     FieldError, MemberRequest, ResolvedSpreadConstraint, ValidatedCluster, ValidationError,
-    validate, validate_update,
+    validate,
 };

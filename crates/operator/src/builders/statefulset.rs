@@ -1,5 +1,9 @@
 //! One single-replica StatefulSet per member, `<cluster>-<shard>-<member>`.
 //!
+//! (Over 600 lines on purpose: the builder is ~480 lines, the rest are its
+//! tests, which pin the pod spec field by field; splitting the one builder
+//! would scatter what a member's pod looks like.)
+//!
 //! Why one StatefulSet per member: each pod gets its own scheduling rules (the
 //! planned domain), a stable name and its own PVC, and the operator can delete
 //! exactly the member it means to.
@@ -9,7 +13,7 @@
 //! one copy less, the operator runs a second pod for a while ([`Ordinals`]):
 //! `{start: k, replicas: 2}` adds `<name>-<k+1>` where the new template puts
 //! it, and `{start: k+1, replicas: 1}` then removes `<name>-<k>` (see the
-//! controller's `surge` module). `updateStrategy: OnDelete`: a template
+//! controller's `decide::surge` module). `updateStrategy: OnDelete`: a template
 //! change never restarts a pod by itself; the operator deletes pods one at a
 //! time, replicas first, after a graceful failover (see the controller's
 //! rolling update).

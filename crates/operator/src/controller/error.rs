@@ -2,8 +2,13 @@
 //! context a person needs, and a stable [`Error::category`] used as the
 //! `category` label of `valkey_operator_reconcile_errors_total` and in events.
 //!
-//! An error never crash-loops the operator: the controller logs it, counts it
-//! and retries the cluster later with a back-off ([`super::error_policy`]).
+//! An error never crash-loops the operator: the controller logs it, counts it,
+//! publishes it as a `ReconcileError` event and retries the cluster with an
+//! exponential back-off (1 s after the first failure, doubling up to 5
+//! minutes; see `retry_after` in [`super`]).
+//!
+//! A missing password Secret (or key) is not an error: it is a condition the
+//! cluster waits in (`PasswordSecretMissing`) until the user creates it.
 
 use thiserror::Error;
 
@@ -63,9 +68,6 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    /// The password Secret exists but lacks the key.
-    #[error("Secret {name} has no key {key:?}")]
-    SecretKeyMissing { name: String, key: String },
     /// The Valkey planner refused its input (contradictory observation).
     #[error("planning Valkey actions: {0}")]
     ValkeyPlan(#[from] valkey::planner::PlanError),
@@ -86,7 +88,6 @@ impl Error {
             Error::PatchPod { .. } => "PodPatch",
             Error::Status { .. } => "StatusUpdate",
             Error::Serialize { .. } => "Serialize",
-            Error::SecretKeyMissing { .. } => "SecretKeyMissing",
             Error::ValkeyPlan(_) => "ValkeyPlan",
             Error::MissingMetadata(_) => "MissingMetadata",
         }
@@ -99,12 +100,6 @@ mod tests {
 
     #[test]
     fn categories_are_stable_camel_case_words() {
-        let e = Error::SecretKeyMissing {
-            name: "s".into(),
-            key: "password".into(),
-        };
-        assert_eq!(e.category(), "SecretKeyMissing");
-        assert_eq!(e.to_string(), "Secret s has no key \"password\"");
         assert_eq!(Error::MissingMetadata("uid").category(), "MissingMetadata");
     }
 }

@@ -7,7 +7,9 @@ use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
-/// Event reasons (CamelCase, stable).
+/// Event reasons (CamelCase, stable: users, alerts and tests match on them).
+/// Every event the operator publishes takes its reason from here or from
+/// [`action_reason`].
 pub mod reason {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const CLUSTER_READY: &str = "ClusterReady";
@@ -20,7 +22,6 @@ pub mod reason {
     pub const ROLLING_RESTART: &str = "RollingRestart";
     pub const ROLLING_BLOCKED: &str = "RollingUpdateBlocked";
     pub const PRIMARY_CHANGED: &str = "PrimaryChanged";
-    pub const PRIMARY_BALANCING: &str = "PrimaryBalancing";
     pub const SECRET_CREATED: &str = "PasswordSecretCreated";
     pub const SECRET_MISSING: &str = "PasswordSecretMissing";
     pub const VALKEY_COMMAND_FAILED: &str = "ValkeyCommandFailed";
@@ -29,6 +30,39 @@ pub mod reason {
     pub const MEMBER_REPLACED: &str = "MemberReplaced";
     pub const MEMBER_MOVED: &str = "MemberMoved";
     pub const MEMBER_MOVE_ABORTED: &str = "MemberMoveAborted";
+    pub const PLACEMENT_NOT_PROVEN_OPTIMAL: &str = "PlacementNotProvenOptimal";
+    pub const TOPOLOGY_SPREAD_MET: &str = "TopologySpreadMet";
+    pub const VOLUME_EXPANDING: &str = "VolumeExpanding";
+    pub const VOLUME_EXPANSION_FAILED: &str = "VolumeExpansionFailed";
+}
+
+/// An event a decision asks for (published by [`Events::note`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub text: String,
+}
+
+impl Note {
+    pub fn normal(reason: &'static str, action: &'static str, text: impl Into<String>) -> Note {
+        Note {
+            warning: false,
+            reason,
+            action,
+            text: text.into(),
+        }
+    }
+
+    pub fn warning(reason: &'static str, action: &'static str, text: impl Into<String>) -> Note {
+        Note {
+            warning: true,
+            reason,
+            action,
+            text: text.into(),
+        }
+    }
 }
 
 /// The event reason of a Valkey action.
@@ -88,6 +122,18 @@ impl<'a> Events<'a> {
     pub async fn warning(&self, reason: &str, action: &str, note: impl Into<String>) {
         self.publish(EventType::Warning, reason, action, note.into(), false)
             .await;
+    }
+
+    /// Publishes the events decisions asked for, in order.
+    pub async fn notes(&self, notes: Vec<Note>) {
+        for n in notes {
+            let type_ = if n.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            self.publish(type_, n.reason, n.action, n.text, false).await;
+        }
     }
 
     /// A Warning that may repeat every reconcile: folded into one series.

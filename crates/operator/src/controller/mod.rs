@@ -1,13 +1,18 @@
-//! The ValkeyCluster controller. One reconcile is a pipeline
-//! (see [`reconcile`]):
+//! The ValkeyCluster controller. One reconcile is a pipeline (see
+//! [`reconcile`], the driver), one folder or file per step:
 //!
 //! ```text
-//!     observe (Kubernetes objects + what every Valkey member says)
-//!       -> validate (spec into a ValidatedCluster)
-//!       -> plan (placement, desired objects, the next Valkey actions, the next restart)
-//!       -> apply (server-side apply; Valkey commands; pod deletions)
-//!       -> status (conditions, topology, events)
+//!     dereference + validate (the spec into a ValidatedCluster; an invalid one stops here)
+//!       -> observe/   Kubernetes objects, then what every Valkey member says (thin I/O)
+//!       -> facts      what is derived from both, once, with `now` passed in (pure)
+//!       -> decide/    placement, desired objects, balance, rolling, surge, heal,
+//!                     cleanup, the next Valkey commands (pure: plain data in, a decision out)
+//!       -> act/       server-side apply, deletions, Valkey commands (thin I/O)
+//!       -> report/    status conditions and observations (pure), events, the status write
 //! ```
+//!
+//! The Kubernetes side runs first (observe, place, apply the owned objects),
+//! then the Valkey side (observe the members, decide, act), then the report.
 //!
 //! Triggers: the ValkeyCluster itself, every object it owns (StatefulSets,
 //! Services, ConfigMaps, PDBs, Secrets), its member pods (label
@@ -15,21 +20,19 @@
 //! node reconciles every cluster). Cluster-wide caches of Nodes and Pods feed
 //! the placement planner.
 
-pub mod apply;
+pub mod act;
+pub mod decide;
 pub mod error;
 pub mod events;
-pub mod heal;
-pub mod members;
+pub mod facts;
+pub mod memory;
 pub mod observe;
 pub mod reconcile;
-pub mod rolling;
-pub mod safety;
-pub mod status;
-pub mod surge;
-pub mod topology;
+pub mod report;
 pub mod valkey_io;
 
 pub use error::Error;
+pub use memory::Memory;
 
 use crate::builders::hash::Fnv;
 use crate::http::Health;
@@ -48,6 +51,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
@@ -79,28 +83,6 @@ impl Default for Settings {
             instance: None,
         }
     }
-}
-
-/// What the operator remembers about a cluster between reconciles (lost on
-/// restart, which only delays primary balancing by one quiet period).
-#[derive(Debug, Default, Clone)]
-pub struct Memory {
-    /// The last time something changed membership or primaries (quiet period).
-    pub last_disturbance: Option<Instant>,
-    /// Live primary per shard at the last reconcile (to notice Valkey's own failovers).
-    pub primaries: HashMap<u32, u32>,
-    /// When the operator last asked for a failover in a shard.
-    pub failover_requested: HashMap<u32, Instant>,
-    /// Fingerprints of warnings already published (unplaceable members,
-    /// violations, blocked work), so a standing problem is not re-announced
-    /// every reconcile.
-    pub announced: HashMap<&'static str, String>,
-    /// When the operator first found each Node its members were bound to
-    /// gone (a deleted Node counts as lost from then on, not forever at once;
-    /// a restart starts the clock again, which only waits longer).
-    pub nodes_missing_since: HashMap<String, Instant>,
-    /// Reconciles in a row that ended in an error (the retry back-off).
-    pub failures: u32,
 }
 
 /// Shared by every reconcile.

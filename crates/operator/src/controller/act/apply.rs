@@ -8,7 +8,7 @@
 //! server defaults or others own do not matter: only the operator's fields are
 //! compared.
 
-use super::Error;
+use crate::controller::Error;
 use crate::metrics::Metrics;
 use api::constants::FIELD_MANAGER;
 use kube::api::{Api, Patch, PatchParams};

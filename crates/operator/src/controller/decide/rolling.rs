@@ -16,6 +16,14 @@
 //! restart; a lone primary moves too (its new copy is made the primary once
 //! in sync).
 
+use super::placement::Placement;
+use crate::builders::Desired;
+use crate::controller::events::{Note, reason};
+use crate::controller::facts::{Facts, desired_members};
+use crate::controller::memory::Announced;
+use crate::controller::observe::pods::{PodFacts, needs_restart};
+use api::constants::member_name;
+use kube::ResourceExt;
 use std::collections::BTreeMap;
 
 /// One member as the rolling update sees it.
@@ -127,6 +135,83 @@ pub fn next_step(
         .find(|m| replicas.contains(m))
         .unwrap_or(replicas[0]);
     RollStep::Failover { shard: p.shard, to }
+}
+
+/// The rolling step, and how many members are out of date.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roll {
+    pub step: RollStep,
+    /// Members to restart for a new spec.
+    pub stale: usize,
+    /// Members to move to where the plan puts them.
+    pub moving: usize,
+}
+
+/// Reads every member of the spec as the rolling update sees it, and picks
+/// the next step.
+pub fn roll(f: &Facts<'_>, desired: &Desired, placement: &Placement, cluster_ready: bool) -> Roll {
+    let cluster = f.cluster;
+    let members: Vec<RollMember> = desired_members(cluster)
+        .map(|(s, m)| {
+            let facts = f.kube.members.get(&(s, m)).map(PodFacts::of);
+            let name = member_name(&cluster.name, s, m);
+            let sts = desired.statefulsets.iter().find(|x| x.name_any() == name);
+            let running = facts
+                .as_ref()
+                .is_some_and(|f| !f.unscheduled() && !f.terminating);
+            let restart = match (&facts, sts) {
+                (Some(f), Some(sts)) => running && needs_restart(f, sts),
+                _ => false,
+            };
+            let moving = running && placement.moved(s, m);
+            RollMember {
+                shard: s,
+                member: m,
+                has_pod: facts.is_some(),
+                terminating: facts.as_ref().is_some_and(|f| f.terminating),
+                stale: restart || moving,
+                moving,
+                primary: f.primaries.get(&s) == Some(&m),
+            }
+        })
+        .collect();
+    let preference: BTreeMap<u32, Vec<u32>> = (0..cluster.shards)
+        .map(|s| {
+            (
+                s,
+                super::balance::failover_preference(&f.shards, s, &f.keys),
+            )
+        })
+        .collect();
+    let stale = members.iter().filter(|m| m.stale && !m.moving).count();
+    let moving = members.iter().filter(|m| m.moving).count();
+    let step = next_step(
+        &members,
+        cluster_ready,
+        &preference,
+        cluster.persistence.is_some(),
+    );
+    Roll {
+        step,
+        stale,
+        moving,
+    }
+}
+
+/// The warning that the rolling update is blocked, unless it was published
+/// already for the same reason (`announced` is updated).
+pub fn blocked_note(step: &RollStep, announced: &mut Announced) -> Vec<Note> {
+    match step {
+        RollStep::Blocked(why) if announced.rolling_blocked.as_deref() != Some(why.as_str()) => {
+            announced.rolling_blocked = Some(why.clone());
+            vec![Note::warning(
+                reason::ROLLING_BLOCKED,
+                "RollingRestart",
+                why.clone(),
+            )]
+        }
+        _ => Vec::new(),
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,11 @@
 //! even as the members allow, i.e. at most ceil(shards / domains) per domain
 //! where possible.
 
+use crate::controller::facts::Facts;
+use crate::controller::report::status::BalanceState;
+use api::v1alpha1::BalancingMode;
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 /// The domain values of one member's node, by topology key (absent key: the
 /// node lacks that label; such nodes share one domain, as in the planner).
@@ -168,6 +172,63 @@ pub fn best_move(shards: &[ShardView], keys: &[String]) -> Option<Move> {
         }
     }
     best.map(|(_, _, m)| m)
+}
+
+/// Primary balancing: after the quiet period, one shard at a time, only
+/// while the cluster is Ready, move one primary to an in-sync replica in a
+/// better domain. Returns where balancing stands and the failover to make
+/// now (shard, to member), if any.
+pub fn balancing(
+    f: &Facts<'_>,
+    cluster_ready: bool,
+    last_disturbance: Option<Instant>,
+    now: Instant,
+) -> (BalanceState, Option<(u32, u32)>) {
+    let Some(mv) = best_move(&f.shards, &f.keys) else {
+        return (BalanceState::Aligned, None);
+    };
+    let what = format!(
+        "shard {}: primary should move from member {} to member {}",
+        mv.shard, mv.from, mv.to
+    );
+    let cluster = f.cluster;
+    if cluster.primary_balancing.mode == BalancingMode::Off {
+        return (
+            BalanceState::Off(format!("{what} (primaryBalancing.mode is Off)")),
+            None,
+        );
+    }
+    if !mv.ready {
+        return (
+            BalanceState::Impossible(format!("{what}, but that replica is not in sync")),
+            None,
+        );
+    }
+    if !cluster_ready {
+        return (
+            BalanceState::Pending(format!("{what} once the cluster is Ready")),
+            None,
+        );
+    }
+    let quiet = cluster.primary_balancing.quiet_period;
+    if let Some(t) = last_disturbance {
+        let elapsed = now.duration_since(t);
+        if elapsed < quiet {
+            // No countdown in the message: the status must not change (and
+            // be written) on every reconcile while nothing happens.
+            return (
+                BalanceState::Pending(format!(
+                    "{what} after a quiet period of {} s",
+                    quiet.as_secs()
+                )),
+                None,
+            );
+        }
+    }
+    (
+        BalanceState::Pending(format!("{what}: failing over")),
+        Some((mv.shard, mv.to)),
+    )
 }
 
 #[cfg(test)]

@@ -91,10 +91,18 @@ pub struct Surge {
     pub still_wanted: bool,
 }
 
+impl Surge {
+    /// The member moving, for messages: `shard s member m`.
+    pub fn what(&self) -> String {
+        format!("shard {} member {}", self.shard, self.member)
+    }
+}
+
 /// What to do about a move in flight.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SurgeStep {
-    /// Not yet; the reason says what the move waits for.
+    /// Not yet; the reason says what the move waits for (without the
+    /// member, see [`Surge::what`]).
     Wait(String),
     /// The old copy is the primary and the new copy is in sync: fail over to
     /// the new copy (graceful, the planner sends it).
@@ -102,57 +110,58 @@ pub enum SurgeStep {
     /// The new copy is in sync and not the old copy's replica-to-be: keep only
     /// the new copy (`{start: k+1, replicas: 1}`).
     Complete,
-    /// Give the move up (`{start: k, replicas: 1}`); the reason says why.
+    /// Give the move up (`{start: k, replicas: 1}`); the reason says why
+    /// (without the member, see [`Surge::what`]).
     Abort(String),
 }
 
 /// The next step of move `s`.
 pub fn next(s: &Surge) -> SurgeStep {
-    let what = format!("shard {} member {}", s.shard, s.member);
     let Some(pod) = &s.pod else {
         return if s.still_wanted {
-            SurgeStep::Wait(format!("{what}: waiting for its new copy to be created"))
+            SurgeStep::Wait("waiting for its new copy to be created".to_string())
         } else {
-            SurgeStep::Abort(format!(
-                "{what}: the placement plan no longer moves it and its new copy was not created"
-            ))
+            SurgeStep::Abort(
+                "the placement plan no longer moves it and its new copy was not created"
+                    .to_string(),
+            )
         };
     };
     if pod.terminating {
-        return SurgeStep::Wait(format!("{what}: its new copy is being deleted"));
+        return SurgeStep::Wait("its new copy is being deleted".to_string());
     }
     // A new copy that serves the shard's slots is never given up, even on a
     // lost node: Valkey fails the shard over first, then the move can end.
     if pod.primary && pod.node_lost {
-        return SurgeStep::Wait(format!(
-            "{what}: its new copy is the shard's primary on a lost node; waiting for a failover"
-        ));
+        return SurgeStep::Wait(
+            "its new copy is the shard's primary on a lost node; waiting for a failover"
+                .to_string(),
+        );
     }
     if pod.node_lost {
-        return SurgeStep::Abort(format!("{what}: the node of its new copy is lost"));
+        return SurgeStep::Abort("the node of its new copy is lost".to_string());
     }
     if !pod.scheduled {
         return if s.still_wanted {
-            SurgeStep::Wait(format!("{what}: its new copy is Pending"))
+            SurgeStep::Wait("its new copy is Pending".to_string())
         } else {
-            SurgeStep::Abort(format!(
-                "{what}: the placement plan no longer moves it and its new copy is still Pending"
-            ))
+            SurgeStep::Abort(
+                "the placement plan no longer moves it and its new copy is still Pending"
+                    .to_string(),
+            )
         };
     }
     if pod.primary {
         // Failed over to it (by the operator, or by Valkey itself): the old
         // copy is a replica now, or about to be.
         return if s.old_is_primary {
-            SurgeStep::Wait(format!("{what}: waiting for the failover to its new copy"))
+            SurgeStep::Wait("waiting for the failover to its new copy".to_string())
         } else {
             SurgeStep::Complete
         };
     }
     if !pod.in_sync {
-        return SurgeStep::Wait(format!(
-            "{what}: its new copy is syncing from the shard's primary"
-        ));
+        return SurgeStep::Wait("its new copy is syncing from the shard's primary".to_string());
     }
     if s.old_is_primary {
         return SurgeStep::Promote;

@@ -11,7 +11,6 @@ use std::net::IpAddr;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodFacts {
     pub name: String,
-    pub uid: Option<String>,
     /// The node it is bound to.
     pub node: Option<String>,
     pub ip: Option<IpAddr>,
@@ -25,9 +24,6 @@ pub struct PodFacts {
     pub placement_hash: Option<String>,
     /// The live role label, when set.
     pub role_label: Option<String>,
-    /// Sum of the containers' restart counts (a restarted container has lost
-    /// its live settings).
-    pub restarts: i32,
 }
 
 impl PodFacts {
@@ -37,7 +33,6 @@ impl PodFacts {
         let status = pod.status.as_ref();
         PodFacts {
             name: pod.metadata.name.clone().unwrap_or_default(),
-            uid: pod.metadata.uid.clone(),
             node: pod
                 .spec
                 .as_ref()
@@ -62,10 +57,6 @@ impl PodFacts {
                 .as_ref()
                 .and_then(|l| l.get(api::constants::LABEL_ROLE))
                 .cloned(),
-            restarts: status
-                .and_then(|s| s.container_statuses.as_ref())
-                .map(|cs| cs.iter().map(|c| c.restart_count).sum())
-                .unwrap_or(0),
         }
     }
 

@@ -17,6 +17,10 @@
 //!   and never while the volume may hold the shard's last copy.
 
 use super::safety::{self, CopyFacts};
+use crate::controller::events::{Note, reason};
+use crate::controller::facts::{Facts, desired_members};
+use crate::controller::memory::Announced;
+use crate::controller::observe::pods::PodFacts;
 use std::time::Duration;
 
 pub use super::safety::NODE_LOST_GRACE;
@@ -90,6 +94,49 @@ pub fn decide(lost: &[LostMember], persistent: bool, volume_grace: Duration) -> 
             Heal::ReplacePodAndVolume { shard, member }
         })
         .collect()
+}
+
+/// The members of the spec whose pod sits on a node that is not Ready (or
+/// gone), however briefly: [`decide`] says what to do about each.
+pub fn lost_members(f: &Facts<'_>) -> Vec<LostMember> {
+    desired_members(f.cluster)
+        .filter_map(|(s, m)| {
+            let node = PodFacts::of(f.kube.members.get(&(s, m))?).node?;
+            let lost_for = f.node_lost_for(&node)?;
+            Some(LostMember {
+                shard: s,
+                member: m,
+                lost_for,
+                shard_served_elsewhere: f.served_elsewhere(s, m),
+            })
+        })
+        .collect()
+}
+
+/// The warning about lost members that must wait, unless it was published
+/// already (`announced` is updated; cleared once no member is lost).
+pub fn waiting_note(heals: &[Heal], announced: &mut Announced) -> Vec<Note> {
+    if heals.is_empty() {
+        announced.heal_waiting = None;
+        return Vec::new();
+    }
+    let waiting: Vec<String> = heals
+        .iter()
+        .filter_map(|h| match h {
+            Heal::Wait {
+                shard,
+                member,
+                reason,
+            } => Some(format!("shard {shard} member {member}: {reason}")),
+            _ => None,
+        })
+        .collect();
+    let text = waiting.join("; ");
+    if waiting.is_empty() || announced.heal_waiting.as_deref() == Some(text.as_str()) {
+        return Vec::new();
+    }
+    announced.heal_waiting = Some(text.clone());
+    vec![Note::warning(reason::MEMBER_LOST, "Heal", text)]
 }
 
 #[cfg(test)]

@@ -3,13 +3,13 @@
 //! pods use node room the planner must count).
 //!
 //! A member's pods are told apart by ordinal against its live StatefulSet
-//! (see [`super::surge`]): the member proper, the new copy of a move in
+//! (see [`crate::controller::decide::surge`]): the member proper, the new copy of a move in
 //! flight, and copies on their way out.
 
-use super::surge::{Slot, slot};
-use super::{Context, Error};
 use crate::adapt;
 use crate::builders::statefulset::Ordinals;
+use crate::controller::decide::surge::{Slot, slot};
+use crate::controller::{Context, Error};
 use api::ValidatedCluster;
 use api::constants::LABEL_CLUSTER;
 use api::constants::member_name;
@@ -75,7 +75,7 @@ where
     let api: Api<K> = Api::namespaced(client.clone(), ns);
     let lp = ListParams::default().labels(&format!("{LABEL_CLUSTER}={cluster}"));
     let list = api.list(&lp).await.map_err(|source| Error::Read {
-        kind: super::apply::kind_name(&K::kind(&())),
+        kind: crate::controller::act::apply::kind_name(&K::kind(&())),
         name: format!("{ns}/*,{LABEL_CLUSTER}={cluster}"),
         source,
     })?;

@@ -1,0 +1,151 @@
+//! Act: carries out what [`super::decide`] decided, in a fixed order (thin
+//! I/O: API writes in [`kube`], Valkey commands in [`valkey`], moves and
+//! restarts in [`moves`]). Nothing here chooses; every step may be cut short
+//! and is taken again from the top by the next reconcile.
+
+pub mod apply;
+pub mod kube;
+pub mod moves;
+pub mod valkey;
+
+use super::decide::placement::Placement;
+use super::decide::rolling::RollStep;
+use super::decide::{Decision, cleanup, heal, rolling};
+use super::events::{Events, reason};
+use super::facts::{Facts, recorded_members};
+use super::memory::Memory;
+use super::observe::kube::KubeView;
+use super::observe::pods::PodFacts;
+use super::valkey_io::Session;
+use super::{Context, Error};
+use crate::builders::Desired;
+use ::kube::ResourceExt;
+use api::ValidatedCluster;
+use api::v1alpha1::ValkeyClusterStatus;
+use std::time::Instant;
+
+/// What acting needs besides the decision: the client, the cluster, its
+/// desired and live objects, the placement plan, where events go.
+pub struct Actor<'a> {
+    pub ctx: &'a Context,
+    pub cluster: &'a ValidatedCluster,
+    pub desired: &'a Desired,
+    pub kube: &'a KubeView,
+    pub placement: &'a Placement,
+    pub events: &'a Events<'a>,
+}
+
+/// What acting did, for the status and the requeue.
+#[derive(Debug, Default)]
+pub struct Done {
+    /// Valkey commands sent (CONFIG SET left out).
+    pub executed: Vec<String>,
+    /// Leaving members removed (`shard s member m`).
+    pub removed: Vec<String>,
+    /// Pods of members on lost nodes removed.
+    pub healed: usize,
+    /// Copies a move removed, force-deleted off lost nodes.
+    pub stranded: usize,
+    /// The last thing done, for `status.lastAction`.
+    pub last_action: Option<String>,
+}
+
+/// Carries out the Valkey side's decision.
+pub async fn carry_out(
+    a: &Actor<'_>,
+    f: &Facts<'_>,
+    d: &Decision,
+    session: &Session,
+    old_status: Option<&ValkeyClusterStatus>,
+    memory: &mut Memory,
+    now: Instant,
+) -> Result<Done, Error> {
+    let (ctx, cluster, events) = (a.ctx, a.cluster, a.events);
+    let executed = valkey::execute(ctx, session, &d.valkey.actions, events, memory, now).await;
+    let leaving = cleanup::leaving_members(
+        cluster,
+        a.kube,
+        &d.valkey.removable,
+        &recorded_members(old_status),
+    );
+    let removed = kube::remove_members(ctx, cluster, &leaving, events).await?;
+    kube::set_role_labels(ctx, cluster, &cleanup::role_labels(f)).await?;
+    let healed = heal_lost_members(a, &d.heal).await?;
+    events
+        .notes(heal::waiting_note(&d.heal, &mut memory.announced))
+        .await;
+    let failovers = super::report::failovers(&f.shards, &mut memory.primaries);
+    if !failovers.is_empty() {
+        memory.last_disturbance = Some(now);
+    }
+    events.notes(failovers).await;
+    let stranded = kube::force_delete_pods(ctx, cluster, &cleanup::stranded_copies(f)).await?;
+
+    // Moves, then the rolling update.
+    let mut last_action = executed.last().cloned();
+    let quiet = d.valkey.actions.is_empty();
+    for (surge, step) in &d.surges {
+        if let Some(done) = moves::step(a, f, surge, step, quiet).await? {
+            memory.last_disturbance = Some(now);
+            last_action = Some(done);
+        }
+    }
+    kube::delete_claims(ctx, cluster, &cleanup::moved_volumes(cluster, a.kube)).await?;
+    let rolled = match &d.roll.step {
+        RollStep::Surge { shard, member } if quiet => moves::start(a, *shard, *member).await?,
+        RollStep::Restart { shard, member } if quiet => moves::restart(a, *shard, *member).await?,
+        _ => None,
+    };
+    if let Some(done) = rolled {
+        memory.last_disturbance = Some(now);
+        last_action = Some(done);
+    }
+    events
+        .notes(rolling::blocked_note(&d.roll.step, &mut memory.announced))
+        .await;
+    if !d.health.is_ready() || !executed.is_empty() {
+        memory.last_disturbance = Some(now);
+    }
+    Ok(Done {
+        executed,
+        removed,
+        healed,
+        stranded,
+        last_action,
+    })
+}
+
+/// Re-creates members whose node is lost, as [`heal::decide`] said (see
+/// [`super::decide::heal`]). Returns how many pods it removed.
+async fn heal_lost_members(a: &Actor<'_>, heals: &[heal::Heal]) -> Result<usize, Error> {
+    let mut done = 0;
+    for decision in heals {
+        let (s, m, with_volume) = match *decision {
+            heal::Heal::Wait { .. } => continue,
+            heal::Heal::ReplacePod { shard, member } => (shard, member, false),
+            heal::Heal::ReplacePodAndVolume { shard, member } => (shard, member, true),
+        };
+        let Some(pod) = a.kube.members.get(&(s, m)) else {
+            continue;
+        };
+        let node = PodFacts::of(pod).node.unwrap_or_default();
+        if with_volume {
+            kube::delete_claim_of(a.ctx, a.cluster, &pod.name_any()).await?;
+        }
+        kube::force_delete_pod(a.ctx, a.cluster, pod).await?;
+        done += 1;
+        let what = if with_volume {
+            "its volume on that node is given up and it is reseeded by its primary"
+        } else {
+            "it is reseeded by its primary"
+        };
+        a.events
+            .warning(
+                reason::MEMBER_REPLACED,
+                "Heal",
+                format!("shard {s} member {m}: node {node} is lost; re-creating the member where the plan puts it ({what})"),
+            )
+            .await;
+    }
+    Ok(done)
+}

@@ -1,0 +1,172 @@
+//! Decide: everything that chooses what happens, as pure functions of plain
+//! data (the [`Facts`], the spec, the placement plan, what the operator
+//! remembers, `now`), each returning a decision value. Nothing here holds a
+//! client; [`crate::controller::act`] carries the decisions out.
+//!
+//! - [`placement`]: where each member should run (the planner, bounded);
+//! - [`objects`]: the owned objects as they should be;
+//! - [`valkey`]: the Valkey topology to work towards (then `valkey::planner`
+//!   picks the commands);
+//! - [`rolling`]: which member to restart or move next;
+//! - [`surge`] and [`moves`]: a member's move, surge-first;
+//! - [`balance`]: the failover preference and primary balancing;
+//! - [`heal`]: members on lost nodes;
+//! - [`cleanup`]: what to delete or patch (budgets, leaving members, Pending
+//!   pods, volumes, role labels);
+//! - [`safety`]: the rules that keep data, shared by heal, moves and scale-in.
+
+pub mod balance;
+pub mod cleanup;
+pub mod heal;
+pub mod moves;
+pub mod placement;
+pub mod rolling;
+pub mod safety;
+pub mod surge;
+pub mod valkey;
+
+use super::facts::{Facts, desired_members, retained_start};
+use super::memory::Memory;
+use super::observe::kube::KubeView;
+use super::observe::pods::PodFacts;
+use super::report::status::BalanceState;
+use crate::builders::statefulset::Ordinals;
+use crate::builders::{self, Desired};
+use ::valkey::actions::Plan;
+use ::valkey::model::MemberIndex;
+use ::valkey::planner::{self, Health, PlanError, PlannerOptions};
+use api::ValidatedCluster;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use placement::Placement;
+use rolling::{Roll, RollStep};
+use std::time::Instant;
+use surge::{Surge, SurgeStep};
+
+/// The owned objects as they should be: the plan's placement, the live
+/// StatefulSets' volume claim templates (immutable) and ordinals (a moved
+/// member runs under a later one).
+pub fn objects(
+    cluster: &ValidatedCluster,
+    owner: &OwnerReference,
+    placement: &Placement,
+    view: &KubeView,
+) -> Desired {
+    builders::desired(
+        cluster,
+        owner,
+        |s, m| placement.member(s, m),
+        |name| {
+            view.statefulsets
+                .get(name)
+                .and_then(|s| s.spec.as_ref())
+                .and_then(|s| s.volume_claim_templates.as_deref())
+        },
+        |name| {
+            view.statefulsets
+                .get(name)
+                .map(Ordinals::of)
+                .or_else(|| retained_start(view, name))
+        },
+    )
+}
+
+/// What the Valkey side of a reconcile decided.
+#[derive(Debug)]
+pub struct Decision {
+    /// The members' health (the new copies of moves left out: a move's new
+    /// copy is one copy more, not one the shard is missing while it syncs).
+    pub health: Health,
+    /// Every member of the spec has a Ready pod.
+    pub all_pods_ready: bool,
+    /// Healthy, every pod Ready, nothing blocking.
+    pub cluster_ready: bool,
+    /// The moves in flight and the next step of each.
+    pub surges: Vec<(Surge, SurgeStep)>,
+    /// The rolling update's next step (`Wait` while a move is under way).
+    pub roll: Roll,
+    pub balance: BalanceState,
+    /// The Valkey commands to send now, what waits, what may be removed.
+    pub valkey: Plan,
+    /// What to do about members on lost nodes.
+    pub heal: Vec<heal::Heal>,
+}
+
+/// Decides the Valkey side. `blocked`: nobody can be asked (the password is
+/// missing), so no command is planned.
+pub fn next(
+    f: &Facts<'_>,
+    desired: &Desired,
+    placement: &Placement,
+    blocked: bool,
+    memory: &Memory,
+    now: Instant,
+) -> Result<Decision, PlanError> {
+    let opts = PlannerOptions::default();
+    let members = valkey::members(f);
+    let health = valkey::without_surges(planner::health(&members, f.valkey, &opts)?);
+    let surges = moves::in_flight(f, placement);
+    let all_pods_ready = desired_members(f.cluster).all(|(s, m)| {
+        f.kube
+            .members
+            .get(&(s, m))
+            .is_some_and(|p| PodFacts::of(p).ready)
+    });
+    let cluster_ready = health.is_ready() && all_pods_ready && !blocked;
+
+    // The rolling update, then primary balancing, decide the primaries.
+    let mut roll = rolling::roll(f, desired, placement, cluster_ready);
+    // One move at a time, and no restart or balancing failover in the
+    // middle of one.
+    if let Some(why) = moves::move_in_flight(&surges, f.kube) {
+        roll.step = RollStep::Wait(why);
+    }
+    // The topology the planner works towards: the members, and the new
+    // copies of moves in flight as extra replicas.
+    let mut topology = valkey::with_surges(&members, f, &surges);
+    let mut balance = BalanceState::Aligned;
+    match &roll.step {
+        RollStep::Failover { shard, to } => {
+            valkey::set_primary(&mut topology, *shard, MemberIndex(*to));
+        }
+        RollStep::Done => {
+            let (state, failover) =
+                balance::balancing(f, cluster_ready, memory.last_disturbance, now);
+            balance = state;
+            if let Some((shard, to)) = failover {
+                valkey::set_primary(&mut topology, shard, MemberIndex(to));
+            }
+        }
+        _ => {}
+    }
+    let mut plan = if blocked {
+        Plan::default()
+    } else {
+        planner::next_actions(&topology, f.valkey, &opts)?
+    };
+    valkey::patient(&mut plan.actions, &memory.failover_requested, now);
+
+    let volume_grace = f
+        .cluster
+        .persistence
+        .as_ref()
+        .map(|p| p.node_loss_grace)
+        .unwrap_or_default();
+    let heal = heal::decide(
+        &heal::lost_members(f),
+        f.cluster.persistence.is_some(),
+        volume_grace,
+    );
+    Ok(Decision {
+        health,
+        all_pods_ready,
+        cluster_ready,
+        surges,
+        roll,
+        balance,
+        valkey: plan,
+        heal,
+    })
+}
+
+#[cfg(test)]
+mod tests;

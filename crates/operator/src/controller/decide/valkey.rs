@@ -1,0 +1,118 @@
+//! The Valkey topology the operator works towards (pure): the members of the
+//! spec with their zones and failover preference, the new copies of moves in
+//! flight as extra replicas, and the primaries the rolling update, a move or
+//! primary balancing want. `valkey::planner` turns it into the next commands.
+
+use super::balance;
+use super::surge::{Surge, SurgeStep};
+use crate::builders::config;
+use crate::controller::facts::{Facts, zone_of};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use valkey::actions::Action as VAction;
+use valkey::model::{DesiredCluster, DesiredMember, DesiredShard, MemberIndex, ShardIndex};
+use valkey::planner::{self, Health};
+
+/// How long the operator waits for a failover it asked for before asking again.
+pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The config a member is told: its zone, when its node has one.
+fn member_config(zone: Option<String>) -> BTreeMap<String, String> {
+    zone.map(|z| BTreeMap::from([("availability-zone".to_string(), z)]))
+        .unwrap_or_default()
+}
+
+/// The members of the spec, with no primary chosen.
+pub fn members(f: &Facts<'_>) -> DesiredCluster {
+    let live: BTreeMap<String, String> = config::live_config(f.cluster)
+        .into_iter()
+        .map(|(k, v)| (k, config::normalized_value(&v)))
+        .collect();
+    let shards = (0..f.cluster.shards)
+        .map(|s| DesiredShard {
+            index: ShardIndex(s),
+            members: (0..=f.cluster.replicas)
+                .map(|m| DesiredMember {
+                    index: MemberIndex(m),
+                    config: member_config(
+                        f.kube.members.get(&(s, m)).and_then(|p| zone_of(f.kube, p)),
+                    ),
+                })
+                .collect(),
+            primary: None,
+            failover_preference: balance::failover_preference(&f.shards, s, &f.keys)
+                .into_iter()
+                .map(MemberIndex)
+                .collect(),
+        })
+        .collect();
+    DesiredCluster {
+        shards,
+        config: live,
+    }
+}
+
+/// `members` plus the new copy of every move in flight as one more replica
+/// of its shard (met, attached to the primary, promoted when asked).
+pub fn with_surges(
+    members: &DesiredCluster,
+    f: &Facts<'_>,
+    surges: &[(Surge, SurgeStep)],
+) -> DesiredCluster {
+    let mut out = members.clone();
+    for (surge, step) in surges {
+        if matches!(step, SurgeStep::Abort(_)) {
+            continue;
+        }
+        let Some(pod) = f.kube.surges.get(&(surge.shard, surge.member)) else {
+            continue;
+        };
+        if let Some(shard) = out.shards.iter_mut().find(|d| d.index.0 == surge.shard) {
+            shard.members.push(DesiredMember {
+                index: MemberIndex::surge_of(surge.member),
+                config: member_config(zone_of(f.kube, pod)),
+            });
+        }
+    }
+    for (surge, step) in surges {
+        if *step == SurgeStep::Promote {
+            set_primary(&mut out, surge.shard, MemberIndex::surge_of(surge.member));
+        }
+    }
+    out
+}
+
+/// Asks for `member` as the primary of `shard`.
+pub fn set_primary(d: &mut DesiredCluster, shard: u32, member: MemberIndex) {
+    if let Some(s) = d.shards.iter_mut().find(|s| s.index.0 == shard) {
+        s.primary = Some(member);
+    }
+}
+
+/// The health of the members: what the new copies of moves in flight add
+/// (observed, but not members) is left out.
+pub fn without_surges(mut h: Health) -> Health {
+    h.issues.retain_mut(|i| match i {
+        planner::HealthIssue::LeavingMembers { members } => {
+            members.retain(|m| m.member.surge_for().is_none());
+            !members.is_empty()
+        }
+        _ => true,
+    });
+    h
+}
+
+/// Drops the failovers asked for less than [`FAILOVER_PATIENCE`] ago: a
+/// failover takes a moment, asking again at once would only disturb it.
+pub fn patient(
+    actions: &mut Vec<VAction>,
+    failover_requested: &std::collections::HashMap<u32, Instant>,
+    now: Instant,
+) {
+    actions.retain(|a| match a {
+        VAction::Failover { on, .. } => failover_requested
+            .get(&on.shard.0)
+            .is_none_or(|t| now.duration_since(*t) > FAILOVER_PATIENCE),
+        _ => true,
+    });
+}

@@ -1,0 +1,104 @@
+//! Observe, Valkey side: every member (and the new copy of each move in
+//! flight) is asked CLUSTER NODES, INFO and its live config over one plain
+//! connection (see [`crate::controller::valkey_io`]). A member whose pod has
+//! no IP, or that cannot be asked (the password is missing), is observed as
+//! unreachable; a leaving member whose pod is gone is still listed by its
+//! recorded node id, so the planner can tell whether it owns slots.
+
+use super::kube::KubeView;
+use super::pods::PodFacts;
+use crate::builders::config;
+use crate::controller::Context;
+use crate::controller::act::kube::AuthState;
+use crate::controller::facts::{desired_members, member_of};
+use crate::controller::valkey_io::{self, Session};
+use api::ValidatedCluster;
+use api::v1alpha1::ValkeyClusterStatus;
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::BTreeSet;
+use valkey::client::Target;
+use valkey::model::{MemberAddr, MemberIndex, MemberRef, ObservedCluster, ShardIndex};
+use valkey::parse::NodeId;
+
+/// What the members said, and the connections to send commands over.
+pub struct ValkeyObservation {
+    pub observed: ObservedCluster,
+    pub session: Session,
+}
+
+fn pod_addr(pod: &Pod) -> Option<MemberAddr> {
+    let ip = PodFacts::of(pod).ip?;
+    MemberAddr::with_default_bus(ip, api::constants::VALKEY_PORT)
+}
+
+/// The keys the members are asked about with CONFIG GET.
+fn config_keys(cluster: &ValidatedCluster) -> Vec<String> {
+    let mut keys: Vec<String> = config::live_config(cluster).into_keys().collect();
+    keys.push("availability-zone".into());
+    keys
+}
+
+/// Whom to ask: the members of the spec, every member with a pod or a
+/// StatefulSet (leaving ones too), and the new copies of moves in flight.
+fn targets(
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    old_status: Option<&ValkeyClusterStatus>,
+    enabled: bool,
+) -> Vec<Target> {
+    let mut refs: BTreeSet<(u32, u32)> = desired_members(cluster).collect();
+    refs.extend(view.members.keys().copied());
+    refs.extend(view.statefulsets.values().filter_map(member_of));
+    let mut targets: Vec<Target> = refs
+        .iter()
+        .map(|&(s, m)| {
+            let known_node_id = old_status
+                .and_then(|st| {
+                    st.members
+                        .iter()
+                        .find(|x| x.shard == s as i32 && x.member == m as i32)
+                })
+                .and_then(|x| x.node_id.as_deref())
+                .and_then(|id| id.parse::<NodeId>().ok());
+            Target {
+                member: MemberRef::new(s, m),
+                // Without the password nobody can be asked.
+                addr: view
+                    .members
+                    .get(&(s, m))
+                    .and_then(pod_addr)
+                    .filter(|_| enabled),
+                known_node_id,
+            }
+        })
+        .collect();
+    // The new copies of moves in flight, under their own index.
+    targets.extend(view.surges.iter().map(|(&(s, m), pod)| Target {
+        member: MemberRef {
+            shard: ShardIndex(s),
+            member: MemberIndex::surge_of(m),
+        },
+        addr: pod_addr(pod).filter(|_| enabled),
+        known_node_id: None,
+    }));
+    targets
+}
+
+/// Asks every member of `cluster`.
+pub async fn members(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    old_status: Option<&ValkeyClusterStatus>,
+    auth: &AuthState,
+) -> ValkeyObservation {
+    let enabled = !matches!(auth, AuthState::Missing(_));
+    let (observed, session) = valkey_io::observe(
+        &targets(cluster, view, old_status, enabled),
+        auth.password(),
+        &config_keys(cluster),
+        ctx.settings.timeouts,
+    )
+    .await;
+    ValkeyObservation { observed, session }
+}

@@ -1,0 +1,268 @@
+//! Report: the status (conditions in [`status`], observations in
+//! [`observations`], both pure), written only when it changed, and the
+//! events about it (readiness gained or lost, primaries that changed).
+
+pub mod observations;
+pub mod status;
+
+use super::act::Done;
+use super::decide::Decision;
+use super::decide::balance::ShardView;
+use super::decide::moves;
+use super::decide::placement::Placement;
+use super::events::{Events, Note, reason};
+use super::facts::{Facts, desired_members};
+use super::observe::pods::PodFacts;
+use super::{Context, Error};
+use api::ValkeyCluster;
+use api::constants::FIELD_MANAGER;
+use api::v1alpha1::{CONDITION_READY, ValkeyClusterStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use status::{Activity, Observations, StatusInput};
+use std::collections::HashMap;
+
+/// The cluster a reconcile reports on.
+pub struct Target<'a> {
+    pub name: String,
+    pub api: Api<ValkeyCluster>,
+    pub old: Option<&'a ValkeyClusterStatus>,
+    /// The wall clock of this reconcile (condition transition times).
+    pub now: Time,
+}
+
+impl<'a> Target<'a> {
+    /// Reads name and namespace off `vc`.
+    pub fn of(vc: &'a ValkeyCluster, ctx: &Context) -> Result<Target<'a>, Error> {
+        let name = vc
+            .metadata
+            .name
+            .clone()
+            .ok_or(Error::MissingMetadata("name"))?;
+        let ns = vc
+            .metadata
+            .namespace
+            .clone()
+            .ok_or(Error::MissingMetadata("namespace"))?;
+        Ok(Target {
+            name,
+            api: Api::namespaced(ctx.client.clone(), &ns),
+            old: vc.status.as_ref(),
+            now: Time(k8s_openapi::jiff::Timestamp::now()),
+        })
+    }
+}
+
+/// Writes the status when it differs from the current one.
+pub async fn write_status(
+    ctx: &Context,
+    t: &Target<'_>,
+    new: ValkeyClusterStatus,
+) -> Result<(), Error> {
+    if t.old == Some(&new) {
+        return Ok(());
+    }
+    ctx.metrics.api_write("ValkeyCluster", "status");
+    let patch = serde_json::json!({
+        "apiVersion": format!("{}/{}", api::constants::GROUP, api::constants::VERSION),
+        "kind": api::constants::KIND,
+        "status": new,
+    });
+    t.api
+        .patch_status(
+            &t.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| Error::Status {
+            name: t.name.clone(),
+            source,
+        })?;
+    Ok(())
+}
+
+/// The status of a cluster whose spec is invalid: the conditions say why;
+/// what was observed before stays.
+pub fn invalid(t: &Target<'_>, generation: Option<i64>, message: &str) -> ValkeyClusterStatus {
+    let conds = status::invalid_spec_conditions(message);
+    let obs = t.old.map(keep_observations).unwrap_or_default();
+    status::build(t.old, &conds, generation, obs, &t.now)
+}
+
+fn keep_observations(s: &ValkeyClusterStatus) -> Observations {
+    Observations {
+        ready_shards: s.ready_shards,
+        shards: s.shards.clone(),
+        members: s.members.clone(),
+        topology: s.topology.clone(),
+        topology_summary: s.topology_summary.clone(),
+        last_action: s.last_action.clone(),
+        message: s.message.clone(),
+    }
+}
+
+/// The new status of a valid cluster, from the facts, the decision and
+/// what was done (pure).
+pub fn build(
+    t: &Target<'_>,
+    f: &Facts<'_>,
+    placement: &Placement,
+    d: &Decision,
+    done: &Done,
+    blocker: Option<(String, String)>,
+) -> ValkeyClusterStatus {
+    let (cluster, view) = (f.cluster, f.kube);
+    let pods_pending = desired_members(cluster)
+        .filter(|k| view.members.get(k).is_none_or(|p| !PodFacts::of(p).ready))
+        .count();
+    let leaving = view
+        .members
+        .keys()
+        .any(|(s, m)| *s >= cluster.shards || *m > cluster.replicas);
+    let new_members = desired_members(cluster).any(|k| !view.members.contains_key(&k));
+    let mut blocked: Vec<String> = d
+        .valkey
+        .waiting
+        .iter()
+        .filter(|w| w.is_blocked())
+        .map(ToString::to_string)
+        .collect();
+    if let super::decide::rolling::RollStep::Blocked(why) = &d.roll.step {
+        blocked.push(why.clone());
+    }
+    let moves = moves::move_lines(f, placement, &d.surges);
+    let spread = moves::spread_now(placement, &moves);
+    let bootstrapping = observations::is_bootstrapping(f.valkey, t.old);
+    let activity = Activity {
+        bootstrapping,
+        actions: done.executed.clone(),
+        pending_restarts: d.roll.stale,
+        pending_moves: moves.len(),
+        scaling: leaving || (new_members && !bootstrapping) || !done.removed.is_empty(),
+        pods_pending,
+    };
+    let input = StatusInput {
+        generation: cluster.generation,
+        cluster: observations::cluster_state(&d.health, d.all_pods_ready, blocked),
+        spread: spread.clone(),
+        balance: d.balance.clone(),
+        activity,
+        blocker,
+    };
+    let conds = status::conditions(&input);
+    let observations = observations::observations(f, &d.health, &spread, done.last_action.clone());
+    status::build(t.old, &conds, cluster.generation, observations, &t.now)
+}
+
+/// Whether the cluster still has work in flight (requeue soon).
+/// `replaced`: Pending pods re-created this reconcile.
+pub fn converging(
+    f: &Facts<'_>,
+    placement: &Placement,
+    d: &Decision,
+    done: &Done,
+    replaced: usize,
+) -> bool {
+    !d.valkey.is_converged()
+        || !done.executed.is_empty()
+        || !d.cluster_ready
+        || d.roll.stale > 0
+        || d.roll.moving > 0
+        || !moves::move_lines(f, placement, &d.surges).is_empty()
+        || !f.kube.condemned.is_empty()
+        || done.stranded > 0
+        || replaced > 0
+        || done.healed > 0
+        || !done.removed.is_empty()
+}
+
+/// The event readiness gained or lost calls for.
+pub fn readiness(old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus) -> Vec<Note> {
+    let was = old
+        .and_then(|s| s.condition(CONDITION_READY))
+        .map(|c| c.status == "True");
+    let Some(now) = new.condition(CONDITION_READY) else {
+        return Vec::new();
+    };
+    let is = now.status == "True";
+    if was == Some(is) {
+        Vec::new()
+    } else if is {
+        vec![Note::normal(reason::CLUSTER_READY, "Ready", &now.message)]
+    } else if was == Some(true) {
+        vec![Note::warning(
+            reason::CLUSTER_NOT_READY,
+            "Ready",
+            format!("{}: {}", now.reason, now.message),
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The primaries that changed since the last reconcile that saw one
+/// (Valkey's own failovers included); `primaries` is updated.
+pub fn failovers(shards: &[ShardView], primaries: &mut HashMap<u32, u32>) -> Vec<Note> {
+    let mut notes = Vec::new();
+    for v in shards {
+        let Some(p) = v.primary else { continue };
+        match primaries.insert(v.shard, p) {
+            Some(old) if old != p => notes.push(Note::normal(
+                reason::PRIMARY_CHANGED,
+                "Failover",
+                format!(
+                    "shard {}: member {p} is now the primary (was member {old})",
+                    v.shard
+                ),
+            )),
+            _ => {}
+        }
+    }
+    notes
+}
+
+/// Writes the status and tells about readiness.
+pub async fn publish(
+    ctx: &Context,
+    t: &Target<'_>,
+    new: ValkeyClusterStatus,
+    events: &Events<'_>,
+) -> Result<(), Error> {
+    events.notes(readiness(t.old, &new)).await;
+    write_status(ctx, t, new).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::decide::balance::Candidate;
+
+    fn shard(shard: u32, primary: Option<u32>) -> ShardView {
+        ShardView {
+            shard,
+            primary,
+            members: vec![Candidate {
+                member: 0,
+                domains: None,
+                in_sync: true,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_changed_primary_is_announced_once_and_a_first_sight_not_at_all() {
+        let mut primaries = HashMap::new();
+        assert!(failovers(&[shard(0, Some(0))], &mut primaries).is_empty());
+        // No primary mid-failover: remembered as it was.
+        assert!(failovers(&[shard(0, None)], &mut primaries).is_empty());
+        let notes = failovers(&[shard(0, Some(1))], &mut primaries);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].reason, reason::PRIMARY_CHANGED);
+        assert_eq!(
+            notes[0].text,
+            "shard 0: member 1 is now the primary (was member 0)"
+        );
+        assert!(failovers(&[shard(0, Some(1))], &mut primaries).is_empty());
+    }
+}

@@ -1,0 +1,193 @@
+//! The parts of the status besides the conditions (pure): members, shards,
+//! topology and its one-line summary, and what the conditions are computed
+//! from (where the Valkey side stands, whether the cluster is bootstrapping).
+
+use super::status::{ClusterState, Observations, SpreadState};
+use crate::builders::statefulset::Ordinals;
+use crate::controller::facts::{Facts, desired_members};
+use crate::controller::observe::pods::PodFacts;
+use api::constants::{ROLE_PRIMARY, ROLE_REPLICA, member_name};
+use api::v1alpha1::{
+    CONDITION_READY, MemberStatus, ShardStatus, ShardTopology, TopologyMember, ValkeyClusterStatus,
+};
+use kube::ResourceExt;
+use std::collections::{BTreeMap, BTreeSet};
+use valkey::model::{MemberRef, ObservedCluster, ObservedMember};
+use valkey::parse::Role;
+use valkey::planner::{self, Health};
+
+/// Whether the cluster has never been Ready and its members are being
+/// brought together (no slot assigned yet, or no status yet).
+pub fn is_bootstrapping(obs: &ObservedCluster, old: Option<&ValkeyClusterStatus>) -> bool {
+    let ever_ready = old.is_some_and(|s| {
+        s.ready_shards > 0
+            || s.condition(CONDITION_READY)
+                .is_some_and(|c| c.status == "True")
+    });
+    let any_slots = obs
+        .members
+        .iter()
+        .filter_map(ObservedMember::report)
+        .any(|r| !r.nodes.myself().slots.is_empty());
+    !ever_ready && (!any_slots || old.is_none())
+}
+
+/// Where the Valkey side stands, from the members' health.
+pub fn cluster_state(h: &Health, all_pods_ready: bool, blocked: Vec<String>) -> ClusterState {
+    let ready = h.is_ready() && all_pods_ready;
+    let reason = if h.is_ready() && !all_pods_ready {
+        Some("PodsNotReady".to_string())
+    } else {
+        h.first_reason().map(str::to_string)
+    };
+    let message = if ready {
+        format!(
+            "{} shard(s) serve all 16384 slots with every replica in sync",
+            h.ready_shards
+        )
+    } else {
+        let mut issues: Vec<String> = h.issues.iter().take(3).map(ToString::to_string).collect();
+        if h.issues.len() > 3 {
+            issues.push(format!("and {} more", h.issues.len() - 3));
+        }
+        if issues.is_empty() {
+            "member pods are not all Ready".into()
+        } else {
+            issues.join("; ")
+        }
+    };
+    ClusterState {
+        ready,
+        degraded: h.is_degraded(),
+        reason,
+        message,
+        blocked,
+    }
+}
+
+/// Members, shards and topology as observed now.
+pub fn observations(
+    f: &Facts<'_>,
+    h: &Health,
+    spread: &SpreadState,
+    last_action: Option<String>,
+) -> Observations {
+    let (cluster, view, obs) = (f.cluster, f.kube, f.valkey);
+    let primaries = &f.primaries;
+    let mut refs: BTreeSet<(u32, u32)> = desired_members(cluster).collect();
+    refs.extend(view.members.keys().copied());
+    let not_ready: BTreeSet<MemberRef> = h
+        .issues
+        .iter()
+        .filter_map(|i| match i {
+            planner::HealthIssue::MemberUnreachable { member }
+            | planner::HealthIssue::ReplicaMissing { member }
+            | planner::HealthIssue::ReplicaNotInSync { member, .. }
+            | planner::HealthIssue::MemberNotJoined { member } => Some(*member),
+            _ => None,
+        })
+        .collect();
+    let mut members = Vec::new();
+    let mut topology: BTreeMap<u32, Vec<TopologyMember>> = BTreeMap::new();
+    for (s, m) in refs {
+        let pod = view.members.get(&(s, m));
+        let facts = pod.map(PodFacts::of);
+        let node = facts.as_ref().and_then(|f| f.node.clone());
+        let labels = node.as_deref().and_then(|n| view.node_labels(n));
+        let zone = labels.and_then(|l| l.get(placement::ZONE_KEY)).cloned();
+        let region = labels.and_then(|l| l.get(placement::REGION_KEY)).cloned();
+        let report = f.report(s, m);
+        let role = report.map(|r| match r.role() {
+            Role::Primary => ROLE_PRIMARY.to_string(),
+            Role::Replica => ROLE_REPLICA.to_string(),
+        });
+        let node_id = report.map(|r| r.node_id().to_string()).or_else(|| {
+            obs.members
+                .iter()
+                .find(|x| x.member == MemberRef::new(s, m))
+                .and_then(|x| x.known_node_id.as_ref())
+                .map(ToString::to_string)
+        });
+        let ready = facts.as_ref().is_some_and(|f| f.ready)
+            && report.is_some()
+            && !not_ready.contains(&MemberRef::new(s, m));
+        // The live pod's name: a member that moved runs under a later ordinal.
+        let pod_name = pod.map(ResourceExt::name_any).unwrap_or_else(|| {
+            let sts = member_name(&cluster.name, s, m);
+            let start = view
+                .statefulsets
+                .get(&sts)
+                .map(Ordinals::of)
+                .unwrap_or(Ordinals::INITIAL)
+                .start;
+            format!("{sts}-{start}")
+        });
+        members.push(MemberStatus {
+            shard: s as i32,
+            member: m as i32,
+            pod: pod_name,
+            node: node.clone(),
+            zone: zone.clone(),
+            region: region.clone(),
+            role: role.clone(),
+            node_id,
+            ready,
+            ip: facts.as_ref().and_then(|f| f.ip).map(|ip| ip.to_string()),
+        });
+        if s < cluster.shards && m <= cluster.replicas {
+            topology.entry(s).or_default().push(TopologyMember {
+                member: m as i32,
+                node,
+                zone,
+                region,
+                role,
+            });
+        }
+    }
+    let shards = (0..cluster.shards)
+        .map(|s| {
+            let primary = primaries.get(&s).copied();
+            let slots = primary
+                .and_then(|p| f.report(s, p))
+                .map(|r| r.nodes.myself().slots.to_string());
+            ShardStatus {
+                index: s as i32,
+                slots,
+                primary: primary.map(|p| p as i32),
+            }
+        })
+        .collect();
+    let zones: BTreeSet<&String> = members.iter().filter_map(|m| m.zone.as_ref()).collect();
+    let spread = match spread {
+        SpreadState::Met => "spread ok".to_string(),
+        SpreadState::Unplaceable(r) => format!("{} member(s) unplaceable", r.len()),
+        SpreadState::Exceeded(v) => format!("{} preferred violation(s)", v.len()),
+        SpreadState::Moving(v) => format!("{} member(s) moving", v.len()),
+        SpreadState::Unknown(_) => "placement unknown".to_string(),
+    };
+    let summary = format!(
+        "{}/{} shards ready, {} zone(s), {spread}",
+        h.ready_shards,
+        cluster.shards,
+        zones.len()
+    );
+    Observations {
+        ready_shards: i32::try_from(h.ready_shards).unwrap_or(i32::MAX),
+        shards,
+        members,
+        topology: topology
+            .into_iter()
+            .map(|(shard, members)| ShardTopology {
+                shard: shard as i32,
+                members,
+            })
+            .collect(),
+        topology_summary: Some(summary),
+        last_action,
+        message: Some(if h.is_ready() {
+            "ready".to_string()
+        } else {
+            h.first_reason().unwrap_or("converging").to_string()
+        }),
+    }
+}

@@ -190,9 +190,9 @@ fn a_volume_size_the_api_server_refused_is_not_asked_for_again() {
     let c = cluster("shards: 1\nreplicas: 0\npersistence: {size: 2Gi, reclaimPolicy: Retain}");
     let mut v = view(vec![], vec![], vec![]);
     let mut small = pvc("data-cache-0-0-0");
-    small.spec = Some(serde_yaml::from_str("resources: {requests: {storage: 1Gi}}").unwrap());
+    small.spec = Some(serde_saphyr::from_str("resources: {requests: {storage: 1Gi}}").unwrap());
     let mut big = pvc("data-cache-0-0-1");
-    big.spec = Some(serde_yaml::from_str("resources: {requests: {storage: 2Gi}}").unwrap());
+    big.spec = Some(serde_saphyr::from_str("resources: {requests: {storage: 2Gi}}").unwrap());
     v.pvcs.insert("data-cache-0-0-0".into(), small);
     v.pvcs.insert("data-cache-0-0-1".into(), big);
     assert_eq!(cleanup::volumes_to_grow(&c, &v, None), ["data-cache-0-0-0"]);

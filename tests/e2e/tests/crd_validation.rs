@@ -547,3 +547,31 @@ fn kubectl_explains_fields_and_prints_the_columns() {
         assert!(header.contains(column), "{column} missing from {header:?}");
     }
 }
+
+#[test]
+fn kubectl_scale_sets_the_number_of_shards() {
+    let Some((env, ns)) = setup("crd-scale") else {
+        return;
+    };
+    let ns = ns.name.as_str();
+    env.apply(ns, &manifest("scaled", "shards: 1\nreplicas: 0"))
+        .expect("create");
+    env.kubectl(&["scale", "valkeycluster", "scaled", "-n", ns, "--replicas=2"])
+        .expect("kubectl scale through the scale subresource");
+    let shards = env
+        .kubectl(&[
+            "get",
+            "vkc",
+            "scaled",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.spec.shards}",
+        ])
+        .unwrap();
+    assert_eq!(shards.trim(), "2", "kubectl scale sets spec.shards");
+    // The scale subresource goes through the same schema: no zero shards.
+    let refused = env.kubectl(&["scale", "vkc", "scaled", "-n", ns, "--replicas=0"]);
+    let err = format!("{:#}", refused.expect_err("zero shards accepted"));
+    assert!(err.contains("spec.shards"), "{err}");
+}

@@ -16,6 +16,16 @@ fn member_text(m: &PlacedMember) -> String {
     format!("s{}/m{} {}{moved}", m.shard, m.member, role(m.primary))
 }
 
+/// `topology.kubernetes.io/zone maxReplicas 1 (Required)`.
+pub(crate) fn constraint_text(c: &crate::model::SpreadConstraint) -> String {
+    format!(
+        "{} maxReplicas {} ({:?})",
+        crate::resolve_key(&c.topology_key),
+        c.max_replicas,
+        c.mode
+    )
+}
+
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
@@ -47,18 +57,7 @@ pub fn render_text(problem: &Problem, plan: &Plan) -> String {
         ),
     );
     if !problem.constraints.is_empty() {
-        let list: Vec<String> = problem
-            .constraints
-            .iter()
-            .map(|c| {
-                format!(
-                    "{} maxReplicas {} ({:?})",
-                    crate::resolve_key(&c.topology_key),
-                    c.max_replicas,
-                    c.mode
-                )
-            })
-            .collect();
+        let list: Vec<String> = problem.constraints.iter().map(constraint_text).collect();
         let _ = writeln!(out, "constraints: {}", list.join(", "));
     }
 

@@ -62,14 +62,7 @@ impl Picture {
         let mut notes: Vec<String> = problem
             .constraints
             .iter()
-            .map(|c| {
-                format!(
-                    "{} maxReplicas {} ({:?})",
-                    crate::resolve_key(&c.topology_key),
-                    c.max_replicas,
-                    c.mode
-                )
-            })
+            .map(crate::render::constraint_text)
             .collect();
         notes.push(format!(
             "{} placed, {} unplaced, {} Preferred violations",

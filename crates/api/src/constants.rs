@@ -26,6 +26,9 @@ pub const ROLE_REPLICA: &str = "replica";
 /// Every label key with this prefix belongs to the operator; `spec.podLabels`
 /// may not use it.
 pub const LABEL_PREFIX: &str = "valkey.rs/";
+/// Annotation on a ValkeyCluster: `"true"` pauses its reconciles (for
+/// maintenance); the status says so with the condition `Paused`.
+pub const ANNOTATION_PAUSED: &str = "valkey.rs/paused";
 
 /// The one field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "valkey-operator";

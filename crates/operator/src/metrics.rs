@@ -12,10 +12,29 @@
 //!   per resync: writes happen only when something differs.
 //! - `valkey_operator_valkey_commands_total{command}`: state-changing Valkey
 //!   commands (MEET, ADDSLOTSRANGE, REPLICATE, FAILOVER, FORGET, CONFIG SET...).
+//! - `valkey_operator_build_info{version}` 1.
+//!
+//! Per cluster (labels `namespace`, `cluster`), set after every reconcile from
+//! the status it wrote, and removed when the cluster is deleted:
+//! - `valkey_operator_cluster_shards{state="desired"|"ready"}`,
+//!   `valkey_operator_cluster_members{state="desired"|"ready"}`;
+//! - `valkey_operator_cluster_slots_assigned` (of 16384);
+//! - `valkey_operator_cluster_condition{condition}`: 1 while the condition is
+//!   True (Ready, Progressing, Degraded, TopologySpread,
+//!   PrimaryPlacementAligned, Paused), else 0;
+//! - `valkey_operator_cluster_last_reconcile_timestamp_seconds`: when a
+//!   reconcile of it last succeeded.
+//!
+//! The process (unprefixed, as Prometheus' client libraries name them):
+//! `process_resident_memory_bytes`, `process_cpu_seconds_total`,
+//! `process_open_fds`, `process_start_time_seconds`, read from /proc on each
+//! scrape.
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::time::Duration;
@@ -39,6 +58,91 @@ pub struct CommandLabels {
     pub command: String,
 }
 
+/// Labels of a cluster's gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub namespace: String,
+    pub cluster: String,
+}
+
+/// Labels of a count that is either desired or ready.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub namespace: String,
+    pub cluster: String,
+    pub state: String,
+}
+
+/// Labels of a cluster's condition gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    pub namespace: String,
+    pub cluster: String,
+    pub condition: String,
+}
+
+/// Label of build_info.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+}
+
+/// What one reconcile tells about a cluster, for its gauges.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterGauges {
+    pub shards_desired: i64,
+    pub shards_ready: i64,
+    pub members_desired: i64,
+    pub members_ready: i64,
+    pub slots_assigned: i64,
+    /// (condition type, is True).
+    pub conditions: Vec<(String, bool)>,
+}
+
+impl ClusterGauges {
+    /// The gauges of a status (`desired`: shards and members per shard the
+    /// spec asks for).
+    pub fn of(
+        shards: u32,
+        replicas: u32,
+        status: &api::v1alpha1::ValkeyClusterStatus,
+    ) -> ClusterGauges {
+        let slots = status
+            .shards
+            .iter()
+            .filter_map(|s| s.slots.as_deref())
+            .flat_map(|s| s.split(','))
+            .filter_map(|range| {
+                let (a, b) = range.trim().split_once('-').unwrap_or((range, range));
+                let (a, b) = (a.trim().parse::<i64>().ok()?, b.trim().parse::<i64>().ok()?);
+                (b >= a).then_some(b - a + 1)
+            })
+            .sum();
+        ClusterGauges {
+            shards_desired: i64::from(shards),
+            shards_ready: i64::from(status.ready_shards),
+            members_desired: i64::from(shards) * (i64::from(replicas) + 1),
+            members_ready: status.members.iter().filter(|m| m.ready).count() as i64,
+            slots_assigned: slots,
+            conditions: status
+                .conditions
+                .iter()
+                .map(|c| (c.type_.clone(), c.status == "True"))
+                .collect(),
+        }
+    }
+}
+
+/// The condition types a cluster gauge is kept for (0 while absent).
+const CONDITION_TYPES: &[&str] = &[
+    api::v1alpha1::CONDITION_READY,
+    api::v1alpha1::CONDITION_PROGRESSING,
+    api::v1alpha1::CONDITION_DEGRADED,
+    api::v1alpha1::CONDITION_TOPOLOGY_SPREAD,
+    api::v1alpha1::CONDITION_PRIMARY_PLACEMENT_ALIGNED,
+    api::v1alpha1::CONDITION_PAUSED,
+];
+
 /// The operator's metrics and the registry that serves them.
 #[derive(Debug)]
 pub struct Metrics {
@@ -50,6 +154,11 @@ pub struct Metrics {
     pub slot_migrations: Counter,
     pub api_writes: Family<WriteLabels, Counter>,
     pub valkey_commands: Family<CommandLabels, Counter>,
+    cluster_shards: Family<StateLabels, Gauge>,
+    cluster_members: Family<StateLabels, Gauge>,
+    cluster_slots: Family<ClusterLabels, Gauge>,
+    cluster_conditions: Family<ConditionLabels, Gauge>,
+    cluster_last_reconcile: Family<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -61,7 +170,9 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("valkey_operator");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix("valkey_operator");
         let reconciles = Counter::default();
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         // 5 ms .. ~40 s.
@@ -101,8 +212,55 @@ impl Metrics {
             "State-changing commands sent to Valkey members",
             valkey_commands.clone(),
         );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "The operator's version (always 1)",
+            build_info,
+        );
+        let cluster_shards = Family::<StateLabels, Gauge>::default();
+        let cluster_members = Family::<StateLabels, Gauge>::default();
+        let cluster_slots = Family::<ClusterLabels, Gauge>::default();
+        let cluster_conditions = Family::<ConditionLabels, Gauge>::default();
+        let cluster_last_reconcile =
+            Family::<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "cluster_shards",
+            "Shards of a ValkeyCluster: desired (spec) and ready (serving, every member in sync)",
+            cluster_shards.clone(),
+        );
+        registry.register(
+            "cluster_members",
+            "Members of a ValkeyCluster: desired (spec) and ready",
+            cluster_members.clone(),
+        );
+        registry.register(
+            "cluster_slots_assigned",
+            "Hash slots (of 16384) the shards of the ValkeyCluster serve",
+            cluster_slots.clone(),
+        );
+        registry.register(
+            "cluster_condition",
+            "1 while the ValkeyCluster's condition is True, else 0",
+            cluster_conditions.clone(),
+        );
+        registry.register(
+            "cluster_last_reconcile_timestamp_seconds",
+            "Unix time of the ValkeyCluster's last successful reconcile",
+            cluster_last_reconcile.clone(),
+        );
         Self {
-            registry,
+            registry: root,
+            cluster_shards,
+            cluster_members,
+            cluster_slots,
+            cluster_conditions,
+            cluster_last_reconcile,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -145,12 +303,177 @@ impl Metrics {
             .inc();
     }
 
+    /// Sets the gauges of cluster `namespace/cluster` after a successful
+    /// reconcile.
+    pub fn observe_cluster(&self, namespace: &str, cluster: &str, g: &ClusterGauges) {
+        let labels = ClusterLabels {
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+        };
+        let state = |state: &str| StateLabels {
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+            state: state.to_string(),
+        };
+        self.cluster_shards
+            .get_or_create(&state("desired"))
+            .set(g.shards_desired);
+        self.cluster_shards
+            .get_or_create(&state("ready"))
+            .set(g.shards_ready);
+        self.cluster_members
+            .get_or_create(&state("desired"))
+            .set(g.members_desired);
+        self.cluster_members
+            .get_or_create(&state("ready"))
+            .set(g.members_ready);
+        self.cluster_slots
+            .get_or_create(&labels)
+            .set(g.slots_assigned);
+        for t in CONDITION_TYPES {
+            let on = g.conditions.iter().any(|(c, v)| c == t && *v);
+            self.cluster_conditions
+                .get_or_create(&ConditionLabels {
+                    namespace: namespace.to_string(),
+                    cluster: cluster.to_string(),
+                    condition: (*t).to_string(),
+                })
+                .set(i64::from(on));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        self.cluster_last_reconcile.get_or_create(&labels).set(now);
+    }
+
+    /// Drops every series of a deleted cluster.
+    pub fn forget_cluster(&self, namespace: &str, cluster: &str) {
+        let labels = ClusterLabels {
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+        };
+        for state in ["desired", "ready"] {
+            let l = StateLabels {
+                namespace: namespace.to_string(),
+                cluster: cluster.to_string(),
+                state: state.to_string(),
+            };
+            self.cluster_shards.remove(&l);
+            self.cluster_members.remove(&l);
+        }
+        self.cluster_slots.remove(&labels);
+        self.cluster_last_reconcile.remove(&labels);
+        for t in CONDITION_TYPES {
+            self.cluster_conditions.remove(&ConditionLabels {
+                namespace: namespace.to_string(),
+                cluster: cluster.to_string(),
+                condition: (*t).to_string(),
+            });
+        }
+    }
+
     /// The text exposition format Prometheus scrapes.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// `process_*` metrics of this process, read from /proc on each scrape
+/// (nothing is exported where /proc is not there).
+#[derive(Debug, Default)]
+struct ProcessCollector;
+
+/// What /proc says about this process.
+#[derive(Debug, Default, PartialEq)]
+struct ProcessStats {
+    rss_bytes: u64,
+    cpu_seconds: f64,
+    open_fds: u64,
+    start_time_seconds: f64,
+}
+
+impl ProcessStats {
+    fn read() -> Option<ProcessStats> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+        let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+        let mut stats = parse_proc(&status, &stat, &uptime)?;
+        stats.open_fds = open_fds;
+        Some(stats)
+    }
+}
+
+/// Clock ticks per second of /proc/*/stat times (USER_HZ, 100 on Linux).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// RSS from `status`; CPU time and start time from `stat` (fields 14, 15
+/// and 22, counted after the command name) and the system's uptime.
+fn parse_proc(status: &str, stat: &str, uptime: &str) -> Option<ProcessStats> {
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // after_comm starts at field 3 (state).
+    let field = |n: usize| -> Option<f64> { fields.get(n - 3)?.parse().ok() };
+    let cpu_ticks = field(14)? + field(15)?;
+    let start_ticks = field(22)?;
+    let uptime_s: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    Some(ProcessStats {
+        rss_bytes: rss_kb * 1024,
+        cpu_seconds: cpu_ticks / TICKS_PER_SECOND,
+        open_fds: 0,
+        start_time_seconds: now - uptime_s + start_ticks / TICKS_PER_SECOND,
+    })
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(p) = ProcessStats::read() else {
+            return Ok(());
+        };
+        let gauges = [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                p.rss_bytes as f64,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                p.open_fds as f64,
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since the Unix epoch in seconds",
+                p.start_time_seconds,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let g = ConstGauge::new(value);
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        let cpu = ConstCounter::new(p.cpu_seconds);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds",
+            None,
+            cpu.metric_type(),
+        )?)?;
+        Ok(())
     }
 }
 
@@ -173,8 +496,80 @@ mod tests {
             "valkey_operator_failovers_total 1",
             "valkey_operator_slot_migrations_total 1",
             "valkey_operator_api_writes_total{kind=\"StatefulSet\",verb=\"apply\"} 1",
+            "valkey_operator_build_info{version=",
+            "process_resident_memory_bytes ",
+            "process_cpu_seconds_total ",
+            "process_open_fds ",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn a_cluster_has_gauges_until_it_is_forgotten() {
+        use api::v1alpha1::{ShardStatus, ValkeyClusterStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let status = ValkeyClusterStatus {
+            ready_shards: 2,
+            shards: vec![
+                ShardStatus {
+                    index: 0,
+                    slots: Some("0-5460".into()),
+                    primary: Some(0),
+                },
+                ShardStatus {
+                    index: 1,
+                    slots: Some("5461-10922,16000".into()),
+                    primary: Some(0),
+                },
+            ],
+            conditions: vec![Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: "ClusterReady".into(),
+                message: String::new(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        };
+        let g = ClusterGauges::of(3, 1, &status);
+        assert_eq!(g.slots_assigned, 5461 + 5462 + 1);
+        assert_eq!(g.members_desired, 6);
+        let m = Metrics::new();
+        m.observe_cluster("ns", "c", &g);
+        let text = m.encode();
+        for line in [
+            "valkey_operator_cluster_shards{namespace=\"ns\",cluster=\"c\",state=\"desired\"} 3",
+            "valkey_operator_cluster_shards{namespace=\"ns\",cluster=\"c\",state=\"ready\"} 2",
+            "valkey_operator_cluster_slots_assigned{namespace=\"ns\",cluster=\"c\"} 10924",
+            "valkey_operator_cluster_condition{namespace=\"ns\",cluster=\"c\",condition=\"Ready\"} 1",
+            "valkey_operator_cluster_condition{namespace=\"ns\",cluster=\"c\",condition=\"Paused\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        m.forget_cluster("ns", "c");
+        assert!(!m.encode().contains("cluster=\"c\""));
+    }
+
+    #[test]
+    fn proc_files_give_rss_cpu_and_start_time() {
+        let status = "Name:\tx\nVmRSS:\t   2048 kB\n";
+        // pid (comm with ) and spaces) state ppid ... utime=field14 stime=field15 ... starttime=field22
+        let mut fields: Vec<String> = (3..=22).map(|_| "0".to_string()).collect();
+        fields[14 - 3] = "150".into();
+        fields[15 - 3] = "50".into();
+        fields[22 - 3] = "1000".into();
+        let stat = format!("42 (a) b) {}", fields.join(" "));
+        let p = parse_proc(status, &stat, "20.00 1.0").unwrap();
+        assert_eq!(p.rss_bytes, 2048 * 1024);
+        assert!((p.cpu_seconds - 2.0).abs() < 1e-9);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!((p.start_time_seconds - (now - 10.0)).abs() < 2.0);
     }
 }

@@ -63,9 +63,11 @@ pub struct RunArgs {
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
 
-    /// Watch only the ValkeyClusters of this namespace (default: all).
-    #[arg(long)]
-    pub namespace: Option<String>,
+    /// Watch only the ValkeyClusters of these namespaces (repeat the flag or
+    /// separate with commas; default: every namespace). Everything
+    /// namespaced, Secrets included, is then read in these namespaces only.
+    #[arg(long, value_delimiter = ',')]
+    pub namespace: Vec<String>,
 
     /// Clusters reconciled at once.
     #[arg(long, default_value_t = 4)]
@@ -211,7 +213,12 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
     let settings = Settings {
         slow_requeue: Duration::from_secs(args.resync_seconds.max(1)),
         concurrency: args.concurrency.max(1),
-        namespace: args.namespace.clone(),
+        namespaces: args
+            .namespace
+            .iter()
+            .filter(|n| !n.is_empty())
+            .cloned()
+            .collect(),
         instance: Some(identity()),
         ..Settings::default()
     };

@@ -57,6 +57,30 @@ fn chart_suite(env: &Env, ns: &str) -> Result<()> {
         &rendered,
     )
     .context("the rendered chart is refused by the API server")?;
+    // The optional parts, and RoleBindings per watched namespace.
+    let rendered = helm(
+        env,
+        &[
+            "template",
+            RELEASE,
+            &chart_s,
+            "-n",
+            ns,
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            &format!("watchNamespaces={{{ns}}}"),
+        ],
+    )?;
+    ensure!(
+        rendered.contains("kind: NetworkPolicy") && rendered.contains("kind: RoleBinding"),
+        "networkPolicy.enabled and watchNamespaces rendered no NetworkPolicy or RoleBinding"
+    );
+    env.kubectl_stdin(
+        &["apply", "--dry-run=server", "-n", ns, "-f", "-"],
+        &rendered,
+    )
+    .context("the rendered chart (NetworkPolicy, watchNamespaces) is refused by the API server")?;
     // values.schema.json refuses bad values before anything is rendered.
     for (bad, named) in [
         ("replicaCount=-1", "/replicaCount"),

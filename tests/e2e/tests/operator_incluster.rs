@@ -6,9 +6,10 @@
 //!    (target/image/valkey-operator-<version>.oci.tar);
 //! 2. `helm install vk deploy/helm/valkey-operator -n valkey-system
 //!    --create-namespace` with the chart's defaults (its image reference is
-//!    the loaded image's; only `watchNamespace` is set to this suite's
+//!    the loaded image's; only `watchNamespaces` is set to this suite's
 //!    namespace, so the in-cluster operator never touches the clusters of the
-//!    other suites on the shared testbed);
+//!    other suites on the shared testbed, and its ServiceAccount can read
+//!    Secrets there and nowhere else (`kubectl auth can-i`);
 //! 3. both operator pods become Ready through their `/readyz` probe, running
 //!    the image's binary from its root filesystem as uid 65532, talking to the
 //!    API server with kube's in-cluster config and the pod's service-account
@@ -226,10 +227,56 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
             OPERATOR_NS,
             "--create-namespace",
             "--set",
-            &format!("watchNamespace={ns}"),
+            &format!("watchNamespaces={{{ns}}}"),
         ],
     )?;
     println!("operator_incluster: helm install {RELEASE} in {OPERATOR_NS}");
+
+    // Least privilege: with watchNamespaces the ServiceAccount reads Secrets
+    // in the watched namespace only (a RoleBinding), and has no verb the
+    // operator does not use.
+    let sa = format!("system:serviceaccount:{OPERATOR_NS}:{CHART_NAME}");
+    for (args, want) in [
+        (vec!["list", "secrets", "-n", ns], "yes"),
+        (vec!["list", "secrets", "--all-namespaces"], "no"),
+        (vec!["get", "secrets", "-n", "default"], "no"),
+        (vec!["list", "nodes"], "yes"),
+        (
+            vec![
+                "patch",
+                "valkeyclusters.valkey.rs",
+                "-n",
+                ns,
+                "--subresource=status",
+            ],
+            "yes",
+        ),
+        (
+            vec![
+                "update",
+                "valkeyclusters.valkey.rs",
+                "-n",
+                ns,
+                "--subresource=status",
+            ],
+            "no",
+        ),
+        (vec!["delete", "services", "-n", ns], "no"),
+        (vec!["patch", "pods", "-n", "default"], "no"),
+    ] {
+        let mut full = vec!["auth", "can-i"];
+        full.extend(args.iter().copied());
+        full.extend(["--as", sa.as_str()]);
+        // `can-i` exits 1 for "no": read the answer, not the status.
+        let out = env.kubectl_cmd().args(&full).output()?;
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        ensure!(
+            answer == want,
+            "kubectl auth can-i {} as {sa}: {answer:?}, want {want:?}",
+            args.join(" ")
+        );
+    }
+    println!("operator_incluster: RBAC reads Secrets in {ns} only, and no verb it does not use");
 
     // 3. every replica Ready through /readyz; one holds the Lease.
     let replicas = poll(Duration::from_secs(180), Duration::from_secs(1), || {

@@ -2,7 +2,8 @@
 //! every acknowledged key when whole shards' pods are deleted at once (data
 //! and nodes.conf live on the PVCs), deleting the ValkeyCluster removes every
 //! object it owns and, with `reclaimPolicy: Delete`, its volumes; and a steady
-//! cluster costs no API writes per resync.
+//! cluster costs no API writes per resync; the `valkey.rs/paused` annotation
+//! holds a spec change back until it is removed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use e2e::cluster::{Env, wait_until};
@@ -113,6 +114,69 @@ fn a_persistent_cluster_keeps_its_keys_when_pods_go_and_deleting_it_removes_what
 }
 
 /// Sum of `valkey_operator_api_writes_total` in a metrics page.
+/// `maxmemory` as member `ip` has it (CONFIG GET).
+fn maxmemory(env: &Env, ip: &str, password: &str) -> anyhow::Result<String> {
+    let out = env.valkey_cli(ip, password, &["config", "get", "maxmemory"])?;
+    Ok(out.lines().nth(1).unwrap_or_default().trim().to_string())
+}
+
+/// The `valkey.rs/paused: "true"` annotation: the status says Paused, a spec
+/// change is held back (the members keep their live config), and removing
+/// the annotation applies it.
+fn pause_holds_changes_back(env: &Env, ns: &str, name: &str) -> anyhow::Result<()> {
+    use anyhow::{Context, ensure};
+    env.kubectl(&[
+        "annotate",
+        "valkeycluster",
+        name,
+        "-n",
+        ns,
+        "valkey.rs/paused=true",
+    ])?;
+    env.wait_condition(ns, name, "Paused", "True", Duration::from_secs(30))
+        .context("no Paused condition after annotating")?;
+    env.patch_cluster(ns, name, r#"{"spec":{"config":{"maxmemory":"96mb"}}}"#)?;
+    let password = env.password(ns, name)?;
+    let ip = env
+        .member_ips(ns, name)?
+        .into_iter()
+        .next()
+        .context("no member")?;
+    std::thread::sleep(Duration::from_secs(8));
+    let held = maxmemory(env, &ip, &password)?;
+    ensure!(
+        held == "67108864",
+        "paused, yet maxmemory changed to {held}"
+    );
+    let obj = env.cluster(ns, name)?;
+    let progressing = e2e::cluster::condition(&obj, "Progressing")
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        progressing["reason"] == "Paused",
+        "Progressing while paused: {progressing}"
+    );
+    env.kubectl(&[
+        "annotate",
+        "valkeycluster",
+        name,
+        "-n",
+        ns,
+        "valkey.rs/paused-",
+    ])?;
+    let mut last = String::new();
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        last = maxmemory(env, &ip, &password)?;
+        Ok(last == "100663296")
+    })
+    .with_context(|| format!("after resuming, maxmemory stayed {last}"))?;
+    wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+        Ok(e2e::cluster::condition(&env.cluster(ns, name)?, "Paused").is_none())
+    })
+    .context("the Paused condition stayed after resuming")?;
+    Ok(())
+}
+
 fn api_writes(metrics: &str) -> u64 {
     metrics
         .lines()
@@ -178,10 +242,17 @@ spec:
     let before = api_writes(&scrape(&addr));
     // Five resyncs.
     std::thread::sleep(Duration::from_secs(15));
-    let after = api_writes(&scrape(&addr));
+    let text = scrape(&addr);
+    let after = api_writes(&text);
+    let paused = if ready.is_ok() {
+        pause_holds_changes_back(&env, &ns.name, "calm")
+    } else {
+        Ok(())
+    };
     let _ = child.kill();
     let _ = child.wait();
     ready.unwrap();
+    paused.unwrap_or_else(|e| panic!("{e:#}\noperator log: {}", log.display()));
     assert!(
         before > 0,
         "no metrics scraped from {addr}; log {}",
@@ -193,4 +264,28 @@ spec:
         "a steady cluster must not be written to on resync (log {})",
         log.display()
     );
+    // The cluster's own gauges, labelled with its namespace and name, and
+    // the process metrics.
+    let ns_name = &ns.name;
+    for line in [
+        format!(
+            "valkey_operator_cluster_condition{{namespace=\"{ns_name}\",cluster=\"calm\",condition=\"Ready\"}} 1"
+        ),
+        format!(
+            "valkey_operator_cluster_shards{{namespace=\"{ns_name}\",cluster=\"calm\",state=\"ready\"}} 3"
+        ),
+        format!(
+            "valkey_operator_cluster_members{{namespace=\"{ns_name}\",cluster=\"calm\",state=\"ready\"}} 6"
+        ),
+        format!(
+            "valkey_operator_cluster_slots_assigned{{namespace=\"{ns_name}\",cluster=\"calm\"}} 16384"
+        ),
+        "valkey_operator_build_info{version=".to_string(),
+        "process_resident_memory_bytes ".to_string(),
+    ] {
+        assert!(
+            text.contains(&line),
+            "{line} missing from the scrape:\n{text}"
+        );
+    }
 }

@@ -3,9 +3,11 @@
 //! - [`spec`]: the user's request, with schema bounds and CEL rules;
 //! - [`status`]: what the operator observed and did;
 //! - [`defaults`]: default values, shared by serde and the schema;
+//! - [`security`]: the restricted security contexts of member pods;
 //! - [`validation`]: the same rules in Rust, producing a [`ValidatedCluster`].
 
 pub mod defaults;
+pub mod security;
 pub mod spec;
 pub mod status;
 pub mod validation;

@@ -10,7 +10,8 @@ use super::defaults;
 use super::status::ValkeyClusterStatus;
 use super::validation::cel;
 use k8s_openapi::api::core::v1::{
-    Affinity, LocalObjectReference, ResourceRequirements, Toleration,
+    Affinity, LocalObjectReference, PodSecurityContext, ResourceRequirements, SecurityContext,
+    Toleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{CustomResource, KubeSchema};
@@ -186,6 +187,22 @@ pub struct ValkeyClusterSpec {
     /// The Service clients connect to (any member redirects to the right shard).
     #[serde(default)]
     pub client_service: ClientService,
+
+    /// Security context of member pods. By default members pass the
+    /// `restricted` Pod Security profile: runAsNonRoot as uid and gid 999 (the
+    /// official image's `valkey` user), fsGroup 999 so Valkey can write its
+    /// volumes, seccomp RuntimeDefault. Every field set here replaces the
+    /// operator's value of that field; the others keep the defaults. A change
+    /// rolls the members one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security_context: Option<PodSecurityContext>,
+
+    /// Security context of the Valkey container. By default no privilege
+    /// escalation, every capability dropped and a read-only root filesystem
+    /// (Valkey writes only to /data). Every field set here replaces the
+    /// operator's value of that field; the others keep the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
 }
 
 /// When the kubelet pulls the image.
@@ -460,6 +477,8 @@ impl Default for ValkeyClusterSpec {
             pod_labels: BTreeMap::new(),
             pod_annotations: BTreeMap::new(),
             client_service: ClientService::default(),
+            pod_security_context: None,
+            security_context: None,
         }
     }
 }

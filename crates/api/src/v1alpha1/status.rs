@@ -22,6 +22,10 @@ pub const CONDITION_TOPOLOGY_SPREAD: &str = "TopologySpread";
 /// while a move is pending or impossible).
 pub const CONDITION_PRIMARY_PLACEMENT_ALIGNED: &str = "PrimaryPlacementAligned";
 
+/// Condition type: the `valkey.rs/paused: "true"` annotation is set, and the
+/// operator changes nothing (no object, no Valkey command) until it is removed.
+pub const CONDITION_PAUSED: &str = "Paused";
+
 /// Observed state of a ValkeyCluster.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

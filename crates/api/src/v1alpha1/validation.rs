@@ -16,7 +16,8 @@ use super::spec::{
 use crate::constants::{LABEL_PREFIX, MAX_CLUSTER_NAME, MAX_STATEFULSET_NAME, auth_secret_name};
 use crate::quantity;
 use k8s_openapi::api::core::v1::{
-    Affinity, LocalObjectReference, ResourceRequirements, Toleration,
+    Affinity, LocalObjectReference, PodSecurityContext, ResourceRequirements, SecurityContext,
+    Toleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
@@ -399,6 +400,11 @@ pub struct ValidatedCluster {
     pub pod_labels: BTreeMap<String, String>,
     pub pod_annotations: BTreeMap<String, String>,
     pub client_service: ClientService,
+    /// The member pods' security context: the restricted defaults with the
+    /// user's `spec.podSecurityContext` fields over them.
+    pub pod_security_context: PodSecurityContext,
+    /// The Valkey container's security context, likewise.
+    pub security_context: SecurityContext,
 }
 
 /// Collects errors so one pass reports every broken rule.
@@ -620,6 +626,16 @@ fn validate_spec(
             );
         }
     }
+    let (pod_security_context, security_context) = match super::security::resolve(
+        spec.pod_security_context.as_ref(),
+        spec.security_context.as_ref(),
+    ) {
+        Ok(contexts) => contexts,
+        Err(found) => {
+            errors.0.extend(found);
+            Default::default()
+        }
+    };
     Some(ValidatedCluster {
         name: name.to_string(),
         namespace: namespace.to_string(),
@@ -649,6 +665,8 @@ fn validate_spec(
         pod_labels: spec.pod_labels.clone(),
         pod_annotations: spec.pod_annotations.clone(),
         client_service: spec.client_service.clone(),
+        pod_security_context,
+        security_context,
     })
 }
 

@@ -290,6 +290,9 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
         // Services in a namespace would otherwise bloat every pod's env.
         enable_service_links: Some(false),
         automount_service_account_token: Some(false),
+        // Restricted by default (api::v1alpha1::security): non-root, seccomp
+        // RuntimeDefault, fsGroup so the volumes are writable.
+        security_context: Some(c.pod_security_context.clone()),
         image_pull_secrets: (!c.image_pull_secrets.is_empty())
             .then(|| c.image_pull_secrets.clone()),
         ..Default::default()
@@ -359,6 +362,7 @@ fn container(c: &ValidatedCluster) -> Container {
             port("bus", CLUSTER_BUS_PORT),
         ]),
         resources: (c.resources != Default::default()).then(|| c.resources.clone()),
+        security_context: Some(c.security_context.clone()),
         volume_mounts: Some(vec![
             VolumeMount {
                 name: "config".into(),
@@ -611,6 +615,39 @@ mod tests {
                 .iter()
                 .any(|e| e.name == PASSWORD_ENV)
         );
+    }
+
+    #[test]
+    fn members_run_restricted_as_the_valkey_user() {
+        let c = cluster("cache", 3, 1);
+        let s = build(&c, &placed("n1"));
+        let pod = s.spec.unwrap().template.spec.unwrap();
+        let psc = pod.security_context.unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(psc.run_as_user, Some(999));
+        assert_eq!(psc.fs_group, Some(999));
+        let sc = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+    }
+
+    #[test]
+    fn a_changed_security_context_needs_a_restart() {
+        let c = cluster("cache", 3, 1);
+        let mut d = c.clone();
+        d.pod_security_context.run_as_user = Some(1001);
+        let hash = |c: &ValidatedCluster| {
+            build(c, &placed("n1"))
+                .spec
+                .unwrap()
+                .template
+                .metadata
+                .unwrap()
+                .annotations
+                .unwrap()[ANNOTATION_RESTART_HASH]
+                .clone()
+        };
+        assert_ne!(hash(&c), hash(&d));
     }
 
     #[test]

@@ -12,6 +12,8 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 /// [`action_reason`].
 pub mod reason {
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const PAUSED: &str = "ReconcilePaused";
+    pub const RESUMED: &str = "ReconcileResumed";
     pub const CLUSTER_READY: &str = "ClusterReady";
     pub const CLUSTER_NOT_READY: &str = "ClusterNotReady";
     pub const MEMBER_CREATED: &str = "MemberCreated";

@@ -57,6 +57,8 @@ pub struct Announced {
     pub volumes_refused: Option<String>,
     /// The lost members waiting to be re-created.
     pub heal_waiting: Option<String>,
+    /// Reconciles are paused by the annotation.
+    pub paused: bool,
 }
 
 impl Memory {

@@ -39,7 +39,7 @@ use crate::http::Health;
 use crate::metrics::Metrics;
 use api::ValkeyCluster;
 use api::constants::LABEL_CLUSTER;
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -66,8 +66,11 @@ pub struct Settings {
     pub slow_requeue: Duration,
     /// Clusters reconciled at once.
     pub concurrency: u16,
-    /// Watch only this namespace's ValkeyClusters (all when `None`).
-    pub namespace: Option<String>,
+    /// Watch only these namespaces (every namespace when empty). With a
+    /// list, every watch of a namespaced kind (Secrets included) stays in
+    /// those namespaces, so namespaced Roles are all the operator needs there;
+    /// only Nodes and Pods (for the room on each node) are read cluster-wide.
+    pub namespaces: Vec<String>,
     /// Name of this operator instance in events.
     pub instance: Option<String>,
 }
@@ -79,7 +82,7 @@ impl Default for Settings {
             fast_requeue: Duration::from_secs(1),
             slow_requeue: Duration::from_secs(30),
             concurrency: 4,
-            namespace: None,
+            namespaces: Vec::new(),
             instance: None,
         }
     }
@@ -201,11 +204,6 @@ pub async fn run(
         instance: settings.instance.clone(),
     };
     let recorder = Recorder::new(client.clone(), reporter.clone());
-    let clusters: Api<ValkeyCluster> = match &settings.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let owned = watcher::Config::default().labels(LABEL_CLUSTER);
     let ctx = Arc::new(Context {
         client: client.clone(),
         nodes,
@@ -216,19 +214,54 @@ pub async fn run(
         settings: settings.clone(),
         memory: Mutex::new(HashMap::new()),
     });
+    let shutdown = shutdown.shared();
+    let scopes: Vec<Option<String>> = if settings.namespaces.is_empty() {
+        vec![None]
+    } else {
+        settings.namespaces.iter().cloned().map(Some).collect()
+    };
+    futures::future::join_all(
+        scopes
+            .into_iter()
+            .map(|ns| watch_scope(client.clone(), ns, ctx.clone(), shutdown.clone())),
+    )
+    .await;
+    tracing::info!("controller stopped");
+}
 
-    let ctl = Controller::new(clusters, watcher::Config::default().any_semantic());
+/// `Api` of a namespaced kind in `ns`, or in every namespace.
+fn scoped<K>(client: &Client, ns: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// One controller over the ValkeyClusters of `ns` (every namespace when
+/// `None`) and the objects they own there, until `shutdown` resolves.
+async fn watch_scope(
+    client: Client,
+    ns: Option<String>,
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = ns.as_deref();
+    let owned = watcher::Config::default().labels(LABEL_CLUSTER);
+    let ctl = Controller::new(
+        scoped::<ValkeyCluster>(&client, ns),
+        watcher::Config::default().any_semantic(),
+    );
     let cluster_store = ctl.store();
     let fingerprints: Mutex<HashMap<String, String>> = Mutex::new(HashMap::new());
-    ctl.owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
-        .owns(Api::<Service>::all(client.clone()), owned.clone())
-        .owns(Api::<ConfigMap>::all(client.clone()), owned.clone())
-        .owns(
-            Api::<PodDisruptionBudget>::all(client.clone()),
-            owned.clone(),
-        )
-        .owns(Api::<Secret>::all(client.clone()), owned.clone())
-        .watches(Api::<Pod>::all(client.clone()), owned, |pod: Pod| {
+    ctl.owns(scoped::<StatefulSet>(&client, ns), owned.clone())
+        .owns(scoped::<Service>(&client, ns), owned.clone())
+        .owns(scoped::<ConfigMap>(&client, ns), owned.clone())
+        .owns(scoped::<PodDisruptionBudget>(&client, ns), owned.clone())
+        .owns(scoped::<Secret>(&client, ns), owned.clone())
+        .watches(scoped::<Pod>(&client, ns), owned, |pod: Pod| {
             let cluster = pod.labels().get(LABEL_CLUSTER).cloned();
             let ns = pod.namespace();
             cluster.map(|c| {
@@ -263,7 +296,7 @@ pub async fn run(
         .with_config(
             controller::Config::default()
                 .debounce(Duration::from_millis(500))
-                .concurrency(settings.concurrency),
+                .concurrency(ctx.settings.concurrency),
         )
         .graceful_shutdown_on(shutdown)
         .run(reconcile_entry, error_policy, ctx)
@@ -274,7 +307,6 @@ pub async fn run(
             futures::future::ready(())
         })
         .await;
-    tracing::info!("controller stopped");
 }
 
 #[tracing::instrument(skip(vc, ctx), fields(cluster = %vc.name_any(), namespace = %vc.namespace().unwrap_or_default()))]
@@ -285,6 +317,8 @@ async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Ac
         // Owner references make the garbage collector remove what the cluster
         // owns; PVCs follow the StatefulSets' retention policy. Nothing to do.
         ctx.forget(&key);
+        ctx.metrics
+            .forget_cluster(&vc.namespace().unwrap_or_default(), &vc.name_any());
         return Ok(Action::await_change());
     }
     let result = reconcile::reconcile(&vc, &ctx, &key).await;

@@ -24,6 +24,7 @@ use super::events::{Events, reason};
 use super::facts::Facts;
 use super::report::{self, Target};
 use super::{Context, Error, Memory, observe};
+use crate::metrics::ClusterGauges;
 use api::ValkeyCluster;
 use kube::Resource;
 use kube::runtime::controller::Action;
@@ -39,14 +40,42 @@ pub async fn reconcile(vc: &ValkeyCluster, ctx: &Context, key: &str) -> Result<A
     result
 }
 
+/// The annotation `valkey.rs/paused: "true"` is set.
+fn is_paused(vc: &ValkeyCluster) -> bool {
+    vc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(api::constants::ANNOTATION_PAUSED))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
 async fn run(
     vc: &ValkeyCluster,
     ctx: &Context,
     events: &Events<'_>,
     memory: &mut Memory,
 ) -> Result<Action, Error> {
-    // 1. dereference, validate
+    // 1. dereference, (pause,) validate
     let target = Target::of(vc, ctx)?;
+    if is_paused(vc) {
+        report::write_status(ctx, &target, report::paused(&target)).await?;
+        if !memory.announced.paused {
+            events
+                .normal(
+                    reason::PAUSED,
+                    "Pause",
+                    "reconciles paused by the annotation",
+                )
+                .await;
+            memory.announced.paused = true;
+        }
+        return Ok(Action::requeue(ctx.settings.slow_requeue));
+    }
+    if std::mem::take(&mut memory.announced.paused) {
+        events
+            .normal(reason::RESUMED, "Pause", "reconciles resumed")
+            .await;
+    }
     let cluster = match api::v1alpha1::validate(vc) {
         Ok(c) => c,
         Err(e) => {
@@ -111,7 +140,10 @@ async fn run(
 
     // 4. report
     let status = report::build(&target, &facts, &placement, &decision, &done, blocker);
+    let gauges = ClusterGauges::of(cluster.shards, cluster.replicas, &status);
     report::publish(ctx, &target, status, events).await?;
+    ctx.metrics
+        .observe_cluster(&cluster.namespace, &cluster.name, &gauges);
     Ok(
         if report::converging(&facts, &placement, &decision, &done, replaced) {
             Action::requeue(ctx.settings.fast_requeue)

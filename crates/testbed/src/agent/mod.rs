@@ -51,7 +51,9 @@ pub struct Agent {
     pub state: TestbedState,
     pub tools: runtime::Tools,
     pub bins: spec::Binaries,
-    /// `DIR/agent/bin`: `valkey-server` and `valkey-cli` for containers' PATH.
+    /// `/run/valkey-rs/testbed-<id>/bin`: copies of `valkey-server` and
+    /// `valkey-cli` for containers' PATH, where a container running as a
+    /// non-root user can reach them (the cache under a home folder may not be).
     pub bin_dir: PathBuf,
     ipam_path: PathBuf,
     ipam: Mutex<Ipam>,
@@ -202,7 +204,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
     let state = TestbedState::load(dir)?;
     let tools = runtime::Tools::find()?;
     let agent_dir = state.dir.join("agent");
-    let bin_dir = agent_dir.join("bin");
+    let bin_dir = PathBuf::from(format!("/run/valkey-rs/testbed-{}/bin", state.id));
     for d in [
         &bin_dir,
         &state.dir.join("pods"),
@@ -211,9 +213,9 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
     ] {
         std::fs::create_dir_all(d).map_err(|e| anyhow::anyhow!("creating {}: {e}", d.display()))?;
     }
-    link_tool(&bin_dir, "valkey-server", &state.valkey_server)?;
-    link_tool(&bin_dir, "valkey-cli", &state.valkey_cli)?;
-    link_tool(&bin_dir, "redis-cli", &state.valkey_cli)?;
+    let valkey_server = copy_tool(&bin_dir, "valkey-server", &state.valkey_server)?;
+    let valkey_cli = copy_tool(&bin_dir, "valkey-cli", &state.valkey_cli)?;
+    link_tool(&bin_dir, "redis-cli", &valkey_cli)?;
 
     let kubeconfig = kube::config::Kubeconfig::read_from(&state.kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(
@@ -245,8 +247,8 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
     let agent = Arc::new(Agent {
         client,
         bins: spec::Binaries {
-            valkey_server: state.valkey_server.clone(),
-            valkey_cli: state.valkey_cli.clone(),
+            valkey_server,
+            valkey_cli,
         },
         tools,
         bin_dir,
@@ -315,6 +317,22 @@ async fn wait_for_signal() {
 }
 
 /// Puts a symlink `dir/name -> target` in place (replacing an old one).
+/// Copies `source` (following links) to `dir/name`, readable and executable
+/// by every user, replacing an older copy without touching a running one.
+fn copy_tool(dir: &Path, name: &str, source: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let dest = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let err = |what: &str, e: std::io::Error| {
+        anyhow::anyhow!("{what} {} -> {}: {e}", source.display(), dest.display())
+    };
+    std::fs::copy(source, &tmp).map_err(|e| err("copying", e))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| err("chmod", e))?;
+    std::fs::rename(&tmp, &dest).map_err(|e| err("renaming", e))?;
+    Ok(dest)
+}
+
 fn link_tool(dir: &Path, name: &str, target: &Path) -> anyhow::Result<()> {
     let link = dir.join(name);
     if link == target {

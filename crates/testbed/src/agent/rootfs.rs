@@ -111,6 +111,24 @@ pub fn image_argv(command: &[String], args: &[String], config: &ImageConfig) -> 
     }
 }
 
+/// `runAsUser`, `runAsGroup` and `runAsNonRoot`: the container's, then the pod's.
+fn requested_ids(pod: &Pod, container: &Container) -> (Option<i64>, Option<i64>, Option<bool>) {
+    let csc = container.security_context.as_ref();
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    (
+        csc.and_then(|s| s.run_as_user)
+            .or(psc.and_then(|s| s.run_as_user)),
+        csc.and_then(|s| s.run_as_group)
+            .or(psc.and_then(|s| s.run_as_group)),
+        csc.and_then(|s| s.run_as_non_root)
+            .or(psc.and_then(|s| s.run_as_non_root)),
+    )
+}
+
+fn id(what: &str, v: i64) -> Result<u32, String> {
+    u32::try_from(v).map_err(|_| format!("{what} {v} out of range"))
+}
+
 /// The uid and gid the container runs as: the container's then the pod's
 /// `runAsUser`/`runAsGroup`, else the image's `User`.
 pub fn run_as(
@@ -123,17 +141,10 @@ pub fn run_as(
         image.config.user.as_deref().unwrap_or_default(),
     )
     .map_err(|e| e.to_string())?;
-    let csc = container.security_context.as_ref();
-    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    let uid = csc
-        .and_then(|s| s.run_as_user)
-        .or(psc.and_then(|s| s.run_as_user));
-    let gid = csc
-        .and_then(|s| s.run_as_group)
-        .or(psc.and_then(|s| s.run_as_group));
+    let (uid, gid, non_root) = requested_ids(pod, container);
     let (uid, home) = match uid {
         Some(u) => {
-            let u = u32::try_from(u).map_err(|_| format!("runAsUser {u} out of range"))?;
+            let u = id("runAsUser", u)?;
             let home = crate::images::resolve_user(&image.rootfs, &u.to_string())
                 .map(|(_, _, h)| h)
                 .unwrap_or_else(|_| "/".into());
@@ -142,16 +153,27 @@ pub fn run_as(
         None => (img_uid, home),
     };
     let gid = match gid {
-        Some(g) => u32::try_from(g).map_err(|_| format!("runAsGroup {g} out of range"))?,
+        Some(g) => id("runAsGroup", g)?,
         None => img_gid,
     };
-    let non_root = csc
-        .and_then(|s| s.run_as_non_root)
-        .or(psc.and_then(|s| s.run_as_non_root));
     if non_root == Some(true) && uid == 0 {
         return Err("container has runAsNonRoot and image will run as root".into());
     }
     Ok((uid, gid, home))
+}
+
+/// The uid and gid of a container run from the host's binaries (the
+/// testbed's stand-in for the Valkey image, whose user is root unless the pod
+/// says otherwise): `runAsUser`/`runAsGroup`, else 0; root under
+/// `runAsNonRoot` is refused, as the kubelet refuses it.
+pub fn host_run_as(pod: &Pod, container: &Container) -> Result<(u32, u32), String> {
+    let (uid, gid, non_root) = requested_ids(pod, container);
+    let uid = uid.map(|u| id("runAsUser", u)).transpose()?.unwrap_or(0);
+    let gid = gid.map(|g| id("runAsGroup", g)).transpose()?.unwrap_or(0);
+    if non_root == Some(true) && uid == 0 {
+        return Err("container has runAsNonRoot and image will run as root".into());
+    }
+    Ok((uid, gid))
 }
 
 /// Supplementary groups: the pod's `supplementalGroups` and `fsGroup`.
@@ -233,10 +255,24 @@ pub fn exec_root_argv(
     groups: &[u32],
     argv: &[String],
 ) -> Vec<String> {
+    exec_as_argv(testbed, &root.merged(), workdir, uid, gid, groups, argv)
+}
+
+/// `testbed exec-root --root=ROOT ... -- ARGV`: with `/` as the root it only
+/// changes user (a container run from the host's binaries).
+pub fn exec_as_argv(
+    testbed: &Path,
+    root: &Path,
+    workdir: &str,
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+    argv: &[String],
+) -> Vec<String> {
     let mut out = vec![
         testbed.display().to_string(),
         "exec-root".into(),
-        format!("--root={}", root.merged().display()),
+        format!("--root={}", root.display()),
         format!("--wd={workdir}"),
         format!("--uid={uid}"),
         format!("--gid={gid}"),
@@ -373,7 +409,7 @@ pub fn plan(
 
 /// This binary (what `exec-root` runs); a rebuilt binary's new file when the
 /// running one was replaced.
-fn testbed_exe() -> std::io::Result<PathBuf> {
+pub(crate) fn testbed_exe() -> std::io::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let text = exe.display().to_string();
     Ok(match text.strip_suffix(" (deleted)") {

@@ -288,11 +288,72 @@ pub async fn materialize(
     let Some(spec) = &pod.spec else {
         return Ok(out);
     };
+    let fs_group = spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.fs_group)
+        .and_then(|g| u32::try_from(g).ok());
     for vol in spec.volumes.iter().flatten() {
         let path = materialize_one(client, pod, pod_dir, facts, node, vol).await?;
+        let write = |source| VolumeError::Write {
+            volume: vol.name.clone(),
+            path: path.clone(),
+            source,
+        };
+        // The kubelet makes an emptyDir writable by everyone.
+        if vol.empty_dir.is_some() {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
+                .map_err(write)?;
+        }
+        if let Some(gid) = fs_group {
+            let writable = vol.empty_dir.is_some()
+                || vol.persistent_volume_claim.is_some()
+                || vol.ephemeral.is_some();
+            let managed = writable
+                || vol.config_map.is_some()
+                || vol.secret.is_some()
+                || vol.downward_api.is_some()
+                || vol.projected.is_some();
+            if managed {
+                set_ownership(&path, gid, writable).map_err(write)?;
+            }
+        }
         out.insert(vol.name.clone(), path);
     }
     Ok(out)
+}
+
+/// `fsGroup`, as the kubelet applies it: every file of the volume belongs to
+/// the group and is group-readable (and -writable for emptyDir and claims,
+/// whose folders also pass the group on to new files with setgid). Owners
+/// stay as they are.
+pub fn set_ownership(root: &Path, gid: u32, writable: bool) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(root)?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(root, None, Some(gid))?;
+    let mut mode = meta.permissions().mode() & 0o7777;
+    mode |= 0o040;
+    if writable {
+        mode |= 0o020;
+    }
+    if meta.is_dir() {
+        mode |= 0o010;
+        if writable {
+            mode |= 0o2000;
+        }
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(mode))?;
+        for entry in std::fs::read_dir(root)? {
+            set_ownership(&entry?.path(), gid, writable)?;
+        }
+    } else {
+        if mode & 0o100 != 0 {
+            mode |= 0o010;
+        }
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
 }
 
 async fn materialize_one(
@@ -593,6 +654,25 @@ mod tests {
             ("other".to_string(), b"x".to_vec()),
         ]
         .into()
+    }
+
+    #[test]
+    fn fs_group_makes_a_volume_group_writable_and_passes_the_group_on() {
+        let dir = std::env::temp_dir().join(format!("vk-fsgroup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/f"), b"x").unwrap();
+        std::fs::set_permissions(dir.join("sub/f"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        set_ownership(&dir, 4242, true).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let d = std::fs::metadata(dir.join("sub")).unwrap();
+        assert_eq!(d.gid(), 4242);
+        assert_eq!(d.mode() & 0o2070, 0o2070);
+        let f = std::fs::metadata(dir.join("sub/f")).unwrap();
+        assert_eq!(f.gid(), 4242);
+        assert_eq!(f.mode() & 0o777, 0o660);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -586,6 +586,32 @@ impl Worker {
                     .filter(|w| !w.is_empty())
                     .unwrap_or_else(|| spec::IMAGE_WORKDIR.to_string()),
             );
+            // The pod's runAsUser/runAsGroup and fsGroup: the wrapper makes
+            // the mounts as root, then `testbed exec-root --root=/` becomes
+            // that user and execs the container's command.
+            let (uid, gid) = match super::rootfs::host_run_as(&pod, &slot.spec) {
+                Ok(ids) => ids,
+                Err(e) => return config_error(slot, e),
+            };
+            let groups = super::rootfs::supplementary_groups(&pod);
+            let argv = if uid == 0 && gid == 0 && groups.is_empty() {
+                argv
+            } else {
+                match super::rootfs::testbed_exe() {
+                    Ok(exe) => super::rootfs::exec_as_argv(
+                        &exe,
+                        std::path::Path::new("/"),
+                        &workdir.display().to_string(),
+                        uid,
+                        gid,
+                        &groups,
+                        &argv,
+                    ),
+                    Err(e) => {
+                        return config_error(slot, format!("finding the testbed binary: {e}"));
+                    }
+                }
+            };
             let scratch = agent
                 .pod_dir(&self.ns, &self.name, &self.uid)
                 .join("containers")

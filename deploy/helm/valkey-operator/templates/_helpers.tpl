@@ -13,3 +13,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/name: {{ include "valkey-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{- /* The namespaces to watch, comma-separated (empty: every namespace):
+watchNamespaces, plus watchNamespace (the older single-namespace value). */ -}}
+{{- define "valkey-operator.watchNamespaces" -}}
+{{- $list := list -}}
+{{- range .Values.watchNamespaces }}{{ $list = append $list . }}{{ end -}}
+{{- with .Values.watchNamespace }}{{ $list = append $list . }}{{ end -}}
+{{- $list | uniq | join "," -}}
+{{- end -}}

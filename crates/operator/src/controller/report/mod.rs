@@ -90,6 +90,20 @@ pub fn invalid(t: &Target<'_>, generation: Option<i64>, message: &str) -> Valkey
     status::build(t.old, &conds, generation, obs, &t.now)
 }
 
+/// The status of a paused cluster: what was observed and concluded before
+/// stays, Progressing turns False and the condition Paused says why.
+pub fn paused(t: &Target<'_>) -> ValkeyClusterStatus {
+    let old = t.old.cloned().unwrap_or_default();
+    let conds = status::paused_conditions(&old.conditions);
+    status::build(
+        t.old,
+        &conds,
+        old.observed_generation,
+        keep_observations(&old),
+        &t.now,
+    )
+}
+
 fn keep_observations(s: &ValkeyClusterStatus) -> Observations {
     Observations {
         ready_shards: s.ready_shards,

@@ -12,9 +12,9 @@
 //! - `PrimaryPlacementAligned`: live primaries are spread as balancing wants.
 
 use api::v1alpha1::{
-    CONDITION_DEGRADED, CONDITION_PRIMARY_PLACEMENT_ALIGNED, CONDITION_PROGRESSING,
-    CONDITION_READY, CONDITION_TOPOLOGY_SPREAD, MemberStatus, ShardStatus, ShardTopology,
-    ValkeyClusterStatus,
+    CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_PRIMARY_PLACEMENT_ALIGNED,
+    CONDITION_PROGRESSING, CONDITION_READY, CONDITION_TOPOLOGY_SPREAD, MemberStatus, ShardStatus,
+    ShardTopology, ValkeyClusterStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -273,6 +273,46 @@ pub fn invalid_spec_conditions(message: &str) -> Vec<Cond> {
     ]
 }
 
+/// The conditions of a paused cluster: the earlier ones as they were, but
+/// Progressing False, and Paused True.
+pub fn paused_conditions(old: &[Condition]) -> Vec<Cond> {
+    let why = format!(
+        "reconciles paused by the annotation {}: \"true\"; nothing is changed until it is removed",
+        api::constants::ANNOTATION_PAUSED
+    );
+    let mut conds: Vec<Cond> = old
+        .iter()
+        .filter(|c| c.type_ != CONDITION_PROGRESSING && c.type_ != CONDITION_PAUSED)
+        .filter_map(|c| {
+            let type_ = KNOWN_CONDITIONS.iter().find(|t| **t == c.type_)?;
+            Some(Cond::new(
+                type_,
+                c.status == "True",
+                c.reason.clone(),
+                c.message.clone(),
+            ))
+        })
+        .collect();
+    conds.push(Cond::new(
+        CONDITION_PROGRESSING,
+        false,
+        "Paused",
+        why.clone(),
+    ));
+    conds.push(Cond::new(CONDITION_PAUSED, true, "Paused", why));
+    conds
+}
+
+/// Every condition type the operator writes.
+const KNOWN_CONDITIONS: &[&str] = &[
+    CONDITION_READY,
+    CONDITION_PROGRESSING,
+    CONDITION_DEGRADED,
+    CONDITION_TOPOLOGY_SPREAD,
+    CONDITION_PRIMARY_PLACEMENT_ALIGNED,
+    CONDITION_PAUSED,
+];
+
 fn summary_of(a: &Activity, fallback: &str) -> String {
     if let Some(first) = a.actions.first() {
         if a.actions.len() == 1 {
@@ -387,6 +427,21 @@ mod tests {
 
     fn find<'a>(cs: &'a [Cond], t: &str) -> &'a Cond {
         cs.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn a_paused_cluster_keeps_its_conditions_and_says_it_is_paused() {
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let old = merge_conditions(&[], &conditions(&healthy()), Some(3), &now);
+        let paused = paused_conditions(&old);
+        assert!(find(&paused, CONDITION_READY).status);
+        assert!(find(&paused, CONDITION_PAUSED).status);
+        let progressing = find(&paused, CONDITION_PROGRESSING);
+        assert!(!progressing.status);
+        assert_eq!(progressing.reason, "Paused");
+        // Pausing twice changes nothing.
+        let again = paused_conditions(&merge_conditions(&old, &paused, Some(3), &now));
+        assert_eq!(again, paused);
     }
 
     #[test]

@@ -1,0 +1,131 @@
+//! Restricted Pod Security (issue 10, item 4): in a namespace that enforces
+//! the `restricted` profile (the real apiserver's PodSecurity admission
+//! refuses a root pod there), a default cluster's members are admitted, run
+//! as uid 999 (read from the valkey-server process itself), and serve reads
+//! and writes; a cluster whose `podSecurityContext` names another user runs
+//! as that user, with its data on a claim it can write through fsGroup.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use anyhow::{Context, Result, ensure};
+use e2e::cluster::{Env, wait_until};
+use e2e::manifest::cluster_manifest;
+use e2e::suite::Suite;
+use std::time::Duration;
+
+/// The real uid and gid of the process `pid` (`Uid:`/`Gid:` of its status).
+fn ids_of(pid: u32) -> Result<(u32, u32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| -> Result<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no {name} in /proc/{pid}/status"))
+    };
+    Ok((field("Uid:")?, field("Gid:")?))
+}
+
+/// Every member of `name` runs its valkey-server as `uid`:`gid`, and its pod
+/// carries the restricted settings.
+fn members_run_as(env: &Env, ns: &str, name: &str, uid: u32, gid: u32) -> Result<()> {
+    let pods = env.kubectl_json(&[
+        "get",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        &format!("valkey.rs/cluster={name}"),
+    ])?;
+    let pods = pods["items"].as_array().cloned().unwrap_or_default();
+    ensure!(!pods.is_empty(), "{name}: no member pods");
+    for pod in &pods {
+        let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        let psc = &pod["spec"]["securityContext"];
+        let sc = &pod["spec"]["containers"][0]["securityContext"];
+        ensure!(
+            psc["runAsNonRoot"] == true,
+            "{pod_name}: pod securityContext {psc}"
+        );
+        ensure!(
+            psc["seccompProfile"]["type"] == "RuntimeDefault",
+            "{pod_name}: pod securityContext {psc}"
+        );
+        ensure!(sc["allowPrivilegeEscalation"] == false, "{pod_name}: {sc}");
+        ensure!(sc["capabilities"]["drop"][0] == "ALL", "{pod_name}: {sc}");
+        ensure!(sc["readOnlyRootFilesystem"] == true, "{pod_name}: {sc}");
+        let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
+        let pid = env.valkey_pid(ip)?;
+        let ids = ids_of(pid)?;
+        ensure!(
+            ids == (uid, gid),
+            "{pod_name}: valkey-server (pid {pid}) runs as uid:gid {ids:?}, not {uid}:{gid}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn members_pass_the_restricted_profile_and_run_as_non_root() {
+    let Some(suite) = Suite::start("pod_security", "podsec", "e2e-podsec") else {
+        return;
+    };
+    suite.run(&["locked", "custom"], |env, ns_name| {
+        env.kubectl(&[
+            "label",
+            "namespace",
+            ns_name,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        ])?;
+        // The profile is enforced: a pod with no security settings is refused.
+        let root_pod = "apiVersion: v1
+kind: Pod
+metadata:
+  name: as-root
+spec:
+  containers:
+    - name: c
+      image: busybox
+";
+        let refused = env.apply(ns_name, root_pod);
+        let message = format!("{:#}", refused.as_ref().err().context("a root pod was admitted")?);
+        ensure!(message.contains("violates PodSecurity"), "{message}");
+
+        let locked = cluster_manifest("locked", 3, 1);
+        let custom = cluster_manifest("custom", 1, 1)
+            .persistence("64Mi", "Delete")
+            .extra_spec(
+                "  podSecurityContext:\n    runAsUser: 1001\n    runAsGroup: 1001\n    fsGroup: 1001\n",
+            );
+        env.apply(ns_name, &locked.yaml())?;
+        env.apply(ns_name, &custom.yaml())?;
+        for m in [&locked, &custom] {
+            env.wait_ready_shape(ns_name, m, Duration::from_secs(240))?;
+        }
+        members_run_as(env, ns_name, "locked", 999, 999)?;
+        members_run_as(env, ns_name, "custom", 1001, 1001)?;
+
+        // Non-root members write their data: keys in, keys back.
+        for name in ["locked", "custom"] {
+            let password = env.password(ns_name, name)?;
+            let hosts = env.member_ips(ns_name, name)?;
+            let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+            let out = env.judge(&hosts, &password, &["fill", "--count", "2000"])?;
+            ensure!(out["written"] == 2000, "{name}: {out}");
+            ensure!(out["missing_or_wrong"] == 0, "{name}: {out}");
+        }
+        // With persistence the data survives a restart as the same user:
+        // the claim's files are the member's own.
+        let password = env.password(ns_name, "custom")?;
+        let primary = env.member_with_role(ns_name, "custom", 0, "primary")?;
+        env.valkey_cli(&primary.ip, &password, &["bgsave"])?;
+        let mut last = String::new();
+        wait_until(Duration::from_secs(30), Duration::from_millis(250), || {
+            last = env.valkey_cli(&primary.ip, &password, &["info", "persistence"])?;
+            Ok(last.contains("rdb_bgsave_in_progress:0") && last.contains("rdb_last_bgsave_status:ok"))
+        })
+        .with_context(|| format!("a snapshot on the claim as uid 1001: {last}"))?;
+        Ok(())
+    });
+}

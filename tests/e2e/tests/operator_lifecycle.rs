@@ -125,14 +125,8 @@ fn maxmemory(env: &Env, ip: &str, password: &str) -> anyhow::Result<String> {
 /// the annotation applies it.
 fn pause_holds_changes_back(env: &Env, ns: &str, name: &str) -> anyhow::Result<()> {
     use anyhow::{Context, ensure};
-    env.kubectl(&[
-        "annotate",
-        "valkeycluster",
-        name,
-        "-n",
-        ns,
-        "valkey.rs/paused=true",
-    ])?;
+    let annotate = |value: &str| env.kubectl(&["annotate", "valkeycluster", name, "-n", ns, value]);
+    annotate("valkey.rs/paused=true")?;
     env.wait_condition(ns, name, "Paused", "True", Duration::from_secs(30))
         .context("no Paused condition after annotating")?;
     env.patch_cluster(ns, name, r#"{"spec":{"config":{"maxmemory":"96mb"}}}"#)?;
@@ -156,14 +150,7 @@ fn pause_holds_changes_back(env: &Env, ns: &str, name: &str) -> anyhow::Result<(
         progressing["reason"] == "Paused",
         "Progressing while paused: {progressing}"
     );
-    env.kubectl(&[
-        "annotate",
-        "valkeycluster",
-        name,
-        "-n",
-        ns,
-        "valkey.rs/paused-",
-    ])?;
+    annotate("valkey.rs/paused-")?;
     let mut last = String::new();
     wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
         last = maxmemory(env, &ip, &password)?;

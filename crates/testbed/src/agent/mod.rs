@@ -206,6 +206,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
     let agent_dir = state.dir.join("agent");
     let bin_dir = PathBuf::from(format!("/run/valkey-rs/testbed-{}/bin", state.id));
     for d in [
+        &agent_dir,
         &bin_dir,
         &state.dir.join("pods"),
         &state.dir.join("volumes"),

@@ -245,21 +245,9 @@ pub fn mounts_in_root(root: &RootFs, mounts: Vec<Mount>) -> Vec<Mount> {
         .collect()
 }
 
-/// The argv that enters the root: `testbed exec-root ... -- ARGV`.
-pub fn exec_root_argv(
-    testbed: &Path,
-    root: &RootFs,
-    workdir: &str,
-    uid: u32,
-    gid: u32,
-    groups: &[u32],
-    argv: &[String],
-) -> Vec<String> {
-    exec_as_argv(testbed, &root.merged(), workdir, uid, gid, groups, argv)
-}
-
-/// `testbed exec-root --root=ROOT ... -- ARGV`: with `/` as the root it only
-/// changes user (a container run from the host's binaries).
+/// `testbed exec-root --root=ROOT ... -- ARGV`: enters a loaded image's root
+/// (`RootFs::merged`), or with `/` as the root only changes user (a
+/// container run from the host's binaries).
 pub fn exec_as_argv(
     testbed: &Path,
     root: &Path,
@@ -396,7 +384,7 @@ pub fn plan(
     let mount = shell_quote(&tools.mount.display().to_string());
     let mkdir = shell_quote(&tools.mkdir.display().to_string());
     Ok(ImageLaunch {
-        argv: exec_root_argv(&exe, &root, &workdir, uid, gid, &groups, &argv),
+        argv: exec_as_argv(&exe, &root.merged(), &workdir, uid, gid, &groups, &argv),
         env: image_env(&image.config, container, env, &home),
         mounts: mounts_in_root(&root, mounts),
         workdir: root.host_path(Path::new(&workdir)),
@@ -492,9 +480,9 @@ mod tests {
             r.host_path(Path::new("/var/run/secrets")),
             PathBuf::from("/tb/pods/p/containers/op/rootfs/var/run/secrets")
         );
-        let a = exec_root_argv(
+        let a = exec_as_argv(
             Path::new("/bin/testbed"),
-            &r,
+            &r.merged(),
             "/home/nonroot",
             65532,
             65532,

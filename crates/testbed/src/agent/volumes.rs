@@ -314,13 +314,30 @@ pub async fn materialize(
                 || vol.secret.is_some()
                 || vol.downward_api.is_some()
                 || vol.projected.is_some();
-            if managed {
+            let on_root_mismatch = spec
+                .security_context
+                .as_ref()
+                .and_then(|s| s.fs_group_change_policy.as_deref())
+                == Some("OnRootMismatch");
+            if managed && !(on_root_mismatch && owned_already(&path, gid, writable)) {
                 set_ownership(&path, gid, writable).map_err(write)?;
             }
         }
         out.insert(vol.name.clone(), path);
     }
     Ok(out)
+}
+
+/// `fsGroupChangePolicy: OnRootMismatch`: the volume's root already has the
+/// group and the permissions `set_ownership` gives, so the walk is skipped
+/// (a claim full of data is not walked on every container start).
+fn owned_already(root: &Path, gid: u32, writable: bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(root) else {
+        return false;
+    };
+    let want = if writable { 0o2070 } else { 0o050 };
+    meta.gid() == gid && (!meta.is_dir() || meta.mode() & want == want)
 }
 
 /// `fsGroup`, as the kubelet applies it: every file of the volume belongs to
@@ -672,6 +689,8 @@ mod tests {
         let f = std::fs::metadata(dir.join("sub/f")).unwrap();
         assert_eq!(f.gid(), 4242);
         assert_eq!(f.mode() & 0o777, 0o660);
+        assert!(owned_already(&dir, 4242, true));
+        assert!(!owned_already(&dir, 4243, true));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

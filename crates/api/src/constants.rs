@@ -46,6 +46,31 @@ pub fn auth_secret_name(cluster: &str) -> String {
     format!("{cluster}-auth")
 }
 
+/// Name of the Secret with the certificate the members serve when the
+/// operator issues it (`ca.crt`, `tls.crt`, `tls.key`).
+pub fn tls_secret_name(cluster: &str) -> String {
+    format!("{cluster}-tls")
+}
+
+/// Name of the Secret with the operator's CA certificate (`ca.crt`): what
+/// clients need to trust the members. A contract.
+pub fn tls_ca_secret_name(cluster: &str) -> String {
+    format!("{cluster}-tls-ca")
+}
+
+/// Name of the Secret with the operator's CA key (`ca.crt`, `ca.key`): read
+/// by the operator only, never mounted.
+pub fn tls_ca_key_secret_name(cluster: &str) -> String {
+    format!("{cluster}-tls-ca-key")
+}
+
+/// Key of the CA certificate in the TLS Secrets.
+pub const TLS_CA_KEY: &str = "ca.crt";
+/// Key of the certificate in the TLS Secret.
+pub const TLS_CERT_KEY: &str = "tls.crt";
+/// Key of the private key in the TLS Secret.
+pub const TLS_KEY_KEY: &str = "tls.key";
+
 /// Name of a member's StatefulSet: `<cluster>-<shard>-<member>`.
 pub fn member_name(cluster: &str, shard: u32, member: u32) -> String {
     format!("{cluster}-{shard}-{member}")

@@ -98,6 +98,9 @@ pub struct ConnectOptions {
     pub connect_timeout: Duration,
     /// Bound on every command's reply.
     pub command_timeout: Duration,
+    /// TLS: the CA certificates (PEM) the node's certificate must chain to;
+    /// `None` for plaintext.
+    pub tls_ca_pem: Option<Vec<u8>>,
 }
 
 impl Default for ConnectOptions {
@@ -107,8 +110,39 @@ impl Default for ConnectOptions {
             password: None,
             connect_timeout: Duration::from_secs(2),
             command_timeout: Duration::from_secs(5),
+            tls_ca_pem: None,
         }
     }
+}
+
+/// A TLS client for `ip:port` trusting only `ca_pem`. The node's
+/// certificate must chain to that CA, but need not name the IP: members are
+/// reached by pod IP, and a certificate issued before a pod got its IP (or a
+/// user's certificate that names DNS names only) would otherwise lock the
+/// operator out. Only a holder of a key the cluster's CA signed can pass.
+fn tls_client(
+    ip: IpAddr,
+    port: u16,
+    redis: RedisConnectionInfo,
+    ca_pem: &[u8],
+) -> Result<Client, redis::RedisError> {
+    let addr = ConnectionAddr::TcpTls {
+        host: ip.to_string(),
+        port,
+        insecure: false,
+        tls_params: None,
+    };
+    let info = addr.into_connection_info()?.set_redis_settings(redis);
+    let built = Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca_pem.to_vec()),
+        },
+    )?;
+    let mut addr = built.get_connection_info().addr().clone();
+    addr.set_danger_accept_invalid_hostnames(true);
+    Client::open(built.get_connection_info().clone().set_addr(addr))
 }
 
 /// The admin commands the planner's actions need, and the observe calls, on one node.
@@ -217,11 +251,16 @@ impl ValkeyAdmin {
         if let Some(password) = &opts.password {
             redis = redis.set_password(password);
         }
-        let info = ConnectionAddr::Tcp(ip.to_string(), port)
-            .into_connection_info()
-            .map_err(connect_err)?
-            .set_redis_settings(redis);
-        let client = Client::open(info).map_err(connect_err)?;
+        let client = match &opts.tls_ca_pem {
+            None => {
+                let info = ConnectionAddr::Tcp(ip.to_string(), port)
+                    .into_connection_info()
+                    .map_err(connect_err)?
+                    .set_redis_settings(redis);
+                Client::open(info).map_err(connect_err)?
+            }
+            Some(ca) => tls_client(ip, port, redis, ca).map_err(connect_err)?,
+        };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(opts.connect_timeout))
             .set_response_timeout(Some(opts.command_timeout));

@@ -157,6 +157,7 @@ fn connect_options() -> ConnectOptions {
         password: Some(PASSWORD.to_string()),
         connect_timeout: Duration::from_millis(500),
         command_timeout: Duration::from_secs(2),
+        tls_ca_pem: None,
     }
 }
 

@@ -9,6 +9,9 @@ MOVED handling, topology refresh) and knows nothing of the operator.
                     [--wait-replicas N] [--prefix K]
     judge.py verify --host IP --password P --in FILE
 
+Every verb takes --tls-ca FILE (before the verb) to connect with TLS,
+verifying the members' certificate chain against that CA.
+
 `load` writes keys until --seconds pass or --stop-file appears, and appends
 every key whose write was acknowledged (and, with --wait-replicas, confirmed by
 WAIT) to FILE. It prints one JSON line: writes, acked, errors, longest gap
@@ -35,7 +38,15 @@ def connect(args):
         socket_connect_timeout=2.0,
         cluster_error_retry_attempts=3,
         decode_responses=True,
+        **tls_options(args),
     )
+
+
+def tls_options(args):
+    """With --tls-ca, TLS that verifies the members' chain to that CA."""
+    if not args.tls_ca:
+        return {}
+    return {"ssl": True, "ssl_ca_certs": args.tls_ca, "ssl_cert_reqs": "required"}
 
 
 def connect_retrying(args, deadline_s=60.0):
@@ -134,6 +145,7 @@ def main():
     parser.add_argument("--host", action="append", required=True, help="a member's IP (repeatable)")
     parser.add_argument("--port", type=int, default=6379)
     parser.add_argument("--password", default="")
+    parser.add_argument("--tls-ca", help="connect with TLS, trusting this CA file (PEM)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     fill = sub.add_parser("fill")
     fill.add_argument("--count", type=int, default=10000)

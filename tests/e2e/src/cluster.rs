@@ -21,6 +21,10 @@ pub struct Env {
     pub testbed_bin: PathBuf,
     pub kubectl: PathBuf,
     pub python: PathBuf,
+    /// The CA bundle (PEM file) to trust when the members speak TLS: set by
+    /// a suite of TLS clusters ([`Env::use_tls`]); `redis-cli` and the judge
+    /// then connect with TLS.
+    pub tls_ca: std::sync::Arc<std::sync::Mutex<Option<PathBuf>>>,
 }
 
 fn cache_dir() -> PathBuf {
@@ -64,6 +68,7 @@ impl Env {
             root: root.to_path_buf(),
             testbed_dir: testbed_dir.to_path_buf(),
             kubeconfig: testbed_dir.join("kubeconfig"),
+            tls_ca: Default::default(),
         }
     }
 
@@ -317,11 +322,34 @@ impl Env {
         Ok(String::from_utf8_lossy(&out.stdout).to_string())
     }
 
+    /// From now on, connect to members with TLS, trusting the CAs of the PEM
+    /// file `ca` (`None`: plain TCP again).
+    pub fn use_tls(&self, ca: Option<PathBuf>) {
+        *self.tls_ca.lock().unwrap_or_else(|e| e.into_inner()) = ca;
+    }
+
+    /// The CA file of [`Env::use_tls`], if any.
+    pub fn tls_ca_file(&self) -> Option<PathBuf> {
+        self.tls_ca
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `redis-cli` with the TLS flags [`Env::use_tls`] asks for.
+    pub fn redis_cli(&self) -> Command {
+        let mut cmd = Command::new("redis-cli");
+        if let Some(ca) = self.tls_ca_file() {
+            cmd.arg("--tls").arg("--cacert").arg(ca);
+        }
+        cmd
+    }
+
     /// `redis-cli --cluster check IP:6379`: the independent judge of a healthy
     /// cluster (all slots covered, every node agrees). Returns its output.
     pub fn cluster_check(&self, ip: &str, password: &str) -> Result<String> {
         let addr = format!("{ip}:6379");
-        let mut cmd = Command::new("redis-cli");
+        let mut cmd = self.redis_cli();
         if !password.is_empty() {
             cmd.args(["-a", password, "--no-auth-warning"]);
         }
@@ -364,7 +392,11 @@ impl Env {
         for h in hosts {
             cmd.args(["--host", h]);
         }
-        cmd.args(["--password", password]).args(args);
+        cmd.args(["--password", password]);
+        if let Some(ca) = self.tls_ca_file() {
+            cmd.arg("--tls-ca").arg(ca);
+        }
+        cmd.args(args);
         cmd
     }
 
@@ -630,7 +662,7 @@ impl Env {
     /// Fails when redis-cli exits non-zero or the reply is an error (redis-cli
     /// exits 0 on error replies, printing them raw).
     pub fn valkey_cli(&self, ip: &str, password: &str, args: &[&str]) -> Result<String> {
-        let mut cmd = Command::new("redis-cli");
+        let mut cmd = self.redis_cli();
         cmd.args(["-h", ip, "-p", "6379"]);
         if !password.is_empty() {
             cmd.args(["-a", password, "--no-auth-warning"]);

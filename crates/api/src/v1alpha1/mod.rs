@@ -15,6 +15,6 @@ pub mod validation;
 pub use spec::*;
 pub use status::*;
 pub use validation::{
-    FieldError, MemberRequest, ResolvedSpreadConstraint, ValidatedCluster, ValidationError,
-    validate,
+    FieldError, MemberRequest, ResolvedSpreadConstraint, ValidatedCluster, ValidatedTls,
+    ValidationError, validate,
 };

@@ -75,6 +75,10 @@ use std::collections::BTreeMap;
         .field_path(".persistence")
         .reason(Reason::FieldValueForbidden),
     validation = Rule::new(cel::members_bounded()).message(cel::MEMBERS_BOUNDED_MESSAGE),
+    validation = Rule::new(cel::TLS_FIXED)
+        .message(cel::TLS_FIXED_MESSAGE)
+        .field_path(".tls.enabled")
+        .reason(Reason::FieldValueForbidden),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterSpec {
@@ -159,6 +163,13 @@ pub struct ValkeyClusterSpec {
     /// Password authentication for clients and between members.
     #[serde(default)]
     pub auth: Auth,
+
+    /// TLS for clients, replication and the cluster bus. When enabled, members
+    /// listen for TLS on 6379 and plaintext nowhere; clients find the CA in
+    /// the Secret `<cluster>-tls-ca` (key `ca.crt`) when the operator issues
+    /// the certificates, else in the Secret `secretName` names.
+    #[serde(default)]
+    pub tls: Tls,
 
     /// PodDisruptionBudgets that keep voluntary disruptions (drains, evictions)
     /// from taking two members of one shard at once.
@@ -391,6 +402,25 @@ impl Default for Auth {
     }
 }
 
+/// TLS of the members.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Tls {
+    /// Serve TLS only: clients, replication and the cluster bus (default
+    /// false). Chosen at creation: a live cluster cannot switch yet.
+    #[serde(default)]
+    pub enabled: bool,
+
+    /// A Secret (in the cluster's namespace) with `ca.crt`, `tls.crt` and
+    /// `tls.key`, the layout cert-manager writes. Its certificate must be
+    /// valid for server and client use (peers present it to each other).
+    /// Renewals are picked up live. When unset the operator runs its own CA
+    /// (`<cluster>-tls-ca`) and issues and renews `<cluster>-tls` itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: Option<String>,
+}
+
 /// One key of a Secret in the cluster's namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -472,6 +502,7 @@ impl Default for ValkeyClusterSpec {
             replica_spread_constraints: Vec::new(),
             primary_balancing: PrimaryBalancing::default(),
             auth: Auth::default(),
+            tls: Tls::default(),
             pod_disruption_budget: PodDisruptionBudget::default(),
             termination_grace_period_seconds: defaults::TERMINATION_GRACE_PERIOD_SECONDS,
             pod_labels: BTreeMap::new(),

@@ -62,6 +62,18 @@ pub const OWNED_CONFIG_KEYS: &[&str] = &[
     "tls-port",
     "tls-cluster",
     "tls-replication",
+    // TLS files and client checks: from spec.tls.
+    "tls-cert-file",
+    "tls-key-file",
+    "tls-key-file-pass",
+    "tls-client-cert-file",
+    "tls-client-key-file",
+    "tls-client-key-file-pass",
+    "tls-ca-cert-file",
+    "tls-ca-cert-dir",
+    "tls-auth-clients",
+    "tls-auth-clients-user",
+    "tls-auto-reload-interval",
     // Files: data and nodes.conf live where the operator mounts them.
     "dir",
     "include",
@@ -133,6 +145,12 @@ pub mod cel {
     pub const PERSISTENCE_FIXED: &str = "has(self.persistence) == has(oldSelf.persistence)";
     pub const PERSISTENCE_FIXED_MESSAGE: &str =
         "persistence cannot be added or removed after creation";
+
+    /// Spec (transition): TLS is chosen at creation. Switching a live
+    /// cluster needs every member to change its port and its bus at once.
+    pub const TLS_FIXED: &str = "(has(self.tls) && has(self.tls.enabled) && self.tls.enabled) == \
+         (has(oldSelf.tls) && has(oldSelf.tls.enabled) && oldSelf.tls.enabled)";
+    pub const TLS_FIXED_MESSAGE: &str = "tls.enabled cannot be changed after creation";
 
     /// Spec: at most [`super::MAX_MEMBERS`] members. Shards and replicas have
     /// schema defaults, so both are present once the API server has defaulted
@@ -367,6 +385,16 @@ pub struct ValidatedAuth {
     pub operator_managed: bool,
 }
 
+/// `spec.tls` when enabled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatedTls {
+    /// The Secret the members mount (`ca.crt`, `tls.crt`, `tls.key`): the
+    /// user's, or `<cluster>-tls`.
+    pub secret_name: String,
+    /// The operator runs the CA and issues the certificate.
+    pub operator_managed: bool,
+}
+
 /// A ValkeyCluster that passed every rule: the only form later steps read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedCluster {
@@ -395,6 +423,8 @@ pub struct ValidatedCluster {
     pub spread: Vec<ResolvedSpreadConstraint>,
     pub primary_balancing: ValidatedBalancing,
     pub auth: ValidatedAuth,
+    /// `None` when TLS is off.
+    pub tls: Option<ValidatedTls>,
     pub pod_disruption_budget: bool,
     pub termination_grace_period_seconds: i64,
     pub pod_labels: BTreeMap<String, String>,
@@ -602,6 +632,7 @@ fn validate_spec(
             operator_managed: true,
         },
     };
+    let tls = validate_tls(name, &spec.tls, errors);
     if spec.termination_grace_period_seconds < defaults::MIN_TERMINATION_GRACE_PERIOD_SECONDS {
         errors.add(
             "spec.terminationGracePeriodSeconds",
@@ -660,6 +691,7 @@ fn validate_spec(
             quiet_period: Duration::from_secs(quiet),
         },
         auth,
+        tls,
         pod_disruption_budget: spec.pod_disruption_budget.enabled,
         termination_grace_period_seconds: spec.termination_grace_period_seconds,
         pod_labels: spec.pod_labels.clone(),
@@ -701,6 +733,50 @@ fn member_request(resources: &ResourceRequirements, errors: &mut Errors) -> Memb
         cpu_millis: parse("cpu", quantity::cpu_millis),
         memory_bytes: parse("memory", quantity::value),
     }
+}
+
+/// `spec.tls`: the Secret a user names must be a valid Secret name.
+fn validate_tls(
+    cluster: &str,
+    tls: &super::spec::Tls,
+    errors: &mut Errors,
+) -> Option<ValidatedTls> {
+    if let Some(name) = &tls.secret_name
+        && !is_dns_subdomain(name)
+    {
+        errors.add(
+            "spec.tls.secretName",
+            "must be a Secret name: at most 253 lower-case letters, digits, '-' and '.', \
+             starting and ending with a letter or digit",
+        );
+    }
+    if !tls.enabled {
+        return None;
+    }
+    Some(match &tls.secret_name {
+        Some(name) => ValidatedTls {
+            secret_name: name.clone(),
+            operator_managed: false,
+        },
+        None => ValidatedTls {
+            secret_name: crate::constants::tls_secret_name(cluster),
+            operator_managed: true,
+        },
+    })
+}
+
+/// A DNS subdomain (RFC 1123), the form of most object names.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }
 
 fn validate_config(
@@ -1367,6 +1443,58 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(errs.len(), 3, "{errs:?}");
+    }
+
+    #[test]
+    fn tls_is_off_by_default_and_uses_the_operators_certificate_when_no_secret_is_named() {
+        let off = validate(&cluster(ValkeyClusterSpec::default())).unwrap();
+        assert_eq!(off.tls, None);
+        let on = validate(&cluster(ValkeyClusterSpec {
+            tls: Tls {
+                enabled: true,
+                secret_name: None,
+            },
+            ..Default::default()
+        }))
+        .unwrap();
+        assert_eq!(
+            on.tls,
+            Some(ValidatedTls {
+                secret_name: "cache-tls".into(),
+                operator_managed: true
+            })
+        );
+        let mine = validate(&cluster(ValkeyClusterSpec {
+            tls: Tls {
+                enabled: true,
+                secret_name: Some("my-cert".into()),
+            },
+            ..Default::default()
+        }))
+        .unwrap();
+        assert_eq!(mine.tls.unwrap().secret_name, "my-cert");
+    }
+
+    #[test]
+    fn a_tls_secret_name_must_be_a_secret_name_and_tls_files_are_owned() {
+        let errs = errors_of(ValkeyClusterSpec {
+            tls: Tls {
+                enabled: true,
+                secret_name: Some("My_Cert".into()),
+            },
+            config: [("tls-cert-file".to_string(), "/x".to_string())].into(),
+            ..Default::default()
+        });
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.tls.secretName: must be a Secret name"))
+        );
+        assert!(
+            errs.iter().any(
+                |e| e == "spec.config: keys owned by the operator cannot be set: tls-cert-file"
+            )
+        );
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub const DATA_DIR: &str = "/data";
 pub const NODES_CONF: &str = "/data/nodes.conf";
 /// Where the ConfigMap is mounted.
 pub const CONFIG_DIR: &str = "/etc/valkey";
+/// Where the TLS Secret (`ca.crt`, `tls.crt`, `tls.key`) is mounted.
+pub const TLS_DIR: &str = "/etc/valkey-tls";
+/// Seconds between Valkey's checks of its TLS files: a renewed certificate
+/// is served this long after the kubelet has refreshed the Secret volume.
+pub const TLS_RELOAD_SECONDS: u32 = 10;
 /// The key of valkey.conf in the ConfigMap (and its file name).
 pub const CONFIG_FILE: &str = "valkey.conf";
 
@@ -156,7 +161,7 @@ pub fn render(cluster: &ValidatedCluster) -> String {
         }
     }
     out.push_str("\n# Owned by the operator\n");
-    for (k, v) in owned_settings() {
+    for (k, v) in owned_settings(cluster) {
         line(&mut out, k, &v);
     }
     out
@@ -192,10 +197,37 @@ fn overridable_defaults(cluster: &ValidatedCluster) -> Vec<(&'static str, String
 }
 
 /// The settings the operator owns, in file order.
-fn owned_settings() -> Vec<(&'static str, String)> {
-    vec![
-        ("daemonize", "no".into()),
-        ("port", api::constants::VALKEY_PORT.to_string()),
+fn owned_settings(cluster: &ValidatedCluster) -> Vec<(&'static str, String)> {
+    let mut owned = vec![("daemonize", "no".into())];
+    if cluster.tls.is_some() {
+        // TLS on the client port, plaintext nowhere; replication and the bus
+        // speak TLS too. Peers present the same certificate as clients of
+        // each other; applications need none (`optional`: one they do
+        // present must be valid).
+        owned.extend([
+            ("port", "0".to_string()),
+            ("tls-port", api::constants::VALKEY_PORT.to_string()),
+            ("tls-cluster", "yes".into()),
+            ("tls-replication", "yes".into()),
+            (
+                "tls-cert-file",
+                format!("{TLS_DIR}/{}", api::constants::TLS_CERT_KEY),
+            ),
+            (
+                "tls-key-file",
+                format!("{TLS_DIR}/{}", api::constants::TLS_KEY_KEY),
+            ),
+            (
+                "tls-ca-cert-file",
+                format!("{TLS_DIR}/{}", api::constants::TLS_CA_KEY),
+            ),
+            ("tls-auth-clients", "optional".into()),
+            ("tls-auto-reload-interval", TLS_RELOAD_SECONDS.to_string()),
+        ]);
+    } else {
+        owned.push(("port", api::constants::VALKEY_PORT.to_string()));
+    }
+    owned.extend(vec![
         // Every address of the pod (its IP for peers and clients, loopback for
         // the probe); `-::*` makes IPv6 optional.
         ("bind", "* -::*".into()),
@@ -214,7 +246,8 @@ fn owned_settings() -> Vec<(&'static str, String)> {
         // A primary hands its slots to an in-sync replica before it stops.
         ("shutdown-on-sigterm", "failover".into()),
         ("shutdown-on-sigint", "default".into()),
-    ]
+    ]);
+    owned
 }
 
 fn yes_no(b: bool) -> String {
@@ -272,6 +305,33 @@ mod tests {
                 "missing {expected:?} in\n{conf}"
             );
         }
+    }
+
+    #[test]
+    fn with_tls_the_client_port_bus_and_replication_are_tls_only() {
+        let mut c = cluster("cache", 3, 1);
+        assert!(render(&c).lines().any(|l| l == "port 6379"));
+        c.tls = Some(api::v1alpha1::ValidatedTls {
+            secret_name: "cache-tls".into(),
+            operator_managed: true,
+        });
+        let conf = render(&c);
+        for expected in [
+            "port 0",
+            "tls-port 6379",
+            "tls-cluster yes",
+            "tls-replication yes",
+            "tls-cert-file /etc/valkey-tls/tls.crt",
+            "tls-key-file /etc/valkey-tls/tls.key",
+            "tls-ca-cert-file /etc/valkey-tls/ca.crt",
+            "tls-auth-clients optional",
+        ] {
+            assert!(
+                conf.lines().any(|l| l == expected),
+                "missing {expected:?} in\n{conf}"
+            );
+        }
+        assert!(!conf.lines().any(|l| l == "port 6379"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! - [`statefulset`]: one single-replica StatefulSet per member;
 //! - [`scheduling`]: the plan as pod affinity rules;
 //! - [`config`]: valkey.conf, and which keys go in live;
+//! - [`tls`]: the operator's CA and the members' serving certificate;
 //! - [`services`], [`pdb`], [`secret`]: the rest of what a cluster owns.
 
 pub mod config;
@@ -14,6 +15,7 @@ pub mod scheduling;
 pub mod secret;
 pub mod services;
 pub mod statefulset;
+pub mod tls;
 
 use api::ValidatedCluster;
 use api::constants::{FIELD_MANAGER, LABEL_CLUSTER, LABEL_MEMBER, LABEL_SHARD};

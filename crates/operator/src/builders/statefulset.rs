@@ -26,12 +26,12 @@
 //!   priority class: a differing pod that is still Pending is re-created (pod
 //!   scheduling rules are immutable); a running one stays where it is.
 
-use super::config::{self, CONFIG_DIR, CONFIG_FILE, DATA_DIR};
+use super::config::{self, CONFIG_DIR, CONFIG_FILE, DATA_DIR, TLS_DIR};
 use super::hash::Fnv;
 use super::scheduling::{self, MemberPlacement};
 use super::{config_map_name, headless_service_name, member_labels, member_selector};
 use api::ValidatedCluster;
-use api::constants::{CLUSTER_BUS_PORT, VALKEY_PORT, member_name};
+use api::constants::{CLUSTER_BUS_PORT, TLS_CA_KEY, VALKEY_PORT, member_name};
 use api::v1alpha1::ReclaimPolicy;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetOrdinals, StatefulSetPersistentVolumeClaimRetentionPolicy,
@@ -40,8 +40,8 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     ExecAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
-    PodTemplateSpec, Probe, SecretKeySelector, TCPSocketAction, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    PodTemplateSpec, Probe, SecretKeySelector, SecretVolumeSource, TCPSocketAction, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -55,6 +55,10 @@ pub const ANNOTATION_PLACEMENT_HASH: &str = "valkey.rs/placement-hash";
 pub const CONTAINER: &str = "valkey";
 /// Environment variable holding the password (from the Secret).
 pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
+/// valkey-cli's TLS flags for the start script, empty without TLS.
+pub const CLI_TLS_ENV: &str = "VALKEY_CLI_TLS";
+/// Name of the volume of the TLS Secret.
+pub const TLS_VOLUME: &str = "tls";
 /// Name of the data volume (and of the PVC template: PVCs are `data-<pod>`).
 pub const DATA_VOLUME: &str = "data";
 
@@ -275,6 +279,16 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
         }),
         ..Default::default()
     }];
+    if let Some(tls) = &c.tls {
+        volumes.push(Volume {
+            name: TLS_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(tls.secret_name.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
     if c.persistence.is_none() {
         volumes.push(Volume {
             name: DATA_VOLUME.into(),
@@ -344,6 +358,50 @@ fn container(c: &ValidatedCluster) -> Container {
             format!("$({PASSWORD_ENV})"),
         ]);
     }
+    let cli_tls: Vec<String> = match &c.tls {
+        Some(_) => vec![
+            "--tls".into(),
+            "--cacert".into(),
+            format!("{TLS_DIR}/{TLS_CA_KEY}"),
+        ],
+        None => Vec::new(),
+    };
+    if !cli_tls.is_empty() {
+        env.push(EnvVar {
+            name: CLI_TLS_ENV.into(),
+            value: Some(cli_tls.join(" ")),
+            value_from: None,
+        });
+    }
+    let mut mounts = vec![
+        VolumeMount {
+            name: "config".into(),
+            mount_path: CONFIG_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: DATA_VOLUME.into(),
+            mount_path: DATA_DIR.into(),
+            ..Default::default()
+        },
+    ];
+    if c.tls.is_some() {
+        mounts.push(VolumeMount {
+            name: TLS_VOLUME.into(),
+            mount_path: TLS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    let mut probe = vec!["valkey-cli".to_string()];
+    probe.extend(cli_tls);
+    probe.extend([
+        "-e".into(),
+        "-p".into(),
+        VALKEY_PORT.to_string(),
+        "ping".into(),
+    ]);
     let port = |name: &str, p: u16| ContainerPort {
         name: Some(name.into()),
         container_port: i32::from(p),
@@ -363,30 +421,12 @@ fn container(c: &ValidatedCluster) -> Container {
         ]),
         resources: (c.resources != Default::default()).then(|| c.resources.clone()),
         security_context: Some(c.security_context.clone()),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "config".into(),
-                mount_path: CONFIG_DIR.into(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: DATA_VOLUME.into(),
-                mount_path: DATA_DIR.into(),
-                ..Default::default()
-            },
-        ]),
+        volume_mounts: Some(mounts),
         // `-e`: exit non-zero on an error reply (NOAUTH, LOADING), so Ready
         // means "answers commands", not only "accepts connections".
         readiness_probe: Some(Probe {
             exec: Some(ExecAction {
-                command: Some(vec![
-                    "valkey-cli".into(),
-                    "-e".into(),
-                    "-p".into(),
-                    VALKEY_PORT.to_string(),
-                    "ping".into(),
-                ]),
+                command: Some(probe),
             }),
             period_seconds: Some(5),
             timeout_seconds: Some(3),
@@ -445,7 +485,7 @@ pub const FORGET_IDENTITY_SCRIPT: &str = concat!(
     "trap 'exit 143' TERM INT; ",
     "while :; do busy=; ",
     "for r in $rs; do ",
-    "out=$(timeout 2 valkey-cli --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>/dev/null | tr -d '\\r'); ",
+    "out=$(timeout 2 valkey-cli $VALKEY_CLI_TLS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>/dev/null | tr -d '\\r'); ",
     "case \"$out\" in ",
     "*role:*) if printf '%s\\n' \"$out\" | grep -qxF -e \"master_host:$ip\" -e \"master_host:${POD_IP:-$ip}\"; then busy=\"$r\"; fi ;; ",
     "*) if [ \"$(date +%s)\" -lt \"$deadline\" ]; then busy=\"$r\"; fi ;; ",

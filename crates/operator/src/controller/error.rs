@@ -68,6 +68,10 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// Making the operator's CA or a certificate failed, or the stored CA is
+    /// unusable.
+    #[error("TLS: {0}")]
+    Tls(#[source] crate::builders::tls::TlsError),
     /// The Valkey planner refused its input (contradictory observation).
     #[error("planning Valkey actions: {0}")]
     ValkeyPlan(#[from] valkey::planner::PlanError),
@@ -88,6 +92,7 @@ impl Error {
             Error::PatchPod { .. } => "PodPatch",
             Error::Status { .. } => "StatusUpdate",
             Error::Serialize { .. } => "Serialize",
+            Error::Tls(_) => "Tls",
             Error::ValkeyPlan(_) => "ValkeyPlan",
             Error::MissingMetadata(_) => "MissingMetadata",
         }

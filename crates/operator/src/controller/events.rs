@@ -26,6 +26,9 @@ pub mod reason {
     pub const PRIMARY_CHANGED: &str = "PrimaryChanged";
     pub const SECRET_CREATED: &str = "PasswordSecretCreated";
     pub const SECRET_MISSING: &str = "PasswordSecretMissing";
+    pub const TLS_SECRET_MISSING: &str = "TLSSecretMissing";
+    pub const CA_CREATED: &str = "CertificateAuthorityCreated";
+    pub const CERTIFICATE_ISSUED: &str = "CertificateIssued";
     pub const VALKEY_COMMAND_FAILED: &str = "ValkeyCommandFailed";
     pub const RECONCILE_ERROR: &str = "ReconcileError";
     pub const MEMBER_LOST: &str = "MemberLost";

@@ -102,6 +102,15 @@ async fn run(
     let placement = Placement::compute(&cluster, &kube).await;
     events.notes(placement.notes(&mut memory.announced)).await;
     let auth = act::kube::ensure_password(ctx, &cluster, &owner, events).await?;
+    let tls = act::tls::ensure(
+        ctx,
+        &cluster,
+        &owner,
+        &kube,
+        target.now.0.as_second(),
+        events,
+    )
+    .await?;
     let desired = decide::objects(&cluster, &owner, &placement, &kube);
     let orphaned = cleanup::orphaned_pdbs(&cluster, &desired, &kube);
     act::kube::apply_objects(ctx, &cluster, &desired, &kube, &orphaned, events).await?;
@@ -112,8 +121,8 @@ async fn run(
     act::kube::grow_volumes(ctx, &cluster, &grow, events, &mut memory.announced).await;
 
     // 3. Valkey: observe, facts, decide, act
-    let blocker = auth.blocker();
-    let valkey = observe::valkey::members(ctx, &cluster, &kube, target.old, &auth).await;
+    let blocker = auth.blocker().or_else(|| tls.blocker());
+    let valkey = observe::valkey::members(ctx, &cluster, &kube, target.old, &auth, &tls).await;
     let facts = Facts::new(&cluster, &kube, &valkey.observed, target.now.0);
     let now = Instant::now();
     // The quiet period also starts when the operator first sees the cluster.

@@ -1,5 +1,5 @@
-//! The Valkey seam, over the valkey crate's admin client: one plain
-//! connection per member (opened for one reconcile, short timeouts), what
+//! The Valkey seam, over the valkey crate's admin client: one connection
+//! (TLS when `spec.tls` is on) per member (opened for one reconcile, short timeouts), what
 //! each member says, and the commands the Valkey planner asks for.
 //!
 //! A member that does not answer within the timeouts is `Unreachable` with
@@ -37,6 +37,7 @@ pub type Session = Connections;
 pub async fn observe(
     targets: &[Target],
     password: Option<&str>,
+    tls_ca_pem: Option<&[u8]>,
     config_keys: &[String],
     t: Timeouts,
 ) -> (ObservedCluster, Session) {
@@ -45,6 +46,7 @@ pub async fn observe(
         password: password.map(str::to_string),
         connect_timeout: t.connect,
         command_timeout: t.command,
+        tls_ca_pem: tls_ca_pem.map(<[u8]>::to_vec),
     };
     client::observe_cluster(targets, &opts, config_keys).await
 }

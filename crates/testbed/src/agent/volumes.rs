@@ -2,7 +2,10 @@
 //! `DIR/pods/<ns>_<name>_<uid>/volumes/<volume>` (or, for a PersistentVolume, the
 //! PV's own folder under `DIR/volumes/`), which `runtime` binds at the mount
 //! paths. ConfigMap, Secret, downward API and projected contents are written
-//! as files on every container start (so a restart sees updates).
+//! as files on every container start (so a restart sees updates), and the
+//! ConfigMap and Secret volumes of a running pod are kept current every few
+//! seconds, as the kubelet's sync does (a renewed certificate reaches a
+//! running server without a restart).
 
 use super::spec::{PodFacts, field_value};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
@@ -273,6 +276,123 @@ pub fn write_files(volume: &str, dir: &Path, files: &[FileOut]) -> Result<(), Vo
         std::fs::rename(&tmp, &path).map_err(|e| werr(&path, e))?;
     }
     Ok(())
+}
+
+/// How often a running pod's ConfigMap and Secret volumes are brought up to
+/// date. The kubelet does it on its periodic sync (about a minute plus its
+/// cache TTL); the testbed is quicker so suites need not wait.
+pub const OBJECT_VOLUME_SYNC: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The files of `files` whose content or mode differs from what `dir` holds:
+/// only these are written again, so an unchanged Secret does not touch the
+/// volume (and programs watching a file's time see no change).
+pub fn changed_files(dir: &Path, files: &[FileOut]) -> Vec<FileOut> {
+    files
+        .iter()
+        .filter(|f| {
+            let path = dir.join(&f.path);
+            let same_content = std::fs::read(&path).is_ok_and(|c| c == f.content);
+            let same_mode = std::fs::metadata(&path)
+                .is_ok_and(|m| m.permissions().mode() & 0o777 & !0o070 == f.mode & 0o777 & !0o070);
+            !(same_content && same_mode)
+        })
+        .cloned()
+        .collect()
+}
+
+/// Keeps the ConfigMap and Secret volumes of a running pod current, as the
+/// kubelet's sync does: every [`OBJECT_VOLUME_SYNC`] the objects are read
+/// again and changed keys written over the old files (atomically; keys that
+/// went away stay, and a missing object leaves the files as they are).
+/// Nothing is read while `api_connected` says the node is cut off from the
+/// API. Abort the task when the pod stops.
+pub fn spawn_object_volume_sync(
+    client: kube::Client,
+    pod: Pod,
+    volume_dirs: BTreeMap<String, PathBuf>,
+    api_connected: impl Fn() -> bool + Send + 'static,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let spec = pod.spec.clone()?;
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let fs_group = spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.fs_group)
+        .and_then(|g| u32::try_from(g).ok());
+    let volumes: Vec<(Volume, PathBuf)> = spec
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| v.config_map.is_some() || v.secret.is_some())
+        .filter_map(|v| volume_dirs.get(&v.name).cloned().map(|d| (v, d)))
+        .collect();
+    if volumes.is_empty() {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(OBJECT_VOLUME_SYNC).await;
+            if !api_connected() {
+                continue;
+            }
+            for (vol, dir) in &volumes {
+                let files = if let Some(cm) = &vol.config_map {
+                    object_files::<ConfigMap>(
+                        &client,
+                        &ns,
+                        &cm.name,
+                        cm.items.as_deref(),
+                        cm.default_mode,
+                        Some(true),
+                    )
+                    .await
+                } else if let Some(sv) = &vol.secret {
+                    object_files::<Secret>(
+                        &client,
+                        &ns,
+                        sv.secret_name.as_deref().unwrap_or_default(),
+                        sv.items.as_deref(),
+                        sv.default_mode,
+                        Some(true),
+                    )
+                    .await
+                } else {
+                    continue;
+                };
+                let Ok(files) = files else { continue };
+                let changed = changed_files(dir, &files);
+                if changed.is_empty() {
+                    continue;
+                }
+                let result = write_files(&vol.name, dir, &changed).and_then(|()| {
+                    for f in changed.iter().filter(|_| fs_group.is_some()) {
+                        let path = dir.join(&f.path);
+                        set_ownership(&path, fs_group.unwrap_or_default(), false).map_err(
+                            |source| VolumeError::Write {
+                                volume: vol.name.clone(),
+                                path,
+                                source,
+                            },
+                        )?;
+                    }
+                    Ok(())
+                });
+                match result {
+                    Ok(()) => tracing::info!(
+                        pod = %pod.metadata.name.as_deref().unwrap_or_default(),
+                        volume = %vol.name,
+                        files = changed.len(),
+                        "volume contents updated"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "updating a volume failed"),
+                }
+            }
+        }
+    }))
 }
 
 /// Where each volume of the pod lives on the host, after making sure its
@@ -662,6 +782,25 @@ async fn pv_path(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_changed_files_are_written_again() {
+        let dir = std::env::temp_dir().join(format!("vol-sync-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let f = |path: &str, content: &str| FileOut {
+            path: path.into(),
+            content: content.as_bytes().to_vec(),
+            mode: 0o644,
+        };
+        write_files("v", &dir, &[f("a", "1"), f("b", "2")]).unwrap();
+        let changed = changed_files(&dir, &[f("a", "1"), f("b", "3"), f("c", "4")]);
+        let paths: Vec<&str> = changed.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["b", "c"]);
+        // fsGroup adds group bits; that is not a change.
+        set_ownership(&dir.join("a"), 0, false).unwrap();
+        assert!(changed_files(&dir, &[f("a", "1")]).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     use super::*;
     use k8s_openapi::api::core::v1::{ObjectFieldSelector, PodSpec};
 

@@ -127,6 +127,8 @@ struct Worker {
     known: bool,
     /// Renews the pod's projected service-account tokens (`incluster`).
     token_refresh: Option<JoinHandle<()>>,
+    /// Keeps the pod's ConfigMap and Secret volumes current (`volumes`).
+    volume_sync: Option<JoinHandle<()>>,
 }
 
 impl Worker {
@@ -217,6 +219,7 @@ impl Worker {
             host_ip,
             known: false,
             token_refresh: None,
+            volume_sync: None,
         }
     }
 
@@ -340,6 +343,15 @@ impl Worker {
                             self.agent.client.clone(),
                             (*self.pod).clone(),
                             v.clone().into_iter().collect(),
+                        );
+                    }
+                    if self.volume_sync.is_none() {
+                        let health = self.health_rx.clone();
+                        self.volume_sync = super::volumes::spawn_object_volume_sync(
+                            self.agent.client.clone(),
+                            (*self.pod).clone(),
+                            v.clone(),
+                            move || health.borrow().api_connected(),
                         );
                     }
                     self.volumes = Some(v);
@@ -1150,6 +1162,9 @@ impl Worker {
 
     async fn teardown(&mut self) {
         if let Some(t) = self.token_refresh.take() {
+            t.abort();
+        }
+        if let Some(t) = self.volume_sync.take() {
             t.abort();
         }
         if let Some(sb) = self.sandbox.take() {

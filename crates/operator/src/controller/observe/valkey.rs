@@ -10,6 +10,7 @@ use super::pods::PodFacts;
 use crate::builders::config;
 use crate::controller::Context;
 use crate::controller::act::kube::AuthState;
+use crate::controller::act::tls::TlsState;
 use crate::controller::facts::{desired_members, member_of};
 use crate::controller::valkey_io::{self, Session};
 use api::ValidatedCluster;
@@ -91,11 +92,13 @@ pub async fn members(
     view: &KubeView,
     old_status: Option<&ValkeyClusterStatus>,
     auth: &AuthState,
+    tls: &TlsState,
 ) -> ValkeyObservation {
-    let enabled = !matches!(auth, AuthState::Missing(_));
+    let enabled = !matches!(auth, AuthState::Missing(_)) && !matches!(tls, TlsState::Missing(_));
     let (observed, session) = valkey_io::observe(
         &targets(cluster, view, old_status, enabled),
         auth.password(),
+        tls.ca_pem(),
         &config_keys(cluster),
         ctx.settings.timeouts,
     )

@@ -1,0 +1,275 @@
+//! TLS (issue 10, item 1): with `spec.tls.enabled` the members speak only TLS,
+//! to clients, to their replicas and on the cluster bus.
+//!
+//! - `secure` (3x1) uses the operator's own CA: the bundle clients trust is
+//!   published in Secret `secure-tls-ca` (`ca.crt`); `redis-cli --tls`,
+//!   `redis-cli --cluster check --tls` and the Python `valkey` cluster client
+//!   work, openssl verifies that each served certificate names its pod's IP,
+//!   plain TCP is refused, and `tls-cluster`/`tls-replication` are on.
+//! - renewal: the serving certificate Secret is deleted while a client writes;
+//!   the operator issues a new one, the members serve it (a new serial) without
+//!   a restart, and every acknowledged write reads back.
+//! - `byo` (1x1) names a Secret the user made (with openssl here, as
+//!   cert-manager would): it waits in `TLSSecretMissing` until the Secret is
+//!   there, then comes up on the user's certificate.
+//! - `tls.enabled` cannot be flipped on a live cluster (the API refuses it).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::cluster::{Env, condition, wait_until};
+use e2e::manifest::cluster_manifest;
+use e2e::suite::{Suite, finish_load};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// `data[key]` of a Secret, decoded, or `None` while it is not there.
+fn secret_key(env: &Env, ns: &str, secret: &str, key: &str) -> Option<String> {
+    let obj = env
+        .kubectl_json(&["get", "secret", secret, "-n", ns])
+        .ok()?;
+    let b64 = obj["data"][key].as_str()?;
+    let out = Command::new("base64")
+        .arg("-d")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .ok()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take()?.write_all(b64.as_bytes()).ok()?;
+            child.wait_with_output().ok()
+        })?;
+    Some(String::from_utf8_lossy(&out.stdout).into_owned()).filter(|s| !s.is_empty())
+}
+
+/// The serial of the certificate the member at `ip` serves (openssl s_client,
+/// verifying it against `ca` and, with `names_ip`, that it names `ip`).
+fn served_serial(ip: &str, ca: &Path, names_ip: bool) -> Result<String> {
+    let mut verify = Command::new("openssl");
+    verify
+        .args(["s_client", "-connect", &format!("{ip}:6379"), "-CAfile"])
+        .arg(ca)
+        .args(["-verify_return_error", "-brief"]);
+    if names_ip {
+        verify.args(["-verify_ip", ip]);
+    }
+    let hello = verify
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .output()
+        .context("openssl s_client")?;
+    ensure!(
+        hello.status.success(),
+        "openssl s_client to {ip}:6379 failed to verify the served certificate \
+         (names the IP: {names_ip})"
+    );
+    let full = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect {ip}:6379 -CAfile {} -showcerts </dev/null 2>/dev/null \
+             | openssl x509 -noout -serial",
+            ca.display()
+        ))
+        .output()
+        .context("openssl x509")?;
+    let text = String::from_utf8_lossy(&full.stdout).trim().to_string();
+    text.strip_prefix("serial=")
+        .map(str::to_string)
+        .with_context(|| format!("no serial from {ip}: {text:?}"))
+}
+
+/// A CA and a certificate it signed for server and client use, made with the
+/// openssl CLI into `dir` (`ca.crt`, `tls.crt`, `tls.key`).
+fn user_certificates(dir: &Path) -> Result<()> {
+    let script = r#"set -e
+openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=e2e user CA" \
+  -keyout ca.key -out ca.crt 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj "/CN=byo" -keyout tls.key -out tls.csr 2>/dev/null
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' > ext.cnf
+openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+  -extfile ext.cnf -out tls.crt 2>/dev/null
+"#;
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// A plain-TCP PING to `ip`: must not be answered.
+fn plaintext_refused(env: &Env, ip: &str, password: &str) -> Result<()> {
+    let out = Command::new("redis-cli")
+        .args(["-h", ip, "-p", "6379", "-a", password, "--no-auth-warning"])
+        .args(["ping"])
+        .stdin(Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        !text.contains("PONG"),
+        "{ip} answered a plaintext PING: {text}"
+    );
+    // And with TLS it does.
+    let pong = env.valkey_cli(ip, password, &["ping"])?;
+    ensure!(pong.contains("PONG"), "{ip} over TLS: {pong}");
+    Ok(())
+}
+
+#[test]
+fn members_speak_only_tls_and_renew_their_certificate() {
+    let Some(suite) = Suite::start("tls", "tls", "e2e-tls") else {
+        return;
+    };
+    suite.run(&["secure", "byo"], |env, ns| {
+        let work = env.work_dir("tls")?;
+        let tls_spec = "  tls:\n    enabled: true\n";
+        let secure = cluster_manifest("secure", 3, 1).extra_spec(tls_spec);
+        env.apply(ns, &secure.yaml())?;
+
+        // The CA clients trust: published by the operator.
+        let mut ca_pem = String::new();
+        wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+            ca_pem = secret_key(env, ns, "secure-tls-ca", "ca.crt").unwrap_or_default();
+            Ok(ca_pem.contains("BEGIN CERTIFICATE"))
+        })
+        .context("Secret secure-tls-ca with ca.crt never appeared")?;
+        let ca_file = work.join("secure-ca.crt");
+        std::fs::write(&ca_file, &ca_pem)?;
+        env.use_tls(Some(ca_file.clone()));
+
+        // Ready, with its shape checked over TLS (CLUSTER NODES and
+        // `redis-cli --cluster check --tls` on every member).
+        env.wait_ready_shape(ns, &secure, Duration::from_secs(300))?;
+        let password = env.password(ns, "secure")?;
+        let ips = env.member_ips(ns, "secure")?;
+        for ip in &ips {
+            plaintext_refused(env, ip, &password)?;
+            for (key, want) in [
+                ("tls-cluster", "yes"),
+                ("tls-replication", "yes"),
+                ("port", "0"),
+            ] {
+                let got = env.valkey_cli(ip, &password, &["config", "get", key])?;
+                let value = got.lines().nth(1).unwrap_or_default().trim();
+                ensure!(value == want, "{ip}: {key} is {value:?}, want {want}");
+            }
+        }
+        println!(
+            "tls: secure is Ready over TLS only; plaintext refused on {} members",
+            ips.len()
+        );
+
+        // The Python cluster client over TLS.
+        let hosts: Vec<&str> = ips.iter().map(String::as_str).collect();
+        let filled = env.judge(&hosts, &password, &["fill", "--count", "2000"])?;
+        ensure!(filled["written"] == 2000, "fill over TLS: {filled}");
+        ensure!(filled["missing_or_wrong"] == 0, "fill over TLS: {filled}");
+
+        // Renewal while a client writes: delete the serving certificate.
+        let before: Vec<String> = ips
+            .iter()
+            .map(|ip| served_serial(ip, &ca_file, true))
+            .collect::<Result<_>>()?;
+        let mut load = env.start_member_load(ns, "secure", &password, &work, "renew", &[])?;
+        env.kubectl(&["delete", "secret", "secure-tls", "-n", ns])?;
+        let mut now: Vec<String> = Vec::new();
+        wait_until(Duration::from_secs(120), Duration::from_secs(2), || {
+            // A failed handshake is not an answer yet: ask again.
+            now = ips
+                .iter()
+                .map(|ip| served_serial(ip, &ca_file, true).unwrap_or_default())
+                .collect();
+            Ok(now
+                .iter()
+                .zip(&before)
+                .all(|(a, b)| !a.is_empty() && a != b))
+        })
+        .with_context(|| {
+            format!("the members did not serve a new certificate: before {before:?}, now {now:?}")
+        })?;
+        let summary = finish_load(&mut load, "writes across the renewal")?;
+        let verified =
+            env.verify_cluster_keys(ns, "secure", &password, &work.join("renew.keys"))?;
+        ensure!(
+            verified["missing_or_wrong"] == 0,
+            "keys written across the renewal: {verified}"
+        );
+        let events = env.object_events(ns, "ValkeyCluster", "secure")?;
+        ensure!(
+            events.iter().any(|e| e.reason == "CertificateIssued"),
+            "no CertificateIssued event: {events:?}"
+        );
+        println!("tls: certificate renewed (serials {before:?} -> {now:?}) under load {summary}");
+
+        // tls.enabled is fixed at creation.
+        let refused = env.patch_cluster(ns, "secure", r#"{"spec":{"tls":{"enabled":false}}}"#);
+        let message = format!(
+            "{:#}",
+            refused.err().context("turning TLS off was accepted")?
+        );
+        ensure!(
+            message.contains("tls.enabled cannot be changed"),
+            "turning TLS off: {message}"
+        );
+
+        // The user's own certificate: the cluster waits for its Secret.
+        let byo = cluster_manifest("byo", 1, 1)
+            .extra_spec("  tls:\n    enabled: true\n    secretName: byo-certs\n");
+        env.apply(ns, &byo.yaml())?;
+        let mut last = serde_json::Value::Null;
+        wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+            last = env.cluster(ns, "byo")?;
+            Ok(condition(&last, "Ready").is_some_and(|c| c["reason"] == "TLSSecretMissing"))
+        })
+        .with_context(|| format!("byo never waited in TLSSecretMissing: {}", last["status"]))?;
+        let certs = work.join("byo");
+        std::fs::create_dir_all(&certs)?;
+        user_certificates(&certs)?;
+        env.kubectl(&[
+            "create",
+            "secret",
+            "generic",
+            "byo-certs",
+            "-n",
+            ns,
+            &format!("--from-file=ca.crt={}", certs.join("ca.crt").display()),
+            &format!("--from-file=tls.crt={}", certs.join("tls.crt").display()),
+            &format!("--from-file=tls.key={}", certs.join("tls.key").display()),
+        ])?;
+        // Trust both CAs from now on.
+        let bundle = work.join("bundle.crt");
+        std::fs::write(
+            &bundle,
+            format!(
+                "{ca_pem}\n{}",
+                std::fs::read_to_string(certs.join("ca.crt"))?
+            ),
+        )?;
+        env.use_tls(Some(bundle.clone()));
+        env.wait_ready_shape(ns, &byo, Duration::from_secs(240))?;
+        let byo_password = env.password(ns, "byo")?;
+        for ip in env.member_ips(ns, "byo")? {
+            plaintext_refused(env, &ip, &byo_password)?;
+            let serial = served_serial(&ip, &certs.join("ca.crt"), false)?;
+            let out = Command::new("openssl")
+                .args(["x509", "-noout", "-serial", "-in"])
+                .arg(certs.join("tls.crt"))
+                .output()?;
+            let want = String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .replace("serial=", "");
+            if !want.eq_ignore_ascii_case(&serial) {
+                bail!("{ip} serves serial {serial}, not the user's certificate ({want})");
+            }
+        }
+        println!("tls: byo runs on the user's certificate");
+        Ok(())
+    });
+}

@@ -279,6 +279,44 @@ impl ValkeyAdmin {
         ValkeyAdmin::connect(addr.ip, addr.port, opts).await
     }
 
+    /// `ACL LIST`, parsed.
+    pub async fn acl_list(&self) -> Result<BTreeMap<String, crate::acl::AclEntry>, ClientError> {
+        let value = self
+            .query(&redis::cmd("ACL").arg("LIST").clone(), "ACL LIST")
+            .await?;
+        let lines: Vec<String> = match &value {
+            Value::Array(items) => items.iter().filter_map(parse_text).collect(),
+            _ => Vec::new(),
+        };
+        crate::acl::parse_acl_list(&lines).map_err(|reason| {
+            self.reply_err(
+                "ACL LIST",
+                ParseError::Reply {
+                    command: "ACL LIST",
+                    reason,
+                },
+            )
+        })
+    }
+
+    /// `ACL SETUSER` or `ACL DELUSER`.
+    pub async fn acl(&self, action: &crate::acl::AclAction) -> Result<(), ClientError> {
+        match action {
+            crate::acl::AclAction::SetUser { user, .. } => {
+                let mut cmd = redis::cmd("ACL");
+                cmd.arg("SETUSER").arg(&user.name);
+                for a in user.setuser_args() {
+                    cmd.arg(a);
+                }
+                self.ok(&cmd, "ACL SETUSER").await
+            }
+            crate::acl::AclAction::DelUser { name, .. } => {
+                self.ok(redis::cmd("ACL").arg("DELUSER").arg(name), "ACL DELUSER")
+                    .await
+            }
+        }
+    }
+
     async fn query(&self, cmd: &redis::Cmd, name: &str) -> Result<Value, ClientError> {
         let mut conn = self.conn.clone();
         cmd.query_async::<Value>(&mut conn)

@@ -8,6 +8,7 @@
 //! - [`actions`]: the admin commands the planner asks for, and why it waits.
 //! - [`planner`]: `next_actions(desired, observed)` and `health(desired, observed)`:
 //!   pure, idempotent decisions.
+//! - [`acl`]: ACL users: `ACL LIST` parsed, the `ACL SETUSER`/`DELUSER` to send (pure).
 //! - [`client`]: the side-effect seam: the [`client::Admin`] trait, its redis-rs
 //!   implementation (one plain connection per node), `observe_cluster`, `execute`.
 //!
@@ -27,6 +28,7 @@
 //! # }
 //! ```
 
+pub mod acl;
 pub mod actions;
 pub mod client;
 pub mod model;

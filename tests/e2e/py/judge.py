@@ -33,6 +33,7 @@ def connect(args):
     # Retries inside the client are kept small: the judge must see outages.
     return ValkeyCluster(
         startup_nodes=[ClusterNode(h, args.port) for h in args.host],
+        username=args.username or None,
         password=args.password or None,
         socket_timeout=2.0,
         socket_connect_timeout=2.0,
@@ -145,6 +146,7 @@ def main():
     parser.add_argument("--host", action="append", required=True, help="a member's IP (repeatable)")
     parser.add_argument("--port", type=int, default=6379)
     parser.add_argument("--password", default="")
+    parser.add_argument("--username", default="", help="an ACL user (default: the default user)")
     parser.add_argument("--tls-ca", help="connect with TLS, trusting this CA file (PEM)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     fill = sub.add_parser("fill")
@@ -159,6 +161,9 @@ def main():
     load.add_argument("--prefix", default="load")
     verify = sub.add_parser("verify")
     verify.add_argument("--in", dest="infile", required=True)
+    # --username also after the verb (the harness appends a load's options).
+    for p in (fill, load, verify):
+        p.add_argument("--username", default=argparse.SUPPRESS)
     args = parser.parse_args()
     return {"fill": cmd_fill, "load": cmd_load, "verify": cmd_verify}[args.cmd](args)
 

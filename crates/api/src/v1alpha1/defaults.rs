@@ -49,3 +49,6 @@ pub(crate) fn password_key() -> String {
 pub(crate) fn enabled() -> bool {
     true
 }
+pub(crate) fn password_keys() -> Vec<String> {
+    vec![PASSWORD_KEY.to_string()]
+}

@@ -16,5 +16,5 @@ pub use spec::*;
 pub use status::*;
 pub use validation::{
     FieldError, MemberRequest, ResolvedSpreadConstraint, ValidatedCluster, ValidatedTls,
-    ValidationError, validate,
+    ValidatedUser, ValidationError, validate,
 };

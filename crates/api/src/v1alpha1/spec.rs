@@ -171,6 +171,13 @@ pub struct ValkeyClusterSpec {
     #[serde(default)]
     pub tls: Tls,
 
+    /// Valkey ACL users for applications, besides `default` (whose password
+    /// is `auth`). The operator owns the users of the members: a user not
+    /// listed here is deleted. Applied live on every member, no restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub users: Vec<User>,
+
     /// PodDisruptionBudgets that keep voluntary disruptions (drains, evictions)
     /// from taking two members of one shard at once.
     #[serde(default)]
@@ -421,6 +428,46 @@ pub struct Tls {
     pub secret_name: Option<String>,
 }
 
+/// A Valkey ACL user.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct User {
+    /// The user name (letters, digits, `-`, `_`, `.`, `:`, `@`; not
+    /// `default`).
+    #[schemars(length(min = 1, max = 64))]
+    pub name: String,
+
+    /// The user's passwords: the value of every listed key of the Secret is
+    /// a valid password (two keys while a password is rotated); a key absent
+    /// from the Secret is skipped.
+    pub password_secret: UserPasswordSecret,
+
+    /// ACL rules, as `ACL SETUSER` takes them: key patterns (`~app:*`,
+    /// `%R~ro:*`), channels (`&chan`), commands and categories (`+@read`,
+    /// `-flushall`), selectors. Passwords and on/off are not set here.
+    #[serde(default)]
+    #[schemars(length(max = 4096))]
+    pub permissions: String,
+
+    /// Whether the user may log in (default true).
+    #[serde(default = "defaults::enabled")]
+    pub enabled: bool,
+}
+
+/// Where a user's passwords are.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UserPasswordSecret {
+    /// Name of the Secret, in the cluster's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+
+    /// Keys of the Secret holding passwords (default `[password]`).
+    #[serde(default = "defaults::password_keys")]
+    #[schemars(length(min = 1, max = 8))]
+    pub keys: Vec<String>,
+}
+
 /// One key of a Secret in the cluster's namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -503,6 +550,7 @@ impl Default for ValkeyClusterSpec {
             primary_balancing: PrimaryBalancing::default(),
             auth: Auth::default(),
             tls: Tls::default(),
+            users: Vec::new(),
             pod_disruption_budget: PodDisruptionBudget::default(),
             termination_grace_period_seconds: defaults::TERMINATION_GRACE_PERIOD_SECONDS,
             pod_labels: BTreeMap::new(),

@@ -425,6 +425,8 @@ pub struct ValidatedCluster {
     pub auth: ValidatedAuth,
     /// `None` when TLS is off.
     pub tls: Option<ValidatedTls>,
+    /// `spec.users`, checked.
+    pub users: Vec<ValidatedUser>,
     pub pod_disruption_budget: bool,
     pub termination_grace_period_seconds: i64,
     pub pod_labels: BTreeMap<String, String>,
@@ -633,6 +635,7 @@ fn validate_spec(
         },
     };
     let tls = validate_tls(name, &spec.tls, errors);
+    let users = validate_users(&spec.users, errors);
     if spec.termination_grace_period_seconds < defaults::MIN_TERMINATION_GRACE_PERIOD_SECONDS {
         errors.add(
             "spec.terminationGracePeriodSeconds",
@@ -692,6 +695,7 @@ fn validate_spec(
         },
         auth,
         tls,
+        users,
         pod_disruption_budget: spec.pod_disruption_budget.enabled,
         termination_grace_period_seconds: spec.termination_grace_period_seconds,
         pod_labels: spec.pod_labels.clone(),
@@ -736,6 +740,149 @@ fn member_request(resources: &ResourceRequirements, errors: &mut Errors) -> Memb
 }
 
 /// `spec.tls`: the Secret a user names must be a valid Secret name.
+/// A Valkey ACL user of `spec.users`, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatedUser {
+    pub name: String,
+    pub secret_name: String,
+    /// Keys of the Secret holding passwords, in spec order, without repeats.
+    pub keys: Vec<String>,
+    /// The ACL rules, one argument of `ACL SETUSER` each (a selector in
+    /// parentheses is one argument).
+    pub rules: Vec<String>,
+    pub enabled: bool,
+}
+
+/// User names the operator keeps for itself.
+pub const RESERVED_USERS: &[&str] = &["default"];
+
+/// ACL rules that `spec.users[].permissions` may not hold: passwords come
+/// from the Secret and on/off from `enabled`.
+fn forbidden_rule(rule: &str) -> bool {
+    let lower = rule.to_ascii_lowercase();
+    rule.starts_with(['>', '<', '#', '!'])
+        || ["on", "off", "nopass", "resetpass", "reset"].contains(&lower.as_str())
+}
+
+/// Splits ACL rules on white space, keeping a selector `( ... )` whole.
+pub fn split_acl_rules(text: &str) -> Result<Vec<String>, String> {
+    let mut rules = Vec::new();
+    let mut current = String::new();
+    let mut depth = 0usize;
+    for c in text.chars() {
+        match c {
+            '(' => {
+                depth += 1;
+                current.push(c);
+            }
+            ')' => {
+                depth = depth
+                    .checked_sub(1)
+                    .ok_or_else(|| "a ')' closes no selector".to_string())?;
+                current.push(c);
+            }
+            c if c.is_whitespace() && depth == 0 => {
+                if !current.is_empty() {
+                    rules.push(std::mem::take(&mut current));
+                }
+            }
+            c => current.push(c),
+        }
+    }
+    if depth != 0 {
+        return Err("a selector '(' is not closed".into());
+    }
+    if !current.is_empty() {
+        rules.push(current);
+    }
+    Ok(rules)
+}
+
+fn validate_users(users: &[super::spec::User], errors: &mut Errors) -> Vec<ValidatedUser> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, u) in users.iter().enumerate() {
+        let field = |f: &str| format!("spec.users[{i}].{f}");
+        let name_ok = !u.name.is_empty()
+            && u.name.len() <= 64
+            && u.name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.:@".contains(c));
+        if !name_ok {
+            errors.add(
+                field("name"),
+                "must be 1 to 64 letters, digits, '-', '_', '.', ':' or '@'",
+            );
+        } else if RESERVED_USERS.contains(&u.name.as_str()) {
+            errors.add(
+                field("name"),
+                format!("{:?} is the operator's (its password is spec.auth)", u.name),
+            );
+        } else if !seen.insert(u.name.clone()) {
+            errors.add(field("name"), format!("{:?} is listed twice", u.name));
+        }
+        if !is_dns_subdomain(&u.password_secret.name) {
+            errors.add(
+                field("passwordSecret.name"),
+                "must be a Secret name: at most 253 lower-case letters, digits, '-' and '.', \
+                 starting and ending with a letter or digit",
+            );
+        }
+        let mut keys: Vec<String> = Vec::new();
+        if u.password_secret.keys.is_empty() {
+            errors.add(field("passwordSecret.keys"), "must name at least one key");
+        }
+        for (k, key) in u.password_secret.keys.iter().enumerate() {
+            let ok = !key.is_empty()
+                && key.len() <= 253
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            if !ok {
+                errors.add(
+                    format!("spec.users[{i}].passwordSecret.keys[{k}]"),
+                    "must be a Secret key: letters, digits, '-', '_' and '.'",
+                );
+            } else if !keys.contains(key) {
+                keys.push(key.clone());
+            }
+        }
+        if u.permissions.contains(['\n', '\r']) {
+            errors.add(field("permissions"), "must be a single line");
+        }
+        let rules = match split_acl_rules(&u.permissions) {
+            Ok(rules) => rules,
+            Err(e) => {
+                errors.add(field("permissions"), e);
+                Vec::new()
+            }
+        };
+        let forbidden: Vec<&str> = rules
+            .iter()
+            .map(String::as_str)
+            .filter(|r| forbidden_rule(r))
+            .collect();
+        if !forbidden.is_empty() {
+            errors.add(
+                field("permissions"),
+                format!(
+                    "may not set passwords or on/off ({}): passwords come from \
+                     passwordSecret, on/off from enabled",
+                    forbidden.join(" ")
+                ),
+            );
+        }
+        out.push(ValidatedUser {
+            name: u.name.clone(),
+            secret_name: u.password_secret.name.clone(),
+            keys,
+            rules,
+            enabled: u.enabled,
+        });
+    }
+    out
+}
+
 fn validate_tls(
     cluster: &str,
     tls: &super::spec::Tls,
@@ -1473,6 +1620,72 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(mine.tls.unwrap().secret_name, "my-cert");
+    }
+
+    #[test]
+    fn users_are_checked_field_by_field() {
+        use super::super::spec::{User, UserPasswordSecret};
+        let user = |name: &str, permissions: &str| User {
+            name: name.into(),
+            password_secret: UserPasswordSecret {
+                name: "app-pw".into(),
+                keys: vec!["password".into(), "password-next".into()],
+            },
+            permissions: permissions.into(),
+            enabled: true,
+        };
+        let ok = validate_spec(
+            "c",
+            "ns",
+            &ValkeyClusterSpec {
+                users: vec![user("app", "~app:* (~x:* +get) +@read +@write")],
+                ..Default::default()
+            },
+            &mut Errors::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            ok.users[0].rules,
+            ["~app:*", "(~x:* +get)", "+@read", "+@write"]
+        );
+        assert_eq!(ok.users[0].keys, ["password", "password-next"]);
+        let errs = errors_of(ValkeyClusterSpec {
+            users: vec![
+                user("default", ""),
+                user("app", ">secret ~*"),
+                user("app", "nopass"),
+                user("bad name", "(~x"),
+            ],
+            ..Default::default()
+        });
+        assert!(
+            errs.iter().any(|e| e.starts_with("spec.users[0].name")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.users[1].permissions: may not set passwords")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.users[2].name: \"app\" is listed twice")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.users[2].permissions")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.starts_with("spec.users[3].name")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.users[3].permissions: a selector")),
+            "{errs:?}"
+        );
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub mod reason {
     pub const TLS_SECRET_MISSING: &str = "TLSSecretMissing";
     pub const CA_CREATED: &str = "CertificateAuthorityCreated";
     pub const CERTIFICATE_ISSUED: &str = "CertificateIssued";
+    pub const USER_SECRET_MISSING: &str = "UserSecretMissing";
+    pub const USERS_APPLIED: &str = "UsersApplied";
     pub const VALKEY_COMMAND_FAILED: &str = "ValkeyCommandFailed";
     pub const RECONCILE_ERROR: &str = "ReconcileError";
     pub const MEMBER_LOST: &str = "MemberLost";

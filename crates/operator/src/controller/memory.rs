@@ -38,6 +38,9 @@ pub struct Memory {
     pub nodes_missing_since: HashMap<String, Instant>,
     /// Reconciles in a row that ended in an error (the retry back-off).
     pub failures: u32,
+    /// The ACL users the operator set on each member, and how the member
+    /// listed them after (see `valkey::acl`).
+    pub acl: valkey::acl::Learned,
 }
 
 /// Warnings (and their all-clear) already published, so a standing problem
@@ -59,6 +62,8 @@ pub struct Announced {
     pub heal_waiting: Option<String>,
     /// Reconciles are paused by the annotation.
     pub paused: bool,
+    /// The users whose password Secret is missing.
+    pub users_missing: Option<String>,
 }
 
 impl Memory {

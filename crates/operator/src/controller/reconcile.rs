@@ -111,6 +111,7 @@ async fn run(
         events,
     )
     .await?;
+    let users = act::users::resolve(ctx, &cluster).await?;
     let desired = decide::objects(&cluster, &owner, &placement, &kube);
     let orphaned = cleanup::orphaned_pdbs(&cluster, &desired, &kube);
     act::kube::apply_objects(ctx, &cluster, &desired, &kube, &orphaned, events).await?;
@@ -146,6 +147,9 @@ async fn run(
         now,
     )
     .await?;
+    if blocker.is_none() {
+        act::users::sync(ctx, &valkey.session, &users, memory, events).await;
+    }
 
     // 4. report
     let status = report::build(&target, &facts, &placement, &decision, &done, blocker);

@@ -78,7 +78,7 @@ pub async fn ensure(
         return user_secret(&api, &settings.secret_name).await;
     }
     let ca = ensure_ca(ctx, cluster, owner, &api, now_unix, events).await?;
-    let public = read(&api, &tls_ca_secret_name(&cluster.name)).await?;
+    let public = read_secret(&api, &tls_ca_secret_name(&cluster.name)).await?;
     if public
         .as_ref()
         .and_then(|s| tls::secret_text(s, TLS_CA_KEY))
@@ -87,7 +87,7 @@ pub async fn ensure(
     {
         apply(ctx, &api, &tls::ca_secret(cluster, owner, &ca.cert_pem)).await?;
     }
-    let existing = read(&api, &settings.secret_name).await?;
+    let existing = read_secret(&api, &settings.secret_name).await?;
     let facts = existing.as_ref().map(IssuedFacts::of);
     let ips = member_ips(view);
     if let Some(why) = tls::issue_reason(facts.as_ref(), &ca.cert_pem, &ips, now_unix) {
@@ -123,7 +123,7 @@ async fn ensure_ca(
     events: &Events<'_>,
 ) -> Result<tls::Ca, Error> {
     let name = tls_ca_key_secret_name(&cluster.name);
-    if let Some(secret) = read(api, &name).await? {
+    if let Some(secret) = read_secret(api, &name).await? {
         return tls::ca_of(&secret).ok_or_else(|| {
             Error::Tls(tls::TlsError::BadCa {
                 secret: name.clone(),
@@ -153,7 +153,7 @@ async fn ensure_ca(
         }
         // Created meanwhile (another reconcile, a restart): use that one.
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            let secret = read(api, &name).await?;
+            let secret = read_secret(api, &name).await?;
             secret.as_ref().and_then(tls::ca_of).ok_or_else(|| {
                 Error::Tls(tls::TlsError::BadCa {
                     secret: name.clone(),
@@ -167,7 +167,7 @@ async fn ensure_ca(
 
 /// The user's Secret: `ca.crt`, `tls.crt` and `tls.key` must be there.
 async fn user_secret(api: &Api<Secret>, name: &str) -> Result<TlsState, Error> {
-    let Some(secret) = read(api, name).await? else {
+    let Some(secret) = read_secret(api, name).await? else {
         return Ok(TlsState::Missing(format!(
             "Secret {name} named by spec.tls.secretName does not exist"
         )));
@@ -188,7 +188,7 @@ async fn user_secret(api: &Api<Secret>, name: &str) -> Result<TlsState, Error> {
     }
 }
 
-async fn read(api: &Api<Secret>, name: &str) -> Result<Option<Secret>, Error> {
+pub(crate) async fn read_secret(api: &Api<Secret>, name: &str) -> Result<Option<Secret>, Error> {
     api.get_opt(name).await.map_err(|source| Error::Read {
         kind: "Secret",
         name: name.to_string(),

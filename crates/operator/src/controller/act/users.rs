@@ -1,0 +1,272 @@
+//! Act, ACL users (`spec.users`): the passwords from the users' Secrets, and
+//! `ACL SETUSER`/`ACL DELUSER` on every member until each holds exactly the
+//! users of the spec (see `valkey::acl`, where the decision is made).
+//!
+//! Passwords travel and are stored as SHA-256 hashes (`#<hex>` rules); every
+//! listed key of a user's Secret is a valid password, so a rotation adds the
+//! new key, lets clients move, then drops the old one. Changing a user does
+//! not disconnect its clients: Valkey checks a password at AUTH only.
+//!
+//! A user whose Secret is missing (or holds none of its keys) is left as it
+//! is on the members (neither set nor deleted) and reported with a Warning
+//! event; the other users and the cluster go on.
+
+use crate::controller::Context;
+use crate::controller::events::{Events, reason};
+use crate::controller::memory::Memory;
+use crate::controller::valkey_io::Session;
+use crate::controller::{Error, act::tls::read_secret};
+use api::ValidatedCluster;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use valkey::acl::{self, AclAction, DesiredUser};
+
+/// What every user may run before its own rules: the topology and
+/// connection commands a cluster-aware client needs to find its way (which
+/// `+@read +@write` does not include; the Python `valkey` cluster client
+/// runs CLUSTER SLOTS and COMMAND when it connects). A user's rules come after, so
+/// `-cluster|nodes` there takes one back.
+pub const CLUSTER_CLIENT_RULES: &[&str] = &[
+    "+cluster|slots",
+    "+cluster|shards",
+    "+cluster|nodes",
+    "+cluster|info",
+    "+cluster|myid",
+    "+readonly",
+    "+readwrite",
+    "+asking",
+    "+ping",
+    "+echo",
+    "+hello",
+    "+auth",
+    "+command",
+    "+client|setinfo",
+    "+client|setname",
+    "+client|getname",
+    "+client|id",
+];
+
+/// A user's rules as set on the members: [`CLUSTER_CLIENT_RULES`], the
+/// spec's rules, then, unless those grant `+@dangerous`, `+@all` or
+/// `allcommands`, `-@dangerous` (FLUSHALL, FLUSHDB, KEYS, CONFIG, DEBUG,
+/// MIGRATE...: `+@write` alone would allow FLUSHALL, which names no key a
+/// pattern could stop) followed once more by the commands the spec grants
+/// by name, so `+flushall` still means it.
+pub fn effective_rules(rules: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = CLUSTER_CLIENT_RULES.iter().map(|r| r.to_string()).collect();
+    out.extend(rules.iter().cloned());
+    let grants_dangerous = rules.iter().any(|r| {
+        let r = r.to_ascii_lowercase();
+        r == "+@dangerous" || r == "+@all" || r == "allcommands"
+    });
+    if !grants_dangerous {
+        out.push("-@dangerous".into());
+        out.extend(
+            rules
+                .iter()
+                .filter(|r| r.starts_with('+') && !r.starts_with("+@"))
+                .cloned(),
+        );
+    }
+    out
+}
+
+/// The users to set, and those to leave alone (Secret missing).
+#[derive(Debug, Default)]
+pub struct Users {
+    pub desired: Vec<DesiredUser>,
+    /// User name -> why it is left alone.
+    pub unresolved: BTreeMap<String, String>,
+}
+
+/// SHA-256 of a password, lower-case hex, as `ACL SETUSER #<hash>` takes it.
+pub fn password_hash(password: &str) -> String {
+    Sha256::digest(password.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The users of `spec.users` with their password hashes, read from their
+/// Secrets.
+pub async fn resolve(ctx: &Context, cluster: &ValidatedCluster) -> Result<Users, Error> {
+    let mut users = Users::default();
+    if cluster.users.is_empty() {
+        return Ok(users);
+    }
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let mut secrets: BTreeMap<String, Option<Secret>> = BTreeMap::new();
+    for user in &cluster.users {
+        if !secrets.contains_key(&user.secret_name) {
+            let secret = read_secret(&api, &user.secret_name).await?;
+            secrets.insert(user.secret_name.clone(), secret);
+        }
+        let Some(Some(secret)) = secrets.get(&user.secret_name) else {
+            users.unresolved.insert(
+                user.name.clone(),
+                format!("Secret {} does not exist", user.secret_name),
+            );
+            continue;
+        };
+        let hashes: BTreeSet<String> = user
+            .keys
+            .iter()
+            .filter_map(|k| crate::builders::tls::secret_text(secret, k))
+            .map(|p| password_hash(&p))
+            .collect();
+        if hashes.is_empty() {
+            users.unresolved.insert(
+                user.name.clone(),
+                format!(
+                    "Secret {} has none of the keys {}",
+                    user.secret_name,
+                    user.keys.join(", ")
+                ),
+            );
+            continue;
+        }
+        users.desired.push(DesiredUser {
+            name: user.name.clone(),
+            enabled: user.enabled,
+            hashes,
+            rules: effective_rules(&user.rules),
+        });
+    }
+    Ok(users)
+}
+
+/// Brings the users of every connected member to the spec. Failures are
+/// logged and reported; the next reconcile tries again.
+pub async fn sync(
+    ctx: &Context,
+    session: &Session,
+    users: &Users,
+    memory: &mut Memory,
+    events: &Events<'_>,
+) {
+    let missing = (!users.unresolved.is_empty()).then(|| {
+        users
+            .unresolved
+            .iter()
+            .map(|(u, why)| format!("user {u}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    });
+    if missing != memory.announced.users_missing {
+        if let Some(m) = &missing {
+            events
+                .warning(reason::USER_SECRET_MISSING, "ApplyUsers", m.clone())
+                .await;
+        }
+        memory.announced.users_missing = missing;
+    }
+    let listed = futures::future::join_all(
+        session
+            .iter()
+            .map(|(member, admin)| async move { (*member, admin.acl_list().await) }),
+    )
+    .await;
+    let mut observed = BTreeMap::new();
+    for (member, result) in listed {
+        match result {
+            Ok(list) => {
+                observed.insert(member, list);
+            }
+            Err(error) => tracing::warn!(%member, %error, "ACL LIST failed"),
+        }
+    }
+    // Forget members and users that are gone.
+    memory.acl.retain(|(member, user), _| {
+        session.contains_key(member) && users.desired.iter().any(|u| &u.name == user)
+    });
+    acl::learn(&mut memory.acl, &observed, &users.desired);
+    let actions: Vec<AclAction> = acl::plan(&observed, &users.desired, &memory.acl)
+        .into_iter()
+        .filter(|a| match a {
+            AclAction::DelUser { name, .. } => !users.unresolved.contains_key(name),
+            AclAction::SetUser { .. } => true,
+        })
+        .collect();
+    let mut applied = 0usize;
+    for action in &actions {
+        let on = match action {
+            AclAction::SetUser { on, .. } | AclAction::DelUser { on, .. } => *on,
+        };
+        let Some(admin) = session.get(&on) else {
+            continue;
+        };
+        let kind = match action {
+            AclAction::SetUser { .. } => "AclSetUser",
+            AclAction::DelUser { .. } => "AclDelUser",
+        };
+        ctx.metrics.valkey_command(kind);
+        match admin.acl(action).await {
+            Ok(()) => {
+                tracing::info!(action = %action, "valkey command sent");
+                acl::record(&mut memory.acl, action);
+                applied += 1;
+            }
+            Err(error) => {
+                tracing::warn!(action = %action, %error, "valkey command failed");
+                events
+                    .warning(
+                        reason::VALKEY_COMMAND_FAILED,
+                        kind,
+                        format!("{action}: {error}"),
+                    )
+                    .await;
+            }
+        }
+    }
+    if applied > 0 {
+        let names: BTreeSet<String> = actions
+            .iter()
+            .map(|a| match a {
+                AclAction::SetUser { user, .. } => format!("set {}", user.name),
+                AclAction::DelUser { name, .. } => format!("deleted {name}"),
+            })
+            .collect();
+        events
+            .normal(
+                reason::USERS_APPLIED,
+                "ApplyUsers",
+                format!(
+                    "{} ({applied} command(s) on the members)",
+                    names.into_iter().collect::<Vec<_>>().join(", ")
+                ),
+            )
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dangerous_commands_are_off_unless_granted() {
+        let rules =
+            |r: &[&str]| effective_rules(&r.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let app = rules(&["~app:*", "+@read", "+@write"]);
+        assert!(app.starts_with(&["+cluster|slots".to_string()]));
+        assert_eq!(
+            &app[app.len() - 4..],
+            ["~app:*", "+@read", "+@write", "-@dangerous"]
+        );
+        let explicit = rules(&["~*", "+@write", "+flushdb"]);
+        assert_eq!(&explicit[explicit.len() - 2..], ["-@dangerous", "+flushdb"]);
+        let admin = rules(&["~*", "+@all"]);
+        assert!(!admin.contains(&"-@dangerous".to_string()));
+    }
+
+    #[test]
+    fn passwords_hash_as_acl_setuser_expects() {
+        // `echo -n password | sha256sum`
+        assert_eq!(
+            password_hash("password"),
+            "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"
+        );
+    }
+}

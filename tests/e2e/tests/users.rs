@@ -1,0 +1,218 @@
+//! ACL users (issue 10, item 2): `spec.users` become Valkey ACL users on
+//! every member, live.
+//!
+//! - `app` (rules `~app:* +@read +@write`) writes and reads `app:1` through
+//!   the cluster (redis-cli -c and the Python `valkey` cluster client as
+//!   that user), and is refused `FLUSHALL`, `CONFIG SET` and `other:1`;
+//! - its password rotates through its Secret: with both keys listed and
+//!   present, old and new passwords log in and a client connected with the
+//!   old one keeps writing; once the old key is gone from the Secret the old
+//!   password is refused and the client still writes;
+//! - a user whose Secret is missing is reported (`UserSecretMissing`) and
+//!   the cluster stays Ready; a user removed from the spec is deleted.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use anyhow::{Context, Result, ensure};
+use e2e::cluster::{Env, wait_until};
+use e2e::manifest::cluster_manifest;
+use e2e::suite::{Suite, finish_load, wait_load_running};
+use std::time::Duration;
+
+/// `redis-cli -c` as `user` with `password` against `ip`: the raw reply
+/// (errors are replies here, not failures).
+fn as_user(env: &Env, ip: &str, user: &str, password: &str, args: &[&str]) -> Result<String> {
+    let out = env
+        .redis_cli()
+        .args(["-h", ip, "-p", "6379", "--user", user, "--pass", password])
+        .args(["--no-auth-warning", "-c"])
+        .args(args)
+        .output()
+        .context("redis-cli")?;
+    Ok(format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+    .trim()
+    .to_string())
+}
+
+/// Whether `password` logs `user` in on every member.
+fn logs_in(env: &Env, ips: &[String], user: &str, password: &str) -> Result<bool> {
+    for ip in ips {
+        if as_user(env, ip, user, password, &["ping"])? != "PONG" {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn secret_yaml(pairs: &[(&str, &str)]) -> String {
+    let mut y =
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app-pw\nstringData:\n".to_string();
+    for (k, v) in pairs {
+        y.push_str(&format!("  {k}: {v}\n"));
+    }
+    y
+}
+
+#[test]
+fn app_users_are_limited_and_rotate_without_dropping_clients() {
+    let Some(suite) = Suite::start("users", "users", "e2e-users") else {
+        return;
+    };
+    suite.run(&["acl"], |env, ns| {
+        let work = env.work_dir("users")?;
+        env.apply(ns, &secret_yaml(&[("password", "old-secret-1")]))?;
+        let users = "  users:
+    - name: app
+      passwordSecret: {name: app-pw, keys: [password, password-next]}
+      permissions: \"~app:* +@read +@write\"
+    - name: ghost
+      passwordSecret: {name: ghost-pw}
+      permissions: \"~* +@all\"
+";
+        let m = cluster_manifest("acl", 2, 1).extra_spec(users);
+        env.apply(ns, &m.yaml())?;
+        env.wait_ready_shape(ns, &m, Duration::from_secs(240))?;
+        let ips = env.member_ips(ns, "acl")?;
+        wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+            logs_in(env, &ips, "app", "old-secret-1")
+        })
+        .context("user app never logged in on every member")?;
+
+        // Limited to its keys and its commands.
+        let ip = &ips[0];
+        let set = as_user(env, ip, "app", "old-secret-1", &["set", "app:1", "v1"])?;
+        ensure!(set == "OK", "SET app:1 as app: {set}");
+        let get = as_user(env, ip, "app", "old-secret-1", &["get", "app:1"])?;
+        ensure!(get == "v1", "GET app:1 as app: {get}");
+        for args in [
+            vec!["flushall"],
+            vec!["config", "set", "maxmemory", "1"],
+            vec!["set", "other:1", "x"],
+            vec!["get", "other:1"],
+        ] {
+            let reply = as_user(env, ip, "app", "old-secret-1", &args)?;
+            ensure!(
+                reply.contains("NOPERM"),
+                "{} as app was not refused: {reply}",
+                args.join(" ")
+            );
+        }
+        // The Python cluster client as app.
+        let hosts: Vec<&str> = ips.iter().map(String::as_str).collect();
+        let filled = env.judge(
+            &hosts,
+            "old-secret-1",
+            &[
+                "--username",
+                "app",
+                "fill",
+                "--count",
+                "500",
+                "--prefix",
+                "app:fill",
+            ],
+        )?;
+        ensure!(filled["missing_or_wrong"] == 0, "fill as app: {filled}");
+        // The user with no Secret is reported; the cluster stays Ready.
+        wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+            Ok(env
+                .object_events(ns, "ValkeyCluster", "acl")?
+                .iter()
+                .any(|e| e.reason == "UserSecretMissing" && e.message.contains("ghost")))
+        })
+        .context("no UserSecretMissing event for ghost")?;
+        env.wait_condition(ns, "acl", "Ready", "True", Duration::from_secs(10))?;
+        println!("users: app limited to app:* and read/write; ghost reported");
+
+        // Rotation under a connected client.
+        let mut load = env.start_load(
+            &hosts,
+            "old-secret-1",
+            &work,
+            "rotate",
+            &["--username", "app", "--prefix", "app:rotate"],
+        )?;
+        wait_load_running(&mut load)?;
+        env.apply(
+            ns,
+            &secret_yaml(&[
+                ("password", "old-secret-1"),
+                ("password-next", "new-secret-2"),
+            ]),
+        )?;
+        wait_until(Duration::from_secs(90), Duration::from_secs(1), || {
+            logs_in(env, &ips, "app", "new-secret-2")
+        })
+        .context("the new password never logged in")?;
+        ensure!(
+            logs_in(env, &ips, "app", "old-secret-1")?,
+            "the old password stopped working while both keys are listed"
+        );
+        // The old key goes away.
+        env.kubectl(&[
+            "patch",
+            "secret",
+            "app-pw",
+            "-n",
+            ns,
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"remove","path":"/data/password"}]"#,
+        ])?;
+        wait_until(Duration::from_secs(90), Duration::from_secs(1), || {
+            let mut refused = true;
+            for ip in &ips {
+                refused &=
+                    as_user(env, ip, "app", "old-secret-1", &["ping"])?.contains("WRONGPASS");
+            }
+            Ok(refused)
+        })
+        .context("the old password was never refused")?;
+        ensure!(
+            logs_in(env, &ips, "app", "new-secret-2")?,
+            "new password refused"
+        );
+        let summary = finish_load(&mut load, "writes across the rotation")?;
+        ensure!(
+            summary["errors"] == 0,
+            "the client connected with the old password saw errors: {summary}"
+        );
+        let verify = env.judge(
+            &hosts,
+            "new-secret-2",
+            &[
+                "--username",
+                "app",
+                "verify",
+                "--in",
+                &work.join("rotate.keys").to_string_lossy(),
+            ],
+        )?;
+        ensure!(
+            verify["missing"] == 0,
+            "keys written across the rotation: {verify}"
+        );
+        println!("users: password rotated under a connected client {summary}");
+
+        // Users removed from the spec are deleted.
+        env.patch_cluster(ns, "acl", r#"{"spec":{"users":null}}"#)?;
+        wait_until(Duration::from_secs(60), Duration::from_secs(1), || {
+            let password = env.password(ns, "acl")?;
+            let mut gone = true;
+            for ip in &ips {
+                let list = env.valkey_cli(ip, &password, &["acl", "users"])?;
+                gone &= !list
+                    .lines()
+                    .any(|l| l.trim() == "app" || l.trim() == "ghost");
+            }
+            Ok(gone)
+        })
+        .context("app was not deleted from every member")?;
+        println!("users: removed from the spec, deleted from the members");
+        Ok(())
+    });
+}

@@ -342,7 +342,11 @@ fn valid_specs_are_accepted_and_defaulted() {
         }
     }
     let examples = env.root.join("examples");
-    for example in ["cluster.yaml", "cluster-preferred.yaml"] {
+    for example in [
+        "cluster.yaml",
+        "cluster-preferred.yaml",
+        "cluster-secure.yaml",
+    ] {
         let path = examples.join(example);
         let path = path.to_string_lossy();
         env.kubectl(&["apply", "--dry-run=server", "-n", ns, "-f", &path])

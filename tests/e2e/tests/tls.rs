@@ -12,13 +12,16 @@
 //! - `byo` (1x1) names a Secret the user made (with openssl here, as
 //!   cert-manager would): it waits in `TLSSecretMissing` until the Secret is
 //!   there, then comes up on the user's certificate.
+//! - a rolling restart (a start-only setting) goes through over TLS and keeps
+//!   every key.
 //! - `tls.enabled` cannot be flipped on a live cluster (the API refuses it).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::cluster::{Env, condition, wait_until};
+use e2e::cluster::{Env, condition, condition_status, wait_until};
 use e2e::manifest::cluster_manifest;
 use e2e::suite::{Suite, finish_load};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -218,6 +221,45 @@ fn members_speak_only_tls_and_renew_their_certificate() {
             "no CertificateIssued event: {events:?}"
         );
         println!("tls: certificate renewed (serials {before:?} -> {now:?}) under load {summary}");
+
+        // A rolling restart over TLS: the probes and the preStop hook speak
+        // TLS, the new pods' IPs get into a new certificate, and the data
+        // stays (the primaries fail over to their replicas first).
+        let old_uids: BTreeSet<String> = env
+            .pod_identities(ns, "secure")?
+            .values()
+            .map(|p| p.uid.clone())
+            .collect();
+        env.patch_cluster(ns, "secure", r#"{"spec":{"config":{"tcp-backlog":"256"}}}"#)?;
+        let mut last = String::new();
+        wait_until(Duration::from_secs(600), Duration::from_secs(1), || {
+            let ids = env.pod_identities(ns, "secure")?;
+            let obj = env.cluster(ns, "secure")?;
+            let current = obj["status"]["observedGeneration"] == obj["metadata"]["generation"];
+            let settled = current
+                && condition_status(&obj, "Ready").as_deref() == Some("True")
+                && condition_status(&obj, "Progressing").as_deref() != Some("True");
+            let all_new = ids.len() == 6 && ids.values().all(|p| !old_uids.contains(&p.uid));
+            if !(settled && all_new) {
+                last = format!("settled {settled}, all pods new {all_new}");
+                return Ok(false);
+            }
+            match env.check_shape(ns, "secure", 3, 1) {
+                Ok(_) => Ok(true),
+                Err(e) => {
+                    last = format!("{e:#}");
+                    Ok(false)
+                }
+            }
+        })
+        .with_context(|| format!("the rolling restart over TLS did not finish: {last}"))?;
+        let verified =
+            env.verify_cluster_keys(ns, "secure", &password, &work.join("renew.keys"))?;
+        ensure!(
+            verified["missing"] == 0,
+            "keys after the rolling restart over TLS: {verified}"
+        );
+        println!("tls: rolled every member over TLS; every key reads back");
 
         // tls.enabled is fixed at creation.
         let refused = env.patch_cluster(ns, "secure", r#"{"spec":{"tls":{"enabled":false}}}"#);

@@ -46,6 +46,12 @@ pub fn auth_secret_name(cluster: &str) -> String {
     format!("{cluster}-auth")
 }
 
+/// The operator's record of the password the members were last given
+/// (key `password`), so that a rotation can log in with the old one.
+pub fn auth_applied_secret_name(cluster: &str) -> String {
+    format!("{cluster}-auth-applied")
+}
+
 /// Name of the Secret with the certificate the members serve when the
 /// operator issues it (`ca.crt`, `tls.crt`, `tls.key`).
 pub fn tls_secret_name(cluster: &str) -> String {

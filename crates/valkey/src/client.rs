@@ -101,6 +101,9 @@ pub struct ConnectOptions {
     /// TLS: the CA certificates (PEM) the node's certificate must chain to;
     /// `None` for plaintext.
     pub tls_ca_pem: Option<Vec<u8>>,
+    /// While the password rotates: the one the nodes had before, tried when
+    /// `password` is not accepted (yet).
+    pub previous_password: Option<String>,
 }
 
 impl Default for ConnectOptions {
@@ -111,6 +114,7 @@ impl Default for ConnectOptions {
             connect_timeout: Duration::from_secs(2),
             command_timeout: Duration::from_secs(5),
             tls_ca_pem: None,
+            previous_password: None,
         }
     }
 }
@@ -219,6 +223,9 @@ pub trait Admin: Send + Sync {
 pub struct ValkeyAdmin {
     addr: String,
     conn: MultiplexedConnection,
+    /// Logged in with [`ConnectOptions::previous_password`]: the node does
+    /// not take the new password yet.
+    pub previous_password: bool,
 }
 
 impl std::fmt::Debug for ValkeyAdmin {
@@ -268,7 +275,11 @@ impl ValkeyAdmin {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(connect_err)?;
-        Ok(ValkeyAdmin { addr, conn })
+        Ok(ValkeyAdmin {
+            addr,
+            conn,
+            previous_password: false,
+        })
     }
 
     /// Connects to a member's address.
@@ -277,6 +288,29 @@ impl ValkeyAdmin {
         opts: &ConnectOptions,
     ) -> Result<ValkeyAdmin, ClientError> {
         ValkeyAdmin::connect(addr.ip, addr.port, opts).await
+    }
+
+    /// `ACL SETUSER default on #<hash>`: one more password for `default`
+    /// (those it has stay valid), by its SHA-256 hex.
+    pub async fn add_default_password(&self, sha256_hex: &str) -> Result<(), ClientError> {
+        self.ok(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(crate::acl::DEFAULT_USER)
+                .arg("on")
+                .arg(format!("#{sha256_hex}")),
+            "ACL SETUSER default",
+        )
+        .await
+    }
+
+    /// `CONFIG SET key value` (the value is not logged).
+    pub async fn config_set_secret(&self, key: &str, value: &str) -> Result<(), ClientError> {
+        self.ok(
+            redis::cmd("CONFIG").arg("SET").arg(key).arg(value),
+            &format!("CONFIG SET {key}"),
+        )
+        .await
     }
 
     /// `ACL LIST`, parsed.
@@ -621,7 +655,23 @@ pub async fn observe_cluster(
         };
         let admin = match ValkeyAdmin::connect_member(addr, opts).await {
             Ok(admin) => admin,
-            Err(e) => return (t, Err(e.to_string())),
+            // Mid-rotation: the node may have the previous password only.
+            Err(e) => match &opts.previous_password {
+                Some(previous) => {
+                    let old = ConnectOptions {
+                        password: Some(previous.clone()),
+                        ..opts.clone()
+                    };
+                    match ValkeyAdmin::connect_member(addr, &old).await {
+                        Ok(mut admin) => {
+                            admin.previous_password = true;
+                            admin
+                        }
+                        Err(_) => return (t, Err(e.to_string())),
+                    }
+                }
+                None => return (t, Err(e.to_string())),
+            },
         };
         match observe_node(&admin, config_keys).await {
             Ok(report) => (t, Ok((admin, report))),

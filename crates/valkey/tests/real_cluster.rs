@@ -158,6 +158,7 @@ fn connect_options() -> ConnectOptions {
         connect_timeout: Duration::from_millis(500),
         command_timeout: Duration::from_secs(2),
         tls_ca_pem: None,
+        previous_password: None,
     }
 }
 

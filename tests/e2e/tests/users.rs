@@ -9,13 +9,18 @@
 //!   old one keeps writing; once the old key is gone from the Secret the old
 //!   password is refused and the client still writes;
 //! - a user whose Secret is missing is reported (`UserSecretMissing`) and
-//!   the cluster stays Ready; a user removed from the spec is deleted.
+//!   the cluster stays Ready; a user removed from the spec is deleted;
+//! - the cluster password (`<cluster>-auth`) rotates under a `WAIT 1`
+//!   writer: the new one is added, the members roll onto it, then the old
+//!   one is dropped; nothing acknowledged is lost and Ready is never gone
+//!   for longer than a member's restart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, ensure};
-use e2e::cluster::{Env, wait_until};
+use e2e::cluster::{Env, condition_status, wait_until};
 use e2e::manifest::cluster_manifest;
 use e2e::suite::{Suite, finish_load, wait_load_running};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// `redis-cli -c` as `user` with `password` against `ip`: the raw reply
@@ -213,6 +218,84 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
         })
         .context("app was not deleted from every member")?;
         println!("users: removed from the spec, deleted from the members");
+
+        // The cluster password rotates under a WAIT 1 writer: the operator
+        // adds the new one, rolls the members onto it (their environment),
+        // then drops the old one. Nothing acknowledged is lost and the
+        // cluster is never out of Ready for longer than one member's restart.
+        let old = env.password(ns, "acl")?;
+        let old_uids: BTreeSet<String> = env
+            .pod_identities(ns, "acl")?
+            .values()
+            .map(|p| p.uid.clone())
+            .collect();
+        let mut load = env.start_load(
+            &hosts,
+            &old,
+            &work,
+            "cluster-rotate",
+            &["--wait-replicas", "1"],
+        )?;
+        wait_load_running(&mut load)?;
+        let new = "rotated-cluster-password-3";
+        env.kubectl(&[
+            "patch",
+            "secret",
+            "acl-auth",
+            "-n",
+            ns,
+            "--type",
+            "merge",
+            "-p",
+            &format!(r#"{{"stringData":{{"password":"{new}"}}}}"#),
+        ])?;
+        let mut not_ready_since: Option<std::time::Instant> = None;
+        let mut longest_not_ready = Duration::ZERO;
+        let mut last = String::new();
+        wait_until(Duration::from_secs(420), Duration::from_millis(500), || {
+            let obj = env.cluster(ns, "acl")?;
+            if condition_status(&obj, "Ready").as_deref() == Some("True") {
+                not_ready_since = None;
+            } else {
+                let since = *not_ready_since.get_or_insert_with(std::time::Instant::now);
+                longest_not_ready = longest_not_ready.max(since.elapsed());
+            }
+            let rotated = env
+                .object_events(ns, "ValkeyCluster", "acl")?
+                .iter()
+                .any(|e| e.reason == "PasswordRotated");
+            if !rotated {
+                last = "no PasswordRotated event yet".into();
+                return Ok(false);
+            }
+            for ip in env.member_ips(ns, "acl")? {
+                let with_new = as_user(env, &ip, "default", new, &["ping"])?;
+                let with_old = as_user(env, &ip, "default", &old, &["ping"])?;
+                if with_new != "PONG" || !with_old.contains("WRONGPASS") {
+                    last = format!("{ip}: new password {with_new:?}, old password {with_old:?}");
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+        .with_context(|| format!("the cluster password rotation did not finish: {last}"))?;
+        ensure!(
+            longest_not_ready < Duration::from_secs(60),
+            "the cluster left Ready for {longest_not_ready:?} during the rotation"
+        );
+        let summary = finish_load(&mut load, "writes across the cluster password rotation")?;
+        let verify = env.verify_cluster_keys(ns, "acl", new, &work.join("cluster-rotate.keys"))?;
+        ensure!(verify["missing"] == 0, "keys across the rotation: {verify}");
+        let rolled = env
+            .pod_identities(ns, "acl")?
+            .values()
+            .all(|p| !old_uids.contains(&p.uid));
+        ensure!(
+            rolled,
+            "the members were not restarted onto the new password"
+        );
+        env.wait_ready_shape(ns, &m, Duration::from_secs(120))?;
+        println!("users: cluster password rotated under a WAIT 1 writer {summary}");
         Ok(())
     });
 }

@@ -437,6 +437,10 @@ pub struct ValidatedCluster {
     pub pod_security_context: PodSecurityContext,
     /// The Valkey container's security context, likewise.
     pub security_context: SecurityContext,
+    /// Not from the spec: how many password rotations the controller has
+    /// started (0 until the first). Part of the members' restart hash when
+    /// above 0, so a rotation rolls the members onto the new password.
+    pub auth_generation: u64,
 }
 
 /// Collects errors so one pass reports every broken rule.
@@ -703,6 +707,7 @@ fn validate_spec(
         client_service: spec.client_service.clone(),
         pod_security_context,
         security_context,
+        auth_generation: 0,
     })
 }
 
@@ -739,7 +744,6 @@ fn member_request(resources: &ResourceRequirements, errors: &mut Errors) -> Memb
     }
 }
 
-/// `spec.tls`: the Secret a user names must be a valid Secret name.
 /// A Valkey ACL user of `spec.users`, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidatedUser {
@@ -883,6 +887,7 @@ fn validate_users(users: &[super::spec::User], errors: &mut Errors) -> Vec<Valid
     out
 }
 
+/// `spec.tls`: the Secret a user names must be a valid Secret name.
 fn validate_tls(
     cluster: &str,
     tls: &super::spec::Tls,

@@ -44,6 +44,42 @@ pub fn auth_secret(c: &ValidatedCluster, owner: &OwnerReference, password: &str)
     })
 }
 
+/// `<cluster>-auth-applied`: the password the members were last given,
+/// owned by the cluster, read by the operator only.
+pub fn applied_secret(
+    c: &ValidatedCluster,
+    owner: &OwnerReference,
+    password: &str,
+    generation: u64,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(api::constants::auth_applied_secret_name(&c.name)),
+            namespace: Some(c.namespace.clone()),
+            labels: Some(cluster_labels(&c.name)),
+            owner_references: Some(vec![owner.clone()]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            (
+                APPLIED_KEY.to_string(),
+                k8s_openapi::ByteString(password.as_bytes().to_vec()),
+            ),
+            (
+                APPLIED_GENERATION_KEY.to_string(),
+                k8s_openapi::ByteString(generation.to_string().into_bytes()),
+            ),
+        ])),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    }
+}
+
+/// The key of the password in `<cluster>-auth-applied`.
+pub const APPLIED_KEY: &str = "password";
+/// The key of the number of rotations in `<cluster>-auth-applied`.
+pub const APPLIED_GENERATION_KEY: &str = "generation";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -168,10 +168,15 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     pod_labels.extend(labels.clone());
 
     let mut pod_spec = pod_spec(c);
-    let restart_hash = Fnv::default()
+    let mut restart = Fnv::default()
         .feed_json(&pod_spec)
-        .feed_json(&config::restart_config(c))
-        .hex();
+        .feed_json(&config::restart_config(c));
+    // A password rotation restarts the members onto the new password (their
+    // environment); before the first one the hash is as it always was.
+    if c.auth_generation > 0 {
+        restart = restart.feed_json(&c.auth_generation);
+    }
+    let restart_hash = restart.hex();
     pod_spec.affinity = scheduling::affinity(
         &c.name,
         input.shard,

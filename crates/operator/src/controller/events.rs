@@ -30,6 +30,7 @@ pub mod reason {
     pub const CA_CREATED: &str = "CertificateAuthorityCreated";
     pub const CERTIFICATE_ISSUED: &str = "CertificateIssued";
     pub const USER_SECRET_MISSING: &str = "UserSecretMissing";
+    pub const PASSWORD_ROTATED: &str = "PasswordRotated";
     pub const USERS_APPLIED: &str = "UsersApplied";
     pub const VALKEY_COMMAND_FAILED: &str = "ValkeyCommandFailed";
     pub const RECONCILE_ERROR: &str = "ReconcileError";

@@ -25,7 +25,7 @@ use super::facts::Facts;
 use super::report::{self, Target};
 use super::{Context, Error, Memory, observe};
 use crate::metrics::ClusterGauges;
-use api::ValkeyCluster;
+use api::{ValidatedCluster, ValkeyCluster};
 use kube::Resource;
 use kube::runtime::controller::Action;
 use std::time::Instant;
@@ -102,6 +102,11 @@ async fn run(
     let placement = Placement::compute(&cluster, &kube).await;
     events.notes(placement.notes(&mut memory.announced)).await;
     let auth = act::kube::ensure_password(ctx, &cluster, &owner, events).await?;
+    let rotation = act::rotation::state(ctx, &cluster, &owner, &auth).await?;
+    let cluster = ValidatedCluster {
+        auth_generation: rotation.generation,
+        ..cluster
+    };
     let tls = act::tls::ensure(
         ctx,
         &cluster,
@@ -123,7 +128,15 @@ async fn run(
 
     // 3. Valkey: observe, facts, decide, act
     let blocker = auth.blocker().or_else(|| tls.blocker());
-    let valkey = observe::valkey::members(ctx, &cluster, &kube, target.old, &auth, &tls).await;
+    let valkey = observe::valkey::members(
+        ctx,
+        &cluster,
+        &kube,
+        target.old,
+        (&auth, rotation.previous.as_deref()),
+        &tls,
+    )
+    .await;
     let facts = Facts::new(&cluster, &kube, &valkey.observed, target.now.0);
     let now = Instant::now();
     // The quiet period also starts when the operator first sees the cluster.
@@ -148,6 +161,18 @@ async fn run(
     )
     .await?;
     if blocker.is_none() {
+        if let (Some(previous), Some(password)) = (&rotation.previous, auth.password()) {
+            act::rotation::advance(
+                ctx,
+                &cluster,
+                &owner,
+                (&valkey.observed, &valkey.session),
+                act::rotation::all_rolled(&cluster, &kube, &desired),
+                (password, previous),
+                events,
+            )
+            .await?;
+        }
         act::users::sync(ctx, &valkey.session, &users, memory, events).await;
     }
 

@@ -37,6 +37,7 @@ pub type Session = Connections;
 pub async fn observe(
     targets: &[Target],
     password: Option<&str>,
+    previous_password: Option<&str>,
     tls_ca_pem: Option<&[u8]>,
     config_keys: &[String],
     t: Timeouts,
@@ -47,6 +48,7 @@ pub async fn observe(
         connect_timeout: t.connect,
         command_timeout: t.command,
         tls_ca_pem: tls_ca_pem.map(<[u8]>::to_vec),
+        previous_password: previous_password.map(str::to_string),
     };
     client::observe_cluster(targets, &opts, config_keys).await
 }

@@ -108,21 +108,9 @@ pub async fn ensure_password(
         }
     };
     let key = &cluster.auth.secret_key;
-    let value = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .cloned()
-        });
-    match value {
-        Some(p) if !p.is_empty() => Ok(AuthState::Password(p)),
-        _ => Ok(AuthState::Missing(format!(
+    match crate::builders::tls::secret_text(&secret, key) {
+        Some(p) => Ok(AuthState::Password(p)),
+        None => Ok(AuthState::Missing(format!(
             "Secret {name} has no key {key:?}"
         ))),
     }

@@ -85,14 +85,14 @@ pub async fn ensure(
         .as_deref()
         != Some(ca.cert_pem.as_str())
     {
-        apply(ctx, &api, &tls::ca_secret(cluster, owner, &ca.cert_pem)).await?;
+        apply_secret(ctx, &api, &tls::ca_secret(cluster, owner, &ca.cert_pem)).await?;
     }
     let existing = read_secret(&api, &settings.secret_name).await?;
     let facts = existing.as_ref().map(IssuedFacts::of);
     let ips = member_ips(view);
     if let Some(why) = tls::issue_reason(facts.as_ref(), &ca.cert_pem, &ips, now_unix) {
         let issued = tls::issue(cluster, &ca, &ips, now_unix).map_err(Error::Tls)?;
-        apply(
+        apply_secret(
             ctx,
             &api,
             &tls::serving_secret(cluster, owner, &ca.cert_pem, &issued),
@@ -196,7 +196,11 @@ pub(crate) async fn read_secret(api: &Api<Secret>, name: &str) -> Result<Option<
     })
 }
 
-async fn apply(ctx: &Context, api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
+pub(crate) async fn apply_secret(
+    ctx: &Context,
+    api: &Api<Secret>,
+    secret: &Secret,
+) -> Result<(), Error> {
     let name = secret.metadata.name.clone().unwrap_or_default();
     ctx.metrics.api_write("Secret", "apply");
     let mut body = secret.clone();

@@ -304,6 +304,22 @@ impl ValkeyAdmin {
         .await
     }
 
+    /// `ACL SETUSER default on resetpass #<hash>`: `default` takes this
+    /// password only (`CONFIG SET requirepass` would not do: it does nothing
+    /// when the setting already has that value, keeping added passwords).
+    pub async fn set_default_password_only(&self, sha256_hex: &str) -> Result<(), ClientError> {
+        self.ok(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(crate::acl::DEFAULT_USER)
+                .arg("on")
+                .arg("resetpass")
+                .arg(format!("#{sha256_hex}")),
+            "ACL SETUSER default resetpass",
+        )
+        .await
+    }
+
     /// `CONFIG SET key value` (the value is not logged).
     pub async fn config_set_secret(&self, key: &str, value: &str) -> Result<(), ClientError> {
         self.ok(

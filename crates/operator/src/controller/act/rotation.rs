@@ -16,8 +16,9 @@
 //!    new password: their environment (`requirepass`, `primaryauth`, the
 //!    probes' and the preStop hook's `valkey-cli`) comes from the Secret;
 //! 4. once every member runs with the new environment, is reachable and
-//!    takes the new password, `CONFIG SET requirepass <new>` leaves only the
-//!    new one, and the record is updated (event `PasswordRotated`).
+//!    takes the new password, `ACL SETUSER default on resetpass #<new>`
+//!    leaves only the new one (`requirepass` already says it: the members
+//!    started with it), and the record is updated (event `PasswordRotated`).
 //!
 //! Connected clients stay connected throughout: a password is checked at
 //! AUTH only, and clients move to the new password at their own pace until
@@ -193,9 +194,9 @@ pub async fn advance(
         return Ok(());
     }
     for (m, admin) in session {
-        ctx.metrics.valkey_command("ConfigSetRequirepass");
-        if let Err(error) = admin.config_set_secret("requirepass", password).await {
-            tracing::warn!(member = %m, %error, "CONFIG SET requirepass failed");
+        ctx.metrics.valkey_command("AclSetUserDefault");
+        if let Err(error) = admin.set_default_password_only(&hashes[0]).await {
+            tracing::warn!(member = %m, %error, "dropping the old password failed");
             return Ok(());
         }
     }

@@ -16,27 +16,28 @@ use std::net::IpAddr;
 #[serde(transparent)]
 pub struct ShardIndex(pub u32);
 
-/// Index of a member within its shard, 0-based; member 0 is the primary at creation.
+/// Which member of a shard.
+///
+/// Ordered members first, then new copies (the planner lists the spec's
+/// members before the copies of moves in flight).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct MemberIndex(pub u32);
+pub enum MemberIndex {
+    /// Member `m` of the spec, 0-based; member 0 is the primary at creation.
+    Member(u32),
+    /// The new copy of member `m` while the operator moves it. It is a
+    /// desired replica like any other to the planner (met, attached to the
+    /// primary, failed over to when asked), and the operator swaps it in for
+    /// member `m` once it is in sync.
+    NewCopyOf(u32),
+}
 
 impl MemberIndex {
-    /// Indices from here on name a member's *new copy* while the operator
-    /// moves it: member `m`'s new copy is `SURGE_BASE + m`. It is a desired
-    /// replica like any other to the planner (met, attached to the primary,
-    /// failed over to when asked), and the operator swaps it in for member `m`
-    /// once it is in sync.
-    pub const SURGE_BASE: u32 = 1 << 30;
-
-    /// The index of member `member`'s new copy.
-    pub fn surge_of(member: u32) -> MemberIndex {
-        MemberIndex(Self::SURGE_BASE.saturating_add(member))
-    }
-
     /// The member this index is the new copy of, when it is one.
-    pub fn surge_for(self) -> Option<u32> {
-        self.0.checked_sub(Self::SURGE_BASE)
+    pub fn new_copy_of(self) -> Option<u32> {
+        match self {
+            MemberIndex::NewCopyOf(m) => Some(m),
+            MemberIndex::Member(_) => None,
+        }
     }
 }
 
@@ -48,7 +49,10 @@ impl fmt::Display for ShardIndex {
 
 impl fmt::Display for MemberIndex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        match self {
+            MemberIndex::Member(m) => write!(f, "{m}"),
+            MemberIndex::NewCopyOf(m) => write!(f, "{m} (new copy)"),
+        }
     }
 }
 
@@ -64,17 +68,14 @@ impl MemberRef {
     pub fn new(shard: u32, member: u32) -> MemberRef {
         MemberRef {
             shard: ShardIndex(shard),
-            member: MemberIndex(member),
+            member: MemberIndex::Member(member),
         }
     }
 }
 
 impl fmt::Display for MemberRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.member.surge_for() {
-            Some(m) => write!(f, "shard {} member {m} (new copy)", self.shard),
-            None => write!(f, "shard {} member {}", self.shard, self.member),
-        }
+        write!(f, "shard {} member {}", self.shard, self.member)
     }
 }
 
@@ -160,7 +161,7 @@ impl DesiredShard {
             index: ShardIndex(index),
             members: (0..members)
                 .map(|m| DesiredMember {
-                    index: MemberIndex(m),
+                    index: MemberIndex::Member(m),
                     config: BTreeMap::new(),
                 })
                 .collect(),
@@ -280,15 +281,19 @@ mod tests {
     #[test]
     fn promotion_order_puts_the_desired_primary_then_the_preference_first() {
         let mut shard = DesiredShard::with_members(0, 4);
-        shard.primary = Some(MemberIndex(2));
-        shard.failover_preference = vec![MemberIndex(3), MemberIndex(9), MemberIndex(2)];
+        shard.primary = Some(MemberIndex::Member(2));
+        shard.failover_preference = vec![
+            MemberIndex::Member(3),
+            MemberIndex::Member(9),
+            MemberIndex::Member(2),
+        ];
         assert_eq!(
             shard.promotion_order(),
             vec![
-                MemberIndex(2),
-                MemberIndex(3),
-                MemberIndex(0),
-                MemberIndex(1)
+                MemberIndex::Member(2),
+                MemberIndex::Member(3),
+                MemberIndex::Member(0),
+                MemberIndex::Member(1)
             ]
         );
     }
@@ -312,9 +317,10 @@ mod tests {
 
     #[test]
     fn a_members_new_copy_has_its_own_index_and_says_whose_it_is() {
-        let surge = MemberIndex::surge_of(2);
-        assert_eq!(surge.surge_for(), Some(2));
-        assert_eq!(MemberIndex(2).surge_for(), None);
+        let surge = MemberIndex::NewCopyOf(2);
+        assert_eq!(surge.new_copy_of(), Some(2));
+        assert_eq!(MemberIndex::Member(2).new_copy_of(), None);
+        assert!(MemberIndex::Member(u32::MAX) < surge);
         let r = MemberRef {
             shard: ShardIndex(1),
             member: surge,

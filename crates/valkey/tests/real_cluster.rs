@@ -218,7 +218,9 @@ impl Harness {
             .map(|s| {
                 let mut shard = DesiredShard::with_members(s, replicas + 1);
                 if let Some(prev) = old.get(&s) {
-                    shard.primary = prev.primary.filter(|p| p.0 <= replicas);
+                    shard.primary = prev
+                        .primary
+                        .filter(|p| matches!(p, MemberIndex::Member(m) if *m <= replicas));
                 }
                 shard
             })
@@ -525,7 +527,10 @@ async fn planned_failover_and_killed_primaries_rejoin_as_replicas() {
         // (Valkey 9.1) reports it per node.
         for shard in &mut h.desired.shards {
             for member in &mut shard.members {
-                let zone = format!("zone-{}", ["a", "b"][member.index.0 as usize % 2]);
+                let MemberIndex::Member(m) = member.index else {
+                    continue;
+                };
+                let zone = format!("zone-{}", ["a", "b"][m as usize % 2]);
                 member.config.insert("availability-zone".to_string(), zone);
             }
         }
@@ -567,7 +572,7 @@ async fn planned_failover_and_killed_primaries_rejoin_as_replicas() {
         assert!(primary.wait(1, Duration::from_secs(2)).await.unwrap() >= 1);
 
         // A planned failover: shard 0's primary moves to member 1.
-        h.desired.shards[0].primary = Some(MemberIndex(1));
+        h.desired.shards[0].primary = Some(MemberIndex::Member(1));
         h.converge("planned failover of shard 0", STEP).await;
         assert_eq!(h.role_of(MemberRef::new(0, 1)).await, Role::Primary);
         assert_eq!(h.role_of(MemberRef::new(0, 0)).await, Role::Replica);
@@ -643,7 +648,7 @@ async fn scaling_replicas_down_never_removes_the_live_primary() {
 
         // Make member 2 the primary of shard 1, then scale replicas back to 1: the
         // planner must hand the primary over before member 2 may go.
-        h.desired.shards[1].primary = Some(MemberIndex(2));
+        h.desired.shards[1].primary = Some(MemberIndex::Member(2));
         h.converge("shard 1 primary to member 2", STEP).await;
         assert_eq!(h.role_of(MemberRef::new(1, 2)).await, Role::Primary);
 

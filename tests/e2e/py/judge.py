@@ -26,7 +26,11 @@ import sys
 import time
 
 from valkey.cluster import ClusterNode, ValkeyCluster
-from valkey.exceptions import ValkeyError
+from valkey.exceptions import ValkeyClusterException, ValkeyError
+
+# What a client raises when a command or a (re)connection fails. The cluster
+# client's "no startup node reachable" error is not a ValkeyError.
+FAILURES = (ValkeyError, ValkeyClusterException, OSError)
 
 
 def connect(args):
@@ -57,7 +61,7 @@ def connect_retrying(args, deadline_s=60.0):
             client = connect(args)
             client.ping()
             return client
-        except (ValkeyError, OSError) as err:
+        except FAILURES as err:
             if time.monotonic() - start > deadline_s:
                 print(f"judge: cannot connect: {err}", file=sys.stderr)
                 sys.exit(2)
@@ -103,12 +107,12 @@ def cmd_load(args):
                 acked += 1
                 out.write(key + "\n")
                 out.flush()
-            except (ValkeyError, OSError):
+            except FAILURES:
                 errors += 1
                 time.sleep(0.05)
                 try:
                     client = connect(args)
-                except (ValkeyError, OSError):
+                except FAILURES:
                     pass
             if args.interval_ms:
                 time.sleep(args.interval_ms / 1000.0)
@@ -132,9 +136,12 @@ def cmd_verify(args):
                 if client.get(key) != key:
                     missing.append(key)
                 break
-            except (ValkeyError, OSError):
+            except FAILURES:
                 time.sleep(0.25)
-                client = connect(args)
+                try:
+                    client = connect(args)
+                except FAILURES:
+                    pass
         else:
             missing.append(key)
     print(json.dumps({"checked": len(keys), "missing": len(missing), "first_missing": missing[:5]}))

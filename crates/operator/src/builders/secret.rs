@@ -1,4 +1,5 @@
-//! The password Secret `<cluster>-auth` the operator generates when the user
+//! Secrets: reading a key of one ([`secret_text`]), and the password Secret
+//! `<cluster>-auth` the operator generates when the user
 //! names none. It is only ever *created*: once it exists the operator never
 //! overwrites or deletes it (clients may have read the password), and a
 //! Secret the user named is never touched at all.
@@ -79,6 +80,23 @@ pub fn applied_secret(
 pub const APPLIED_KEY: &str = "password";
 /// The key of the number of rotations in `<cluster>-auth-applied`.
 pub const APPLIED_GENERATION_KEY: &str = "generation";
+
+/// The text of `key` in a Secret (`data`, else `stringData`).
+pub fn secret_text(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .cloned()
+        })
+        .filter(|v| !v.is_empty())
+}
 
 #[cfg(test)]
 mod tests {

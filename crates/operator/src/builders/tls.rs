@@ -23,6 +23,7 @@
 //! Deciding *whether* to issue ([`issue_reason`]) is pure; issuing makes keys
 //! and so is not.
 
+use super::secret::secret_text;
 use super::{client_service_name, cluster_labels, headless_service_name};
 use api::ValidatedCluster;
 use api::constants::{
@@ -155,23 +156,6 @@ pub fn issue_reason(
         return Some("a member pod has an IP it does not name");
     }
     None
-}
-
-/// The text of `key` in a Secret (`data`, else `stringData`).
-pub fn secret_text(secret: &Secret, key: &str) -> Option<String> {
-    secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .cloned()
-        })
-        .filter(|v| !v.is_empty())
 }
 
 fn generate_key(what: &'static str) -> Result<KeyPair, TlsError> {

@@ -20,7 +20,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-use valkey::model::{MemberRef, NodeReport, ObservedCluster, ObservedMember};
+use valkey::model::{
+    MemberIndex, MemberRef, NodeReport, ObservedCluster, ObservedMember, ShardIndex,
+};
 use valkey::parse::Role;
 use valkey::planner::{self, PlannerOptions};
 
@@ -63,7 +65,12 @@ impl<'a> Facts<'a> {
 
     /// What member `(s, m)` said, when it answered.
     pub fn report(&self, s: u32, m: u32) -> Option<&'a NodeReport> {
-        report_of(self.valkey, s, m)
+        self.report_at(s, MemberIndex::Member(m))
+    }
+
+    /// What member or new copy `index` of shard `s` said, when it answered.
+    pub fn report_at(&self, s: u32, index: MemberIndex) -> Option<&'a NodeReport> {
+        report_at(self.valkey, s, index)
     }
 
     /// The primary of shard `s` as Valkey reports it.
@@ -89,9 +96,9 @@ impl<'a> Facts<'a> {
 
     /// Whether shard `s`'s live primary is a member other than `not` whose
     /// pod sits on a node that is not lost (the shard is served without `not`).
-    pub fn served_elsewhere(&self, s: u32, not: u32) -> bool {
+    pub fn served_elsewhere(&self, s: u32, not: MemberIndex) -> bool {
         self.primaries.get(&s).is_some_and(|p| {
-            *p != not
+            MemberIndex::Member(*p) != not
                 && self
                     .kube
                     .members
@@ -105,20 +112,21 @@ impl<'a> Facts<'a> {
     /// that primary and its replication offset is close enough.
     fn in_sync_with_primary(&self, s: u32, replica: &NodeReport) -> bool {
         self.primary_report(s).is_some_and(|p| {
-            replica.nodes.myself().primary_id.as_ref() == Some(p.node_id())
-                && planner::replica_sync(
-                    &p.replication,
-                    &replica.replication,
-                    PlannerOptions::default().max_replica_lag_bytes,
-                )
+            planner::sync_between(p, replica, PlannerOptions::default().max_replica_lag_bytes)
                 .is_in_sync()
         })
     }
 
-    /// Whether member `(s, m)` (or a new copy, by its member index) is an
-    /// in-sync replica of the shard's live primary.
+    /// Whether member `(s, m)` is an in-sync replica of the shard's live
+    /// primary.
     pub fn in_sync(&self, s: u32, m: u32) -> bool {
-        self.report(s, m)
+        self.in_sync_at(s, MemberIndex::Member(m))
+    }
+
+    /// Whether member or new copy `index` of shard `s` is an in-sync replica
+    /// of the shard's live primary.
+    pub fn in_sync_at(&self, s: u32, index: MemberIndex) -> bool {
+        self.report_at(s, index)
             .is_some_and(|r| self.in_sync_with_primary(s, r))
     }
 
@@ -149,9 +157,18 @@ impl<'a> Facts<'a> {
 
 /// What member `(s, m)` of `obs` said, when it answered.
 pub fn report_of(obs: &ObservedCluster, s: u32, m: u32) -> Option<&NodeReport> {
+    report_at(obs, s, MemberIndex::Member(m))
+}
+
+/// What member or new copy `index` of shard `s` said, when it answered.
+pub fn report_at(obs: &ObservedCluster, s: u32, index: MemberIndex) -> Option<&NodeReport> {
+    let want = MemberRef {
+        shard: ShardIndex(s),
+        member: index,
+    };
     obs.members
         .iter()
-        .find(|x| x.member == MemberRef::new(s, m))
+        .find(|x| x.member == want)
         .and_then(ObservedMember::report)
 }
 

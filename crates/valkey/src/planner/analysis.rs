@@ -527,14 +527,11 @@ impl<'a> Analysis<'a> {
         ) else {
             return super::ReplicaSync::NotReplicating;
         };
-        if r.nodes.myself().primary_id.as_ref() != Some(pid) || !self.replicates(replica, pid) {
+        // The anchor must also see it following that primary.
+        if !self.replicates(replica, pid) {
             return super::ReplicaSync::NotReplicating;
         }
-        super::replica_sync(
-            &p.replication,
-            &r.replication,
-            self.opts.max_replica_lag_bytes,
-        )
+        super::sync_between(p, r, self.opts.max_replica_lag_bytes)
     }
 }
 

@@ -40,7 +40,7 @@ pub use health::{Health, HealthIssue, Severity, health};
 
 use crate::actions::{Action, FailoverMode, Plan, ResetMode, Wait};
 use crate::model::{
-    DesiredCluster, MemberAddr, MemberIndex, MemberRef, ObservedCluster, ShardIndex,
+    DesiredCluster, MemberAddr, MemberIndex, MemberRef, NodeReport, ObservedCluster, ShardIndex,
 };
 use crate::parse::{NodeId, ReplicationInfo, Role};
 use crate::slots::{self, SlotSet};
@@ -136,6 +136,18 @@ impl ReplicaSync {
     pub fn is_in_sync(self) -> bool {
         matches!(self, ReplicaSync::InSync { .. })
     }
+}
+
+/// How the member that sent `replica` stands with the one that sent `primary`:
+/// not replicating unless it says it follows that primary's node id, else as
+/// [`replica_sync`] finds it. The one rule for "in sync" that both the planner
+/// ([`Analysis::sync_of`](analysis::Analysis::sync_of)) and the operator's
+/// failover and move decisions use.
+pub fn sync_between(primary: &NodeReport, replica: &NodeReport, max_lag: u64) -> ReplicaSync {
+    if replica.nodes.myself().primary_id.as_ref() != Some(primary.node_id()) {
+        return ReplicaSync::NotReplicating;
+    }
+    replica_sync(&primary.replication, &replica.replication, max_lag)
 }
 
 /// How `replica` stands with `primary`, from both nodes' INFO replication: in sync

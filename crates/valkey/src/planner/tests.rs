@@ -1575,7 +1575,7 @@ fn the_failover_target_follows_the_callers_preference() {
     sim.tick();
     // Member 2 leaves; the operator prefers member 1 over member 0.
     let mut want = desired(1, 1);
-    want.shards[0].failover_preference = vec![MemberIndex(1), MemberIndex(0)];
+    want.shards[0].failover_preference = vec![MemberIndex::Member(1), MemberIndex::Member(0)];
     let plan = plan_of(&mut sim, &want);
     assert_eq!(failover(&plan).on(), MemberRef::new(0, 1));
 }
@@ -1605,7 +1605,7 @@ fn a_leaving_primary_with_no_in_sync_replica_is_kept() {
 #[test]
 fn a_planned_failover_goes_to_the_desired_member_once_in_sync() {
     let (mut sim, mut want) = healthy(3, 1);
-    want.shards[1].primary = Some(MemberIndex(1));
+    want.shards[1].primary = Some(MemberIndex::Member(1));
     let r = sim.idx(MemberRef::new(1, 1));
     sim.nodes[r].lag = 10 * 1024 * 1024;
     let plan = plan_of(&mut sim, &want);
@@ -1635,7 +1635,7 @@ fn a_planned_failover_goes_to_the_desired_member_once_in_sync() {
 fn planned_failovers_go_one_shard_at_a_time() {
     let (mut sim, mut want) = healthy(3, 1);
     for s in &mut want.shards {
-        s.primary = Some(MemberIndex(1));
+        s.primary = Some(MemberIndex::Member(1));
     }
     let plans = converge(&mut sim, &want, 20);
     for p in &plans {
@@ -1688,6 +1688,46 @@ fn in_sync_means_link_up_no_sync_and_offset_close() {
     assert_eq!(
         replica_sync(&primary, &ahead, 0),
         ReplicaSync::InSync { lag: 0 }
+    );
+}
+
+#[test]
+fn in_sync_between_two_members_needs_the_replica_to_follow_that_primary() {
+    let a = "a".repeat(40);
+    let b = "b".repeat(40);
+    let c = "c".repeat(40);
+    let report = |myself: &str, text: &str, replication: &str| NodeReport {
+        nodes: ClusterNodes::parse(text).unwrap(),
+        replication: ReplicationInfo::parse(replication).unwrap(),
+        slot_migrations: vec![],
+        keys: 0,
+        config: BTreeMap::new(),
+        cluster_state_ok: myself == "ok",
+    };
+    let primary = report(
+        "ok",
+        &format!("{a} 10.0.0.1:6379@16379 myself,master - 0 0 1 connected 0-16383\n"),
+        "role:master\nmaster_repl_offset:1000\nconnected_slaves:1\n",
+    );
+    let follows = |primary_id: &str| {
+        report(
+            "ok",
+            &format!(
+                "{b} 10.0.0.2:6379@16379 myself,slave {primary_id} 0 0 1 connected\n\
+                 {a} 10.0.0.1:6379@16379 master - 0 0 1 connected 0-16383\n"
+            ),
+            "role:slave\nmaster_host:10.0.0.1\nmaster_port:6379\nmaster_link_status:up\n\
+             master_sync_in_progress:0\nslave_repl_offset:990\nmaster_repl_offset:990\n",
+        )
+    };
+    assert_eq!(
+        sync_between(&primary, &follows(&a), 100),
+        ReplicaSync::InSync { lag: 10 }
+    );
+    // The same offsets, but it says it follows another node.
+    assert_eq!(
+        sync_between(&primary, &follows(&c), 100),
+        ReplicaSync::NotReplicating
     );
 }
 
@@ -1802,7 +1842,7 @@ fn differing_settings_are_set_live_and_member_settings_override() {
     want.config
         .insert("maxmemory-policy".into(), "allkeys-lru".into());
     want.shards[0].members[1] = DesiredMember {
-        index: MemberIndex(1),
+        index: MemberIndex::Member(1),
         config: [("availability-zone".to_string(), "zone-b".to_string())]
             .into_iter()
             .collect(),
@@ -1839,7 +1879,7 @@ fn contradictory_input_is_refused_with_what_is_wrong() {
         })
     );
     let mut want = desired(1, 1);
-    want.shards[0].primary = Some(MemberIndex(5));
+    want.shards[0].primary = Some(MemberIndex::Member(5));
     assert!(matches!(
         next_actions(&want, &observed, &PlannerOptions::default()),
         Err(PlanError::UnknownMember { .. })
@@ -1911,7 +1951,7 @@ fn desired_with(shards: u32, replicas: u32, primaries: &BTreeMap<u32, u32>) -> D
             .get(&s.index.0)
             .copied()
             .filter(|m| *m <= replicas)
-            .map(MemberIndex);
+            .map(MemberIndex::Member);
     }
     d
 }

@@ -58,11 +58,7 @@ pub async fn ensure_password(
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = &cluster.auth.secret_name;
-    let existing = api.get_opt(name).await.map_err(|source| Error::Read {
-        kind: "Secret",
-        name: name.clone(),
-        source,
-    })?;
+    let existing = super::secrets::read(&api, name).await?;
     let secret = match existing {
         Some(s) => s,
         None if cluster.auth.operator_managed => {
@@ -108,7 +104,7 @@ pub async fn ensure_password(
         }
     };
     let key = &cluster.auth.secret_key;
-    match crate::builders::tls::secret_text(&secret, key) {
+    match crate::builders::secret::secret_text(&secret, key) {
         Some(p) => Ok(AuthState::Password(p)),
         None => Ok(AuthState::Missing(format!(
             "Secret {name} has no key {key:?}"

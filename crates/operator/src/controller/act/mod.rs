@@ -7,6 +7,7 @@ pub mod apply;
 pub mod kube;
 pub mod moves;
 pub mod rotation;
+pub mod secrets;
 pub mod tls;
 pub mod users;
 pub mod valkey;

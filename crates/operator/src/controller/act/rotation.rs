@@ -22,7 +22,7 @@
 //!
 //! Connected clients stay connected throughout: a password is checked at
 //! AUTH only, and clients move to the new password at their own pace until
-//! step 4. The decision ([`step`]) is pure. Changing the password again
+//! step 4. The decision ([`may_finish`]) is pure. Changing the password again
 //! before `PasswordRotated` is not supported: members restarted onto the
 //! first new password would take neither the second nor the old one.
 
@@ -30,7 +30,7 @@ use super::users::password_hash;
 use crate::builders::Desired;
 use crate::builders::secret::{APPLIED_GENERATION_KEY, APPLIED_KEY, applied_secret};
 use crate::controller::act::kube::AuthState;
-use crate::controller::act::tls::{apply_secret, read_secret};
+use crate::controller::act::secrets;
 use crate::controller::events::{Events, reason};
 use crate::controller::observe::kube::KubeView;
 use crate::controller::observe::pods::{PodFacts, needs_restart};
@@ -41,7 +41,7 @@ use api::constants::{auth_applied_secret_name, member_name};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
-use valkey::model::{MemberRef, MemberState, ObservedCluster};
+use valkey::model::{MemberState, ObservedCluster};
 
 /// Where a rotation stands.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -67,13 +67,13 @@ pub async fn state(
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = auth_applied_secret_name(&cluster.name);
-    let record = read_secret(&api, &name).await?;
+    let record = secrets::read(&api, &name).await?;
     let recorded = record
         .as_ref()
-        .and_then(|s| crate::builders::tls::secret_text(s, APPLIED_KEY));
+        .and_then(|s| crate::builders::secret::secret_text(s, APPLIED_KEY));
     let generation: u64 = record
         .as_ref()
-        .and_then(|s| crate::builders::tls::secret_text(s, APPLIED_GENERATION_KEY))
+        .and_then(|s| crate::builders::secret::secret_text(s, APPLIED_GENERATION_KEY))
         .and_then(|g| g.trim().parse().ok())
         .unwrap_or(0);
     // The password Secret is missing: keep the members as they are.
@@ -93,7 +93,7 @@ pub async fn state(
             generation: generation + 1,
         },
         None => {
-            apply_secret(ctx, &api, &applied_secret(cluster, owner, password, 0)).await?;
+            secrets::apply(ctx, &api, &applied_secret(cluster, owner, password, 0)).await?;
             Rotation::default()
         }
     })
@@ -111,33 +111,17 @@ pub fn all_rolled(cluster: &ValidatedCluster, view: &KubeView, desired: &Desired
     })
 }
 
-/// What one reconcile does for a rotation.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RotationStep {
-    /// Members to give both passwords (adding one a member has is a no-op).
-    pub add_to: Vec<MemberRef>,
-    /// Members whose `primaryauth` is set to the new password.
-    pub primaryauth_on: Vec<MemberRef>,
-    /// Every member takes the new password: drop the old one everywhere and
-    /// record the new one.
-    pub finish: bool,
-}
-
-/// Decides the step from who answered and with which password:
-/// `everyone_reachable` (every member was asked), `rolled` (every member
-/// runs with the new environment), `connected` (who answered),
-/// `via_previous` (who took only the previous password).
-pub fn step(
+/// Whether the old password may go: every member was asked (`everyone_reachable`),
+/// runs with the new environment (`rolled`), answered (`connected`) and took the new
+/// password (`via_previous` empty). Until then every connected member is given both
+/// passwords and the new `primaryauth`.
+pub fn may_finish(
     everyone_reachable: bool,
     rolled: bool,
-    connected: &[MemberRef],
-    via_previous: &[MemberRef],
-) -> RotationStep {
-    RotationStep {
-        add_to: connected.to_vec(),
-        primaryauth_on: connected.to_vec(),
-        finish: everyone_reachable && rolled && via_previous.is_empty() && !connected.is_empty(),
-    }
+    connected: usize,
+    via_previous: usize,
+) -> bool {
+    everyone_reachable && rolled && via_previous == 0 && connected > 0
 }
 
 /// Moves a rotation on (see the module doc). Failures are logged; the next
@@ -151,23 +135,16 @@ pub async fn advance(
     (password, previous): (&str, &str),
     events: &Events<'_>,
 ) -> Result<(), Error> {
-    let connected: Vec<MemberRef> = session.keys().copied().collect();
-    let via_previous: Vec<MemberRef> = session
-        .iter()
-        .filter(|(_, a)| a.previous_password)
-        .map(|(m, _)| *m)
-        .collect();
+    let via_previous = session.values().filter(|a| a.previous_password).count();
     let everyone_reachable = observed
         .members
         .iter()
         .all(|m| matches!(m.state, MemberState::Reachable(_)));
-    let plan = step(everyone_reachable, rolled, &connected, &via_previous);
+    let finish = may_finish(everyone_reachable, rolled, session.len(), via_previous);
     let hashes = [password_hash(password), password_hash(previous)];
     let mut failed = false;
-    for m in &plan.add_to {
-        let Some(admin) = session.get(m) else {
-            continue;
-        };
+    for (m, admin) in session {
+        // Adding a password a member has is a no-op.
         for hash in &hashes {
             ctx.metrics.valkey_command("AclSetUserDefault");
             if let Err(error) = admin.add_default_password(hash).await {
@@ -175,19 +152,15 @@ pub async fn advance(
                 failed = true;
             }
         }
-    }
-    for m in &plan.primaryauth_on {
-        if let Some(admin) = session.get(m)
-            && let Err(error) = admin.config_set_secret("primaryauth", password).await
-        {
+        if let Err(error) = admin.config_set_secret("primaryauth", password).await {
             tracing::warn!(member = %m, %error, "CONFIG SET primaryauth failed");
             failed = true;
         }
     }
-    if !plan.finish || failed {
-        if !via_previous.is_empty() {
+    if !finish || failed {
+        if via_previous > 0 {
             tracing::info!(
-                members = via_previous.len(),
+                members = via_previous,
                 "password rotation: the new password added"
             );
         }
@@ -201,7 +174,7 @@ pub async fn advance(
         }
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
-    apply_secret(
+    secrets::apply(
         ctx,
         &api,
         &applied_secret(cluster, owner, password, cluster.auth_generation),
@@ -227,17 +200,15 @@ mod tests {
 
     #[test]
     fn the_old_password_goes_only_once_every_member_takes_the_new_one() {
-        let (a, b) = (MemberRef::new(0, 0), MemberRef::new(0, 1));
-        // b has only the old one: both everywhere, do not finish.
-        let s = step(true, true, &[a, b], &[b]);
-        assert_eq!(s.add_to, [a, b]);
-        assert_eq!(s.primaryauth_on, [a, b]);
-        assert!(!s.finish);
+        // One member has only the old one: not yet.
+        assert!(!may_finish(true, true, 2, 1));
         // Everyone takes the new one: finish.
-        assert!(step(true, true, &[a, b], &[]).finish);
+        assert!(may_finish(true, true, 2, 0));
         // A member nobody could reach may have only the old one: wait.
-        assert!(!step(false, true, &[a], &[]).finish);
+        assert!(!may_finish(false, true, 1, 0));
         // A member not restarted yet still uses the old one: wait.
-        assert!(!step(true, false, &[a, b], &[]).finish);
+        assert!(!may_finish(true, false, 2, 0));
+        // Nobody answered: nothing is known.
+        assert!(!may_finish(true, true, 0, 0));
     }
 }

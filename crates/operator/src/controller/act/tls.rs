@@ -9,6 +9,8 @@
 //! Secret or key is a condition the cluster waits in (`TLSSecretMissing`),
 //! like a missing password.
 
+use super::secrets;
+use crate::builders::secret::secret_text;
 use crate::builders::tls::{self, IssuedFacts};
 use crate::controller::events::{Events, reason};
 use crate::controller::observe::kube::KubeView;
@@ -21,7 +23,7 @@ use api::constants::{
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -78,21 +80,21 @@ pub async fn ensure(
         return user_secret(&api, &settings.secret_name).await;
     }
     let ca = ensure_ca(ctx, cluster, owner, &api, now_unix, events).await?;
-    let public = read_secret(&api, &tls_ca_secret_name(&cluster.name)).await?;
+    let public = secrets::read(&api, &tls_ca_secret_name(&cluster.name)).await?;
     if public
         .as_ref()
-        .and_then(|s| tls::secret_text(s, TLS_CA_KEY))
+        .and_then(|s| secret_text(s, TLS_CA_KEY))
         .as_deref()
         != Some(ca.cert_pem.as_str())
     {
-        apply_secret(ctx, &api, &tls::ca_secret(cluster, owner, &ca.cert_pem)).await?;
+        secrets::apply(ctx, &api, &tls::ca_secret(cluster, owner, &ca.cert_pem)).await?;
     }
-    let existing = read_secret(&api, &settings.secret_name).await?;
+    let existing = secrets::read(&api, &settings.secret_name).await?;
     let facts = existing.as_ref().map(IssuedFacts::of);
     let ips = member_ips(view);
     if let Some(why) = tls::issue_reason(facts.as_ref(), &ca.cert_pem, &ips, now_unix) {
         let issued = tls::issue(cluster, &ca, &ips, now_unix).map_err(Error::Tls)?;
-        apply_secret(
+        secrets::apply(
             ctx,
             &api,
             &tls::serving_secret(cluster, owner, &ca.cert_pem, &issued),
@@ -123,7 +125,7 @@ async fn ensure_ca(
     events: &Events<'_>,
 ) -> Result<tls::Ca, Error> {
     let name = tls_ca_key_secret_name(&cluster.name);
-    if let Some(secret) = read_secret(api, &name).await? {
+    if let Some(secret) = secrets::read(api, &name).await? {
         return tls::ca_of(&secret).ok_or_else(|| {
             Error::Tls(tls::TlsError::BadCa {
                 secret: name.clone(),
@@ -153,7 +155,7 @@ async fn ensure_ca(
         }
         // Created meanwhile (another reconcile, a restart): use that one.
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            let secret = read_secret(api, &name).await?;
+            let secret = secrets::read(api, &name).await?;
             secret.as_ref().and_then(tls::ca_of).ok_or_else(|| {
                 Error::Tls(tls::TlsError::BadCa {
                     secret: name.clone(),
@@ -167,61 +169,23 @@ async fn ensure_ca(
 
 /// The user's Secret: `ca.crt`, `tls.crt` and `tls.key` must be there.
 async fn user_secret(api: &Api<Secret>, name: &str) -> Result<TlsState, Error> {
-    let Some(secret) = read_secret(api, name).await? else {
+    let Some(secret) = secrets::read(api, name).await? else {
         return Ok(TlsState::Missing(format!(
             "Secret {name} named by spec.tls.secretName does not exist"
         )));
     };
     for key in [TLS_CERT_KEY, TLS_KEY_KEY] {
-        if tls::secret_text(&secret, key).is_none() {
+        if secret_text(&secret, key).is_none() {
             return Ok(TlsState::Missing(format!(
                 "Secret {name} named by spec.tls.secretName has no key {key:?}"
             )));
         }
     }
-    match tls::secret_text(&secret, TLS_CA_KEY) {
+    match secret_text(&secret, TLS_CA_KEY) {
         Some(ca) => Ok(TlsState::Ready(ca.into_bytes())),
         None => Ok(TlsState::Missing(format!(
             "Secret {name} named by spec.tls.secretName has no key {TLS_CA_KEY:?} \
              (the CA members and clients verify each other with)"
         ))),
     }
-}
-
-pub(crate) async fn read_secret(api: &Api<Secret>, name: &str) -> Result<Option<Secret>, Error> {
-    api.get_opt(name).await.map_err(|source| Error::Read {
-        kind: "Secret",
-        name: name.to_string(),
-        source,
-    })
-}
-
-pub(crate) async fn apply_secret(
-    ctx: &Context,
-    api: &Api<Secret>,
-    secret: &Secret,
-) -> Result<(), Error> {
-    let name = secret.metadata.name.clone().unwrap_or_default();
-    ctx.metrics.api_write("Secret", "apply");
-    let mut body = secret.clone();
-    body.metadata.managed_fields = None;
-    let value = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": body.metadata,
-        "type": body.type_,
-        "data": body.data,
-    });
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&value),
-    )
-    .await
-    .map_err(|source| Error::Apply {
-        kind: "Secret",
-        name,
-        source,
-    })?;
-    Ok(())
 }

@@ -15,7 +15,7 @@ use crate::controller::Context;
 use crate::controller::events::{Events, reason};
 use crate::controller::memory::Memory;
 use crate::controller::valkey_io::Session;
-use crate::controller::{Error, act::tls::read_secret};
+use crate::controller::{Error, act::secrets};
 use api::ValidatedCluster;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -100,7 +100,7 @@ pub async fn resolve(ctx: &Context, cluster: &ValidatedCluster) -> Result<Users,
     let mut secrets: BTreeMap<String, Option<Secret>> = BTreeMap::new();
     for user in &cluster.users {
         if !secrets.contains_key(&user.secret_name) {
-            let secret = read_secret(&api, &user.secret_name).await?;
+            let secret = secrets::read(&api, &user.secret_name).await?;
             secrets.insert(user.secret_name.clone(), secret);
         }
         let Some(Some(secret)) = secrets.get(&user.secret_name) else {
@@ -113,7 +113,7 @@ pub async fn resolve(ctx: &Context, cluster: &ValidatedCluster) -> Result<Users,
         let hashes: BTreeSet<String> = user
             .keys
             .iter()
-            .filter_map(|k| crate::builders::tls::secret_text(secret, k))
+            .filter_map(|k| crate::builders::secret::secret_text(secret, k))
             .map(|p| password_hash(&p))
             .collect();
         if hashes.is_empty() {

@@ -216,18 +216,18 @@ pub fn role_label(report: &NodeReport) -> Option<&'static str> {
 /// The member pods (new copies of moves included) whose `valkey.rs/role`
 /// label differs from the live role, with the label they should carry.
 pub fn role_labels<'v>(f: &Facts<'v>) -> Vec<(&'v Pod, &'static str)> {
-    let mut pods: Vec<(u32, u32, &Pod)> = f
+    let mut pods: Vec<(u32, MemberIndex, &Pod)> = f
         .kube
         .members
         .iter()
-        .map(|(k, pod)| (k.0, k.1, pod))
+        .map(|(k, pod)| (k.0, MemberIndex::Member(k.1), pod))
         .collect();
     for (k, pod) in &f.kube.surges {
-        pods.push((k.0, MemberIndex::surge_of(k.1).0, pod));
+        pods.push((k.0, MemberIndex::NewCopyOf(k.1), pod));
     }
     pods.into_iter()
-        .filter_map(|(s, m, pod)| {
-            let want = role_label(f.report(s, m)?)?;
+        .filter_map(|(s, index, pod)| {
+            let want = role_label(f.report_at(s, index)?)?;
             (PodFacts::of(pod).role_label.as_deref() != Some(want)).then_some((pod, want))
         })
         .collect()

@@ -22,6 +22,7 @@ use crate::controller::facts::{Facts, desired_members};
 use crate::controller::memory::Announced;
 use crate::controller::observe::pods::PodFacts;
 use std::time::Duration;
+use valkey::model::MemberIndex;
 
 pub use super::safety::NODE_LOST_GRACE;
 
@@ -107,7 +108,7 @@ pub fn lost_members(f: &Facts<'_>) -> Vec<LostMember> {
                 shard: s,
                 member: m,
                 lost_for,
-                shard_served_elsewhere: f.served_elsewhere(s, m),
+                shard_served_elsewhere: f.served_elsewhere(s, MemberIndex::Member(m)),
             })
         })
         .collect()

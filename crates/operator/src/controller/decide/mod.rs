@@ -126,14 +126,14 @@ pub fn next(
     let mut balance = BalanceState::Aligned;
     match &roll.step {
         RollStep::Failover { shard, to } => {
-            valkey::set_primary(&mut topology, *shard, MemberIndex(*to));
+            valkey::set_primary(&mut topology, *shard, MemberIndex::Member(*to));
         }
         RollStep::Done => {
             let (state, failover) =
                 balance::balancing(f, cluster_ready, memory.last_disturbance, now);
             balance = state;
             if let Some((shard, to)) = failover {
-                valkey::set_primary(&mut topology, shard, MemberIndex(to));
+                valkey::set_primary(&mut topology, shard, MemberIndex::Member(to));
             }
         }
         _ => {}

@@ -27,15 +27,15 @@ pub fn in_flight(f: &Facts<'_>, placement: &Placement) -> Vec<(Surge, SurgeStep)
         if ordinals.surge().is_none() {
             continue;
         }
-        let copy = MemberIndex::surge_of(m).0;
+        let copy = MemberIndex::NewCopyOf(m);
         let pod = f.kube.surges.get(&(s, m)).map(|p| {
             let facts = PodFacts::of(p);
             SurgePod {
                 scheduled: !facts.unscheduled(),
                 terminating: facts.terminating,
                 node_lost: f.on_lost_node(&facts),
-                in_sync: f.in_sync(s, copy),
-                primary: f.report(s, copy).is_some_and(serves_slots),
+                in_sync: f.in_sync_at(s, copy),
+                primary: f.report_at(s, copy).is_some_and(serves_slots),
             }
         });
         let surge = Surge {

@@ -11,7 +11,7 @@
 //!    keeps running and pod `<sts>-<k+1>` is created where the plan wants it
 //!    (with its own new volume when persistence is on);
 //! 2. the Valkey planner sees the new copy as one more desired replica of the
-//!    shard (index [`valkey::model::MemberIndex::surge_of`]): MEET, then
+//!    shard (index [`valkey::model::MemberIndex::NewCopyOf`]): MEET, then
 //!    CLUSTER REPLICATE to the shard's primary;
 //! 3. once it is an in-sync replica ([`SurgeStep::Complete`]) the StatefulSet
 //!    becomes `{start: k+1, replicas: 1}`: the StatefulSet controller removes

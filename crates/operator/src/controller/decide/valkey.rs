@@ -33,7 +33,7 @@ pub fn members(f: &Facts<'_>) -> DesiredCluster {
             index: ShardIndex(s),
             members: (0..=f.cluster.replicas)
                 .map(|m| DesiredMember {
-                    index: MemberIndex(m),
+                    index: MemberIndex::Member(m),
                     config: member_config(
                         f.kube.members.get(&(s, m)).and_then(|p| zone_of(f.kube, p)),
                     ),
@@ -42,7 +42,7 @@ pub fn members(f: &Facts<'_>) -> DesiredCluster {
             primary: None,
             failover_preference: balance::failover_preference(&f.shards, s, &f.keys)
                 .into_iter()
-                .map(MemberIndex)
+                .map(MemberIndex::Member)
                 .collect(),
         })
         .collect();
@@ -69,14 +69,14 @@ pub fn with_surges(
         };
         if let Some(shard) = out.shards.iter_mut().find(|d| d.index.0 == surge.shard) {
             shard.members.push(DesiredMember {
-                index: MemberIndex::surge_of(surge.member),
+                index: MemberIndex::NewCopyOf(surge.member),
                 config: member_config(zone_of(f.kube, pod)),
             });
         }
     }
     for (surge, step) in surges {
         if *step == SurgeStep::Promote {
-            set_primary(&mut out, surge.shard, MemberIndex::surge_of(surge.member));
+            set_primary(&mut out, surge.shard, MemberIndex::NewCopyOf(surge.member));
         }
     }
     out
@@ -94,7 +94,7 @@ pub fn set_primary(d: &mut DesiredCluster, shard: u32, member: MemberIndex) {
 pub fn without_surges(mut h: Health) -> Health {
     h.issues.retain_mut(|i| match i {
         planner::HealthIssue::LeavingMembers { members } => {
-            members.retain(|m| m.member.surge_for().is_none());
+            members.retain(|m| m.member.new_copy_of().is_none());
             !members.is_empty()
         }
         _ => true,

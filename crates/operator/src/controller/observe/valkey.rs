@@ -77,7 +77,7 @@ fn targets(
     targets.extend(view.surges.iter().map(|(&(s, m), pod)| Target {
         member: MemberRef {
             shard: ShardIndex(s),
-            member: MemberIndex::surge_of(m),
+            member: MemberIndex::NewCopyOf(m),
         },
         addr: pod_addr(pod).filter(|_| enabled),
         known_node_id: None,

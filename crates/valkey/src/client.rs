@@ -320,6 +320,21 @@ impl ValkeyAdmin {
         .await
     }
 
+    /// `ACL SETUSER default on nopass`: the default user takes any password
+    /// or none (auth is being turned off: members restarted without a
+    /// password and clients that still send one must both get in).
+    pub async fn set_default_nopass(&self) -> Result<(), ClientError> {
+        self.ok(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(crate::acl::DEFAULT_USER)
+                .arg("on")
+                .arg("nopass"),
+            "ACL SETUSER default nopass",
+        )
+        .await
+    }
+
     /// `CONFIG SET key value` (the value is not logged).
     pub async fn config_set_secret(&self, key: &str, value: &str) -> Result<(), ClientError> {
         self.ok(

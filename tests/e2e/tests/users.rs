@@ -13,7 +13,9 @@
 //! - the cluster password (`<cluster>-auth`) rotates under a `WAIT 1`
 //!   writer: the new one is added, the members roll onto it, then the old
 //!   one is dropped; nothing acknowledged is lost and Ready is never gone
-//!   for longer than a member's restart.
+//!   for longer than a member's restart;
+//! - auth goes off and on again under a `WAIT 1` writer (each a roll, the
+//!   same bounds).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, ensure};
@@ -296,6 +298,106 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
         );
         env.wait_ready_shape(ns, &m, Duration::from_secs(120))?;
         println!("users: cluster password rotated under a WAIT 1 writer {summary}");
+
+        // Auth off, then on again, under a WAIT 1 writer that logs in as
+        // `default` with the password (three-argument AUTH, which members
+        // taking any password accept too): each switch is a roll, the
+        // writer stays in, nothing acknowledged is lost.
+        let ips = env.member_ips(ns, "acl")?;
+        let hosts: Vec<&str> = ips.iter().map(String::as_str).collect();
+        let mut load = env.start_load(
+            &hosts,
+            new,
+            &work,
+            "auth-switch",
+            &["--username", "default", "--wait-replicas", "1"],
+        )?;
+        wait_load_running(&mut load)?;
+        let switch = |enabled: bool, reason: &str| -> Result<Duration> {
+            let uids: BTreeSet<String> = env
+                .pod_identities(ns, "acl")?
+                .values()
+                .map(|p| p.uid.clone())
+                .collect();
+            env.patch_cluster(
+                ns,
+                "acl",
+                &format!(r#"{{"spec":{{"auth":{{"enabled":{enabled}}}}}}}"#),
+            )?;
+            let mut not_ready_since: Option<std::time::Instant> = None;
+            let mut longest_not_ready = Duration::ZERO;
+            let mut last = String::new();
+            wait_until(Duration::from_secs(420), Duration::from_millis(500), || {
+                let obj = env.cluster(ns, "acl")?;
+                if condition_status(&obj, "Ready").as_deref() == Some("True") {
+                    not_ready_since = None;
+                } else {
+                    let since = *not_ready_since.get_or_insert_with(std::time::Instant::now);
+                    longest_not_ready = longest_not_ready.max(since.elapsed());
+                }
+                if !env
+                    .object_events(ns, "ValkeyCluster", "acl")?
+                    .iter()
+                    .any(|e| e.reason == reason)
+                {
+                    last = format!("no {reason} event yet");
+                    return Ok(false);
+                }
+                let pods = env.pod_identities(ns, "acl")?;
+                if pods.values().any(|p| uids.contains(&p.uid)) {
+                    last = "not every member restarted yet".into();
+                    return Ok(false);
+                }
+                if condition_status(&obj, "Ready").as_deref() != Some("True") {
+                    last = "not Ready".into();
+                    return Ok(false);
+                }
+                for ip in env.member_ips(ns, "acl")? {
+                    let bare = env
+                        .redis_cli()
+                        .args(["-h", &ip, "-p", "6379", "ping"])
+                        .output()?;
+                    let bare = format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&bare.stdout),
+                        String::from_utf8_lossy(&bare.stderr)
+                    )
+                    .trim()
+                    .to_string();
+                    let ok = if enabled {
+                        bare.contains("NOAUTH")
+                    } else {
+                        bare == "PONG"
+                    };
+                    if !ok {
+                        last = format!("{ip}: PING without a password: {bare:?}");
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            })
+            .with_context(|| format!("auth enabled={enabled} did not finish: {last}"))?;
+            ensure!(
+                longest_not_ready < Duration::from_secs(60),
+                "the cluster left Ready for {longest_not_ready:?} switching auth to {enabled}"
+            );
+            Ok(longest_not_ready)
+        };
+        let off = switch(false, "AuthDisabled")?;
+        println!("users: auth off (longest not Ready {off:?})");
+        let on = switch(true, "AuthEnabled")?;
+        println!("users: auth on again (longest not Ready {on:?})");
+        let summary = finish_load(&mut load, "writes across auth off and on")?;
+        let verify = env.verify_cluster_keys(ns, "acl", new, &work.join("auth-switch.keys"))?;
+        ensure!(
+            verify["missing"] == 0,
+            "keys across auth off and on: {verify}"
+        );
+        ensure!(
+            logs_in(env, &env.member_ips(ns, "acl")?, "default", new)?,
+            "the password does not log in after auth came back on"
+        );
+        println!("users: auth off -> on under a WAIT 1 writer {summary}");
         Ok(())
     });
 }

@@ -55,8 +55,11 @@ pub const ANNOTATION_PLACEMENT_HASH: &str = "valkey.rs/placement-hash";
 pub const CONTAINER: &str = "valkey";
 /// Environment variable holding the password (from the Secret).
 pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
-/// valkey-cli's TLS flags for the start script, empty without TLS.
-pub const CLI_TLS_ENV: &str = "VALKEY_CLI_TLS";
+/// valkey-cli's flags for the start script: `--user default` with auth (the
+/// three-argument AUTH works whether the member requires the password or
+/// takes any, as while auth is switched on or off), `--tls --cacert` with
+/// TLS; unset when there is neither.
+pub const CLI_ARGS_ENV: &str = "VALKEY_CLI_ARGS";
 /// Name of the volume of the TLS Secret.
 pub const TLS_VOLUME: &str = "tls";
 /// Name of the data volume (and of the PVC template: PVCs are `data-<pod>`).
@@ -356,25 +359,32 @@ fn container(c: &ValidatedCluster) -> Container {
         }
         // Valkey hides its arguments behind the process title, so the
         // password does not show in `ps`.
+        // Replicas log in as `default` with three-argument AUTH, which a
+        // primary taking any password (auth being switched) accepts too.
         args.extend([
             "--requirepass".into(),
             format!("$({PASSWORD_ENV})"),
+            "--primaryuser".into(),
+            "default".into(),
             "--primaryauth".into(),
             format!("$({PASSWORD_ENV})"),
         ]);
     }
-    let cli_tls: Vec<String> = match &c.tls {
-        Some(_) => vec![
+    let mut cli_args: Vec<String> = Vec::new();
+    if c.auth.enabled {
+        cli_args.extend(["--user".into(), "default".into()]);
+    }
+    if c.tls.is_some() {
+        cli_args.extend([
             "--tls".into(),
             "--cacert".into(),
             format!("{TLS_DIR}/{TLS_CA_KEY}"),
-        ],
-        None => Vec::new(),
-    };
-    if !cli_tls.is_empty() {
+        ]);
+    }
+    if !cli_args.is_empty() {
         env.push(EnvVar {
-            name: CLI_TLS_ENV.into(),
-            value: Some(cli_tls.join(" ")),
+            name: CLI_ARGS_ENV.into(),
+            value: Some(cli_args.join(" ")),
             value_from: None,
         });
     }
@@ -400,7 +410,7 @@ fn container(c: &ValidatedCluster) -> Container {
         });
     }
     let mut probe = vec!["valkey-cli".to_string()];
-    probe.extend(cli_tls);
+    probe.extend(cli_args);
     probe.extend([
         "-e".into(),
         "-p".into(),
@@ -490,7 +500,7 @@ pub const FORGET_IDENTITY_SCRIPT: &str = concat!(
     "trap 'exit 143' TERM INT; ",
     "while :; do busy=; ",
     "for r in $rs; do ",
-    "out=$(timeout 2 valkey-cli $VALKEY_CLI_TLS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>/dev/null | tr -d '\\r'); ",
+    "out=$(timeout 2 valkey-cli $VALKEY_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>/dev/null | tr -d '\\r'); ",
     "case \"$out\" in ",
     "*role:*) if printf '%s\\n' \"$out\" | grep -qxF -e \"master_host:$ip\" -e \"master_host:${POD_IP:-$ip}\"; then busy=\"$r\"; fi ;; ",
     "*) if [ \"$(date +%s)\" -lt \"$deadline\" ]; then busy=\"$r\"; fi ;; ",
@@ -625,7 +635,18 @@ mod tests {
             args.windows(2)
                 .any(|w| w == ["--primaryauth", "$(VALKEY_PASSWORD)"])
         );
+        // Three-argument AUTH as `default`, for replication and the probes.
+        assert!(args.windows(2).any(|w| w == ["--primaryuser", "default"]));
+        let probe = container
+            .readiness_probe
+            .as_ref()
+            .and_then(|p| p.exec.as_ref())
+            .and_then(|e| e.command.clone())
+            .unwrap();
+        assert!(probe.windows(2).any(|w| w == ["--user", "default"]));
         let env = container.env.clone().unwrap();
+        let cli = env.iter().find(|e| e.name == CLI_ARGS_ENV).unwrap();
+        assert_eq!(cli.value.as_deref(), Some("--user default"));
         let pw = env.iter().find(|e| e.name == PASSWORD_ENV).unwrap();
         let secret = pw
             .value_from

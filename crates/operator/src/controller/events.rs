@@ -31,6 +31,8 @@ pub mod reason {
     pub const CERTIFICATE_ISSUED: &str = "CertificateIssued";
     pub const USER_SECRET_MISSING: &str = "UserSecretMissing";
     pub const PASSWORD_ROTATED: &str = "PasswordRotated";
+    pub const AUTH_ENABLED: &str = "AuthEnabled";
+    pub const AUTH_DISABLED: &str = "AuthDisabled";
     pub const USERS_APPLIED: &str = "UsersApplied";
     pub const VALKEY_COMMAND_FAILED: &str = "ValkeyCommandFailed";
     pub const RECONCILE_ERROR: &str = "ReconcileError";

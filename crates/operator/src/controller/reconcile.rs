@@ -102,7 +102,7 @@ async fn run(
     let placement = Placement::compute(&cluster, &kube).await;
     events.notes(placement.notes(&mut memory.announced)).await;
     let auth = act::kube::ensure_password(ctx, &cluster, &owner, events).await?;
-    let rotation = act::rotation::state(ctx, &cluster, &owner, &auth).await?;
+    let rotation = act::rotation::state(ctx, &cluster, &owner, &auth, &kube, events).await?;
     let cluster = ValidatedCluster {
         auth_generation: rotation.generation,
         ..cluster
@@ -133,7 +133,7 @@ async fn run(
         &cluster,
         &kube,
         target.old,
-        (&auth, rotation.previous.as_deref()),
+        (&auth, rotation.login(&auth)),
         &tls,
     )
     .await;
@@ -161,6 +161,9 @@ async fn run(
     )
     .await?;
     if blocker.is_none() {
+        if let (Some(switch), (Some(password), _)) = (&rotation.switch, rotation.login(&auth)) {
+            act::rotation::advance_switch(ctx, &valkey.session, switch, password).await;
+        }
         if let (Some(previous), Some(password)) = (&rotation.previous, auth.password()) {
             act::rotation::advance(
                 ctx,

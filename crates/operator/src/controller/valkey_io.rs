@@ -43,7 +43,9 @@ pub async fn observe(
     t: Timeouts,
 ) -> (ObservedCluster, Session) {
     let opts = ConnectOptions {
-        username: None,
+        // Three-argument AUTH as `default`: a member taking any password
+        // (auth being switched) accepts it too.
+        username: password.map(|_| valkey::acl::DEFAULT_USER.to_string()),
         password: password.map(str::to_string),
         connect_timeout: t.connect,
         command_timeout: t.command,

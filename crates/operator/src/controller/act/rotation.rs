@@ -25,6 +25,25 @@
 //! step 4. The decision ([`may_finish`]) is pure. Changing the password again
 //! before `PasswordRotated` is not supported: members restarted onto the
 //! first new password would take neither the second nor the old one.
+//!
+//! Turning auth on or off ([`Switch`]) is the same kind of roll. Which
+//! members still run the other way is read off their pods (the password in
+//! their environment), not stored. Members log in to each other as `default`
+//! with three-argument AUTH (`primaryuser default`), and so do the operator
+//! and the probes: a member that takes any password (`nopass`) accepts that
+//! as well as one that requires it.
+//! - On: every member first gets `primaryuser default` and the password as
+//!   `primaryauth` (so its replication survives primaries restarted with
+//!   `requirepass`); then the members restart onto the password one at a
+//!   time. Clients without the password are refused by each member once it
+//!   restarted: that is what turning auth on means.
+//! - Off: every member first gets `primaryuser default` and takes any
+//!   password (`ACL SETUSER default on nopass`); then the members restart
+//!   without one. Once none runs with the password, the record says so
+//!   (an empty password) and the event `AuthDisabled` is sent. Clients that
+//!   send the password as `default` (three-argument AUTH) keep working
+//!   throughout; a client sending the two-argument `AUTH <password>` is
+//!   refused by a member without a password (Valkey's rule).
 
 use super::users::password_hash;
 use crate::builders::Desired;
@@ -52,6 +71,57 @@ pub struct Rotation {
     /// The number of the rotation the members should run with (goes into
     /// their restart hash).
     pub generation: u64,
+    /// Auth is being turned on or off.
+    pub switch: Option<Switch>,
+}
+
+/// Auth being turned on or off while members still run the other way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Switch {
+    /// Some member still runs without a password.
+    On,
+    /// Some member still runs with `password` (the one last applied).
+    Off { password: String },
+}
+
+impl Rotation {
+    /// The password to log in to the members with, and the one to try when
+    /// that is refused.
+    pub fn login<'a>(&'a self, auth: &'a AuthState) -> (Option<&'a str>, Option<&'a str>) {
+        match &self.switch {
+            Some(Switch::Off { password }) => (Some(password.as_str()), None),
+            _ => (auth.password(), self.previous.as_deref()),
+        }
+    }
+}
+
+/// The switch under way, if any: from whether auth is on, what the record
+/// says was applied, and how many member pods run with and without the
+/// password.
+pub fn switch_of(
+    enabled: bool,
+    recorded: Option<&str>,
+    (with_password, without_password): (usize, usize),
+) -> Option<Switch> {
+    match (enabled, recorded) {
+        (true, _) if without_password > 0 => Some(Switch::On),
+        (false, Some(p)) if !p.is_empty() && with_password > 0 => Some(Switch::Off {
+            password: p.to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// Member pods (new copies of moves included) that run with and without the
+/// password.
+fn pods_by_password(view: &KubeView) -> (usize, usize) {
+    let with = view
+        .members
+        .values()
+        .chain(view.surges.values())
+        .filter(|p| PodFacts::of(p).runs_with_password)
+        .count();
+    (with, view.members.len() + view.surges.len() - with)
 }
 
 /// Reads `<cluster>-auth-applied` against the Secret's password; records
@@ -61,10 +131,9 @@ pub async fn state(
     cluster: &ValidatedCluster,
     owner: &OwnerReference,
     auth: &AuthState,
+    view: &KubeView,
+    events: &Events<'_>,
 ) -> Result<Rotation, Error> {
-    if !cluster.auth.enabled {
-        return Ok(Rotation::default());
-    }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = auth_applied_secret_name(&cluster.name);
     let record = secrets::read(&api, &name).await?;
@@ -76,27 +145,96 @@ pub async fn state(
         .and_then(|s| crate::builders::secret::secret_text(s, APPLIED_GENERATION_KEY))
         .and_then(|g| g.trim().parse().ok())
         .unwrap_or(0);
+    let pods = pods_by_password(view);
+    let switch = switch_of(cluster.auth.enabled, recorded.as_deref(), pods);
+    if !cluster.auth.enabled {
+        // Off, and no member runs with the password any more: record it.
+        if switch.is_none() && recorded.as_deref().is_some_and(|r| !r.is_empty()) {
+            secrets::apply(ctx, &api, &applied_secret(cluster, owner, "", generation)).await?;
+            events
+                .normal(
+                    reason::AUTH_DISABLED,
+                    "SwitchAuth",
+                    "auth is off: every member runs without a password",
+                )
+                .await;
+        }
+        return Ok(Rotation {
+            previous: None,
+            generation,
+            switch,
+        });
+    }
     // The password Secret is missing: keep the members as they are.
     let Some(password) = auth.password() else {
         return Ok(Rotation {
             previous: None,
             generation,
+            switch: None,
         });
     };
     Ok(match recorded {
         Some(r) if r == password => Rotation {
             previous: None,
             generation,
+            switch,
         },
-        Some(r) => Rotation {
+        Some(r) if !r.is_empty() => Rotation {
             previous: Some(r),
             generation: generation + 1,
+            switch,
         },
-        None => {
-            secrets::apply(ctx, &api, &applied_secret(cluster, owner, password, 0)).await?;
-            Rotation::default()
+        // No record (a new cluster, or one from before records) or auth was
+        // off: the members get this password from now on.
+        _ => {
+            secrets::apply(
+                ctx,
+                &api,
+                &applied_secret(cluster, owner, password, generation),
+            )
+            .await?;
+            if switch.is_some() {
+                events
+                    .normal(
+                        reason::AUTH_ENABLED,
+                        "SwitchAuth",
+                        "auth is on: the members restart onto the password one at a time",
+                    )
+                    .await;
+            }
+            Rotation {
+                previous: None,
+                generation,
+                switch,
+            }
         }
     })
+}
+
+/// Moves a switch of auth on (see the module doc): every connected member
+/// logs in to its primary as `default` with the password, and, when auth is
+/// being turned off, takes any password. Failures are logged; the next
+/// reconcile tries again.
+pub async fn advance_switch(ctx: &Context, session: &Session, switch: &Switch, password: &str) {
+    for (m, admin) in session {
+        if let Err(error) = admin.config_set_secret("primaryuser", "default").await {
+            tracing::warn!(member = %m, %error, "CONFIG SET primaryuser failed");
+            continue;
+        }
+        let done = match switch {
+            Switch::On => {
+                ctx.metrics.valkey_command("ConfigSet");
+                admin.config_set_secret("primaryauth", password).await
+            }
+            Switch::Off { .. } => {
+                ctx.metrics.valkey_command("AclSetUserDefault");
+                admin.set_default_nopass().await
+            }
+        };
+        if let Err(error) = done {
+            tracing::warn!(member = %m, %error, "switching auth failed");
+        }
+    }
 }
 
 /// Whether every member pod runs the restart hash its StatefulSet asks for.
@@ -197,6 +335,48 @@ pub async fn advance(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_switch_lasts_while_a_member_pod_runs_the_other_way() {
+        // On: a member still runs without the password.
+        assert_eq!(switch_of(true, None, (2, 1)), Some(Switch::On));
+        assert_eq!(switch_of(true, Some(""), (0, 4)), Some(Switch::On));
+        assert_eq!(switch_of(true, Some("pw"), (4, 0)), None);
+        // A new cluster: no pods yet.
+        assert_eq!(switch_of(true, None, (0, 0)), None);
+        // Off: a member still runs with the recorded password.
+        assert_eq!(
+            switch_of(false, Some("pw"), (1, 3)),
+            Some(Switch::Off {
+                password: "pw".into()
+            })
+        );
+        // Off and done, or never on.
+        assert_eq!(switch_of(false, Some("pw"), (0, 4)), None);
+        assert_eq!(switch_of(false, Some(""), (0, 4)), None);
+        assert_eq!(switch_of(false, None, (0, 4)), None);
+    }
+
+    #[test]
+    fn while_auth_goes_off_the_operator_logs_in_with_the_old_password() {
+        let off = Rotation {
+            previous: None,
+            generation: 0,
+            switch: Some(Switch::Off {
+                password: "old".into(),
+            }),
+        };
+        assert_eq!(off.login(&AuthState::Off), (Some("old"), None));
+        let rotating = Rotation {
+            previous: Some("old".into()),
+            generation: 1,
+            switch: None,
+        };
+        assert_eq!(
+            rotating.login(&AuthState::Password("new".into())),
+            (Some("new"), Some("old"))
+        );
+    }
 
     #[test]
     fn the_old_password_goes_only_once_every_member_takes_the_new_one() {

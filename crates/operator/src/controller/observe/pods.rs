@@ -24,6 +24,8 @@ pub struct PodFacts {
     pub placement_hash: Option<String>,
     /// The live role label, when set.
     pub role_label: Option<String>,
+    /// Its Valkey container was started with the cluster password (auth on).
+    pub runs_with_password: bool,
 }
 
 impl PodFacts {
@@ -57,6 +59,14 @@ impl PodFacts {
                 .as_ref()
                 .and_then(|l| l.get(api::constants::LABEL_ROLE))
                 .cloned(),
+            runs_with_password: pod.spec.as_ref().is_some_and(|s| {
+                s.containers.iter().any(|c| {
+                    c.env
+                        .iter()
+                        .flatten()
+                        .any(|e| e.name == crate::builders::statefulset::PASSWORD_ENV)
+                })
+            }),
         }
     }
 

@@ -91,13 +91,13 @@ pub async fn members(
     cluster: &ValidatedCluster,
     view: &KubeView,
     old_status: Option<&ValkeyClusterStatus>,
-    (auth, previous_password): (&AuthState, Option<&str>),
+    (auth, (password, previous_password)): (&AuthState, (Option<&str>, Option<&str>)),
     tls: &TlsState,
 ) -> ValkeyObservation {
     let enabled = !matches!(auth, AuthState::Missing(_)) && !matches!(tls, TlsState::Missing(_));
     let (observed, session) = valkey_io::observe(
         &targets(cluster, view, old_status, enabled),
-        auth.password(),
+        password,
         previous_password,
         tls.ca_pem(),
         &config_keys(cluster),

@@ -44,6 +44,25 @@ fn as_user(env: &Env, ip: &str, user: &str, password: &str, args: &[&str]) -> Re
     .to_string())
 }
 
+/// The longest time the cluster was seen out of Ready, sampled as a wait
+/// polls it.
+#[derive(Default)]
+struct NotReady {
+    since: Option<std::time::Instant>,
+    longest: Duration,
+}
+
+impl NotReady {
+    fn sample(&mut self, cluster: &serde_json::Value) {
+        if condition_status(cluster, "Ready").as_deref() == Some("True") {
+            self.since = None;
+        } else {
+            let since = *self.since.get_or_insert_with(std::time::Instant::now);
+            self.longest = self.longest.max(since.elapsed());
+        }
+    }
+}
+
 /// Whether `password` logs `user` in on every member.
 fn logs_in(env: &Env, ips: &[String], user: &str, password: &str) -> Result<bool> {
     for ip in ips {
@@ -251,17 +270,11 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
             "-p",
             &format!(r#"{{"stringData":{{"password":"{new}"}}}}"#),
         ])?;
-        let mut not_ready_since: Option<std::time::Instant> = None;
-        let mut longest_not_ready = Duration::ZERO;
+        let mut not_ready = NotReady::default();
         let mut last = String::new();
         wait_until(Duration::from_secs(420), Duration::from_millis(500), || {
             let obj = env.cluster(ns, "acl")?;
-            if condition_status(&obj, "Ready").as_deref() == Some("True") {
-                not_ready_since = None;
-            } else {
-                let since = *not_ready_since.get_or_insert_with(std::time::Instant::now);
-                longest_not_ready = longest_not_ready.max(since.elapsed());
-            }
+            not_ready.sample(&obj);
             let rotated = env
                 .object_events(ns, "ValkeyCluster", "acl")?
                 .iter()
@@ -282,8 +295,9 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
         })
         .with_context(|| format!("the cluster password rotation did not finish: {last}"))?;
         ensure!(
-            longest_not_ready < Duration::from_secs(60),
-            "the cluster left Ready for {longest_not_ready:?} during the rotation"
+            not_ready.longest < Duration::from_secs(60),
+            "the cluster left Ready for {:?} during the rotation",
+            not_ready.longest
         );
         let summary = finish_load(&mut load, "writes across the cluster password rotation")?;
         let verify = env.verify_cluster_keys(ns, "acl", new, &work.join("cluster-rotate.keys"))?;
@@ -324,17 +338,11 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
                 "acl",
                 &format!(r#"{{"spec":{{"auth":{{"enabled":{enabled}}}}}}}"#),
             )?;
-            let mut not_ready_since: Option<std::time::Instant> = None;
-            let mut longest_not_ready = Duration::ZERO;
+            let mut not_ready = NotReady::default();
             let mut last = String::new();
             wait_until(Duration::from_secs(420), Duration::from_millis(500), || {
                 let obj = env.cluster(ns, "acl")?;
-                if condition_status(&obj, "Ready").as_deref() == Some("True") {
-                    not_ready_since = None;
-                } else {
-                    let since = *not_ready_since.get_or_insert_with(std::time::Instant::now);
-                    longest_not_ready = longest_not_ready.max(since.elapsed());
-                }
+                not_ready.sample(&obj);
                 if !env
                     .object_events(ns, "ValkeyCluster", "acl")?
                     .iter()
@@ -378,10 +386,11 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
             })
             .with_context(|| format!("auth enabled={enabled} did not finish: {last}"))?;
             ensure!(
-                longest_not_ready < Duration::from_secs(60),
-                "the cluster left Ready for {longest_not_ready:?} switching auth to {enabled}"
+                not_ready.longest < Duration::from_secs(60),
+                "the cluster left Ready for {:?} switching auth to {enabled}",
+                not_ready.longest
             );
-            Ok(longest_not_ready)
+            Ok(not_ready.longest)
         };
         let off = switch(false, "AuthDisabled")?;
         println!("users: auth off (longest not Ready {off:?})");

@@ -27,6 +27,14 @@ if ((${#need[@]})); then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# Headless Chromium: the placement crate's test opens the SVG pictures in it
+# and checks the screenshot is not blank (about 20 s to install).
+if ! command -v chromium >/dev/null; then
+  log "installing chromium"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
 
 # Python client used by the e2e suites as an independent judge.
 venv=$cache/venv

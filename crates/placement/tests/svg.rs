@@ -108,3 +108,102 @@ fn a_hundred_shards_on_ninety_nodes_are_drawn_as_a_grid() {
     assert!(height < 2200, "{height}");
     snapshot("grid-100-shards.svg", &svg);
 }
+
+/// The headless browser the render check uses (`make setup` installs
+/// Debian's `chromium`).
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join(name))
+                    .find(|p| p.is_file())
+            })
+        })
+}
+
+/// Shares of the screenshot's pixels that are not near-white, and the number
+/// of distinct colours among them.
+fn ink(png_path: &std::path::Path) -> (f64, usize) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(png_path).unwrap(),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    assert!(
+        channels >= 3,
+        "colour screenshot expected, got {:?}",
+        info.color_type
+    );
+    let pixels = buf[..info.buffer_size()].chunks(channels);
+    let total = (info.width * info.height) as f64;
+    let mut inked = 0usize;
+    let mut colours = std::collections::BTreeSet::new();
+    for px in pixels {
+        if px[..3].iter().any(|&c| c < 235) {
+            inked += 1;
+            colours.insert((px[0] / 16, px[1] / 16, px[2] / 16));
+        }
+    }
+    (inked as f64 / total, colours.len())
+}
+
+/// Both pinned pictures, opened in headless Chromium: the screenshot is not
+/// blank (text, boxes and the shard colours are drawn). Fails when no
+/// browser is installed (run `make setup`), unless SVG_RENDER_SKIP=1.
+#[test]
+fn the_pictures_render_in_a_browser() {
+    let Some(browser) = chromium() else {
+        if std::env::var_os("SVG_RENDER_SKIP").is_some() {
+            eprintln!("the_pictures_render_in_a_browser: skipped (SVG_RENDER_SKIP=1)");
+            return;
+        }
+        panic!(
+            "no chromium on PATH: `make setup` installs it (SVG_RENDER_SKIP=1 skips this check)"
+        );
+    };
+    let dir = std::env::temp_dir().join(format!("valkey-rs-svg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, min_colours) in [("boxes-3x3.svg", 4), ("grid-100-shards.svg", 4)] {
+        let svg = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/snapshots")
+            .join(name);
+        let shot = dir.join(format!("{name}.png"));
+        let out = std::process::Command::new(&browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--window-size=1200,900",
+            ])
+            .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg(format!("file://{}", svg.display()))
+            .output()
+            .unwrap();
+        assert!(
+            shot.is_file(),
+            "{name}: no screenshot; chromium said: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (share, colours) = ink(&shot);
+        assert!(
+            share > 0.01,
+            "{name}: the screenshot is blank ({:.3}% of it drawn)",
+            share * 100.0
+        );
+        assert!(
+            colours >= min_colours,
+            "{name}: only {colours} colours drawn (shard colours missing?)"
+        );
+        println!(
+            "{name}: {:.1}% of the screenshot drawn, {colours} colours",
+            share * 100.0
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -76,6 +76,13 @@ pub struct RunArgs {
     /// Seconds between reconciles of a steady cluster.
     #[arg(long, default_value_t = 30)]
     pub resync_seconds: u64,
+
+    /// Seconds between looks at a steady cluster's members (INFO replication
+    /// over kept connections, no API request): a change Valkey made on its
+    /// own (a failover, a lost link, a silent member) is reconciled at once
+    /// instead of at the next resync. 0 turns it off.
+    #[arg(long, default_value_t = 2)]
+    pub pulse_seconds: u64,
 }
 
 /// Why the operator stopped with an error.
@@ -220,6 +227,7 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
             .cloned()
             .collect(),
         instance: Some(identity()),
+        pulse: (args.pulse_seconds > 0).then(|| Duration::from_secs(args.pulse_seconds)),
         ..Settings::default()
     };
 

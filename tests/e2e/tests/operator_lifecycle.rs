@@ -276,3 +276,71 @@ spec:
         );
     }
 }
+
+/// A failover Valkey makes on its own (no Kubernetes object changes) shows in
+/// the role labels and the status within seconds, long before the next
+/// resync: the operator's pulse (`--pulse-seconds`, INFO replication over
+/// kept connections) sees it and reconciles at once.
+#[test]
+fn a_failover_valkey_made_shows_before_the_next_resync() {
+    let Some(env) = Env::or_skip("operator_lifecycle") else {
+        return;
+    };
+    env.install_crd().unwrap();
+    let _operator = env
+        .start_operator_with(
+            "pulse",
+            &["--resync-seconds", "300", "--pulse-seconds", "2"],
+        )
+        .unwrap();
+    let ns = env.namespace("e2e-pulse").unwrap();
+    env.apply(
+        &ns.name,
+        "apiVersion: valkey.rs/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: beat
+spec:
+  shards: 3
+  replicas: 1
+",
+    )
+    .unwrap();
+    env.wait_condition(&ns.name, "beat", "Ready", "True", Duration::from_secs(180))
+        .unwrap();
+    // Let the bootstrap's last reconciles pass: the cluster is steady.
+    std::thread::sleep(Duration::from_secs(5));
+    let members = env.members(&ns.name, "beat").unwrap();
+    let replica = members
+        .iter()
+        .find(|m| m.shard == 0 && m.role == "replica")
+        .expect("shard 0 has a replica")
+        .clone();
+    let password = env.password(&ns.name, "beat").unwrap();
+    let asked = std::time::Instant::now();
+    let reply = env
+        .valkey_cli(&replica.ip, &password, &["cluster", "failover"])
+        .unwrap();
+    assert_eq!(reply.trim(), "OK", "CLUSTER FAILOVER on {}", replica.name);
+    let mut shown = None;
+    wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
+        let now = env.members(&ns.name, "beat")?;
+        let promoted = now
+            .iter()
+            .any(|m| m.name == replica.name && m.role == "primary");
+        if promoted && shown.is_none() {
+            shown = Some(asked.elapsed());
+        }
+        Ok(promoted)
+    })
+    .expect("the promoted replica's role label never said primary");
+    let shown = shown.unwrap();
+    println!(
+        "operator_lifecycle: a failover Valkey made shows in the role label {:.1}s after CLUSTER FAILOVER (resync 300 s)",
+        shown.as_secs_f64()
+    );
+    assert!(
+        shown < Duration::from_secs(30),
+        "the role label took {shown:?}: the failover was only seen at a resync"
+    );
+}

@@ -27,6 +27,7 @@ pub mod events;
 pub mod facts;
 pub mod memory;
 pub mod observe;
+pub mod pulse;
 pub mod reconcile;
 pub mod report;
 pub mod valkey_io;
@@ -73,6 +74,9 @@ pub struct Settings {
     pub namespaces: Vec<String>,
     /// Name of this operator instance in events.
     pub instance: Option<String>,
+    /// How often steady clusters' members are looked at between resyncs
+    /// (see [`pulse`]); `None`: never.
+    pub pulse: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -84,6 +88,7 @@ impl Default for Settings {
             concurrency: 4,
             namespaces: Vec::new(),
             instance: None,
+            pulse: Some(Duration::from_secs(2)),
         }
     }
 }
@@ -98,6 +103,8 @@ pub struct Context {
     pub reporter: Reporter,
     pub settings: Settings,
     memory: Mutex<HashMap<String, Memory>>,
+    /// Steady clusters looked at between resyncs.
+    pub pulse: pulse::Pulse,
 }
 
 impl Context {
@@ -213,6 +220,12 @@ pub async fn run(
         reporter,
         settings: settings.clone(),
         memory: Mutex::new(HashMap::new()),
+        pulse: pulse::Pulse::new(),
+    });
+    // The pulse runs while this instance leads (it ends with the controller).
+    let pulse_task = settings.pulse.map(|every| {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { ctx.pulse.run(every).await })
     });
     let shutdown = shutdown.shared();
     let scopes: Vec<Option<String>> = if settings.namespaces.is_empty() {
@@ -226,6 +239,9 @@ pub async fn run(
             .map(|ns| watch_scope(client.clone(), ns, ctx.clone(), shutdown.clone())),
     )
     .await;
+    if let Some(task) = pulse_task {
+        task.abort();
+    }
     tracing::info!("controller stopped");
 }
 
@@ -255,6 +271,12 @@ async fn watch_scope(
         watcher::Config::default().any_semantic(),
     );
     let cluster_store = ctl.store();
+    // Reconciles the pulse asks for (a member changed between resyncs).
+    let (pulse_tx, pulse_rx) = tokio::sync::mpsc::unbounded_channel();
+    ctx.pulse.add_trigger(ns.map(str::to_string), pulse_tx);
+    let pulses = futures::stream::unfold(pulse_rx, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
     let fingerprints: Mutex<HashMap<String, String>> = Mutex::new(HashMap::new());
     ctl.owns(scoped::<StatefulSet>(&client, ns), owned.clone())
         .owns(scoped::<Service>(&client, ns), owned.clone())
@@ -293,6 +315,7 @@ async fn watch_scope(
                 }
             },
         )
+        .reconcile_on(pulses)
         .with_config(
             controller::Config::default()
                 .debounce(Duration::from_millis(500))
@@ -317,6 +340,7 @@ async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Ac
         // Owner references make the garbage collector remove what the cluster
         // owns; PVCs follow the StatefulSets' retention policy. Nothing to do.
         ctx.forget(&key);
+        ctx.pulse.forget(&ObjectRef::from_obj(vc.as_ref()));
         ctx.metrics
             .forget_cluster(&vc.namespace().unwrap_or_default(), &vc.name_any());
         return Ok(Action::await_change());

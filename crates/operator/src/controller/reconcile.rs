@@ -28,6 +28,7 @@ use crate::metrics::ClusterGauges;
 use api::{ValidatedCluster, ValkeyCluster};
 use kube::Resource;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use std::time::Instant;
 
 /// The reconcile: runs the pipeline with what is remembered about the
@@ -180,16 +181,22 @@ async fn run(
     }
 
     // 4. report
+    let blocked = blocker.is_some();
     let status = report::build(&target, &facts, &placement, &decision, &done, blocker);
     let gauges = ClusterGauges::of(cluster.shards, cluster.replicas, &status);
     report::publish(ctx, &target, status, events).await?;
     ctx.metrics
         .observe_cluster(&cluster.namespace, &cluster.name, &gauges);
-    Ok(
-        if report::converging(&facts, &placement, &decision, &done, replaced) {
-            Action::requeue(ctx.settings.fast_requeue)
-        } else {
-            Action::requeue(ctx.settings.slow_requeue)
-        },
-    )
+    let converging = report::converging(&facts, &placement, &decision, &done, replaced);
+    ctx.pulse.record(
+        ObjectRef::from_obj(vc),
+        !converging && !blocked,
+        &valkey,
+        valkey.opts.clone(),
+    );
+    Ok(if converging {
+        Action::requeue(ctx.settings.fast_requeue)
+    } else {
+        Action::requeue(ctx.settings.slow_requeue)
+    })
 }

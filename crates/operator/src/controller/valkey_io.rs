@@ -33,16 +33,14 @@ impl Default for Timeouts {
 /// The connections of one reconcile, by member.
 pub type Session = Connections;
 
-/// Observes every target concurrently.
-pub async fn observe(
-    targets: &[Target],
+/// How to connect to the members.
+pub fn connect_options(
     password: Option<&str>,
     previous_password: Option<&str>,
     tls_ca_pem: Option<&[u8]>,
-    config_keys: &[String],
     t: Timeouts,
-) -> (ObservedCluster, Session) {
-    let opts = ConnectOptions {
+) -> ConnectOptions {
+    ConnectOptions {
         // Three-argument AUTH as `default`: a member taking any password
         // (auth being switched) accepts it too.
         username: password.map(|_| valkey::acl::DEFAULT_USER.to_string()),
@@ -51,8 +49,16 @@ pub async fn observe(
         command_timeout: t.command,
         tls_ca_pem: tls_ca_pem.map(<[u8]>::to_vec),
         previous_password: previous_password.map(str::to_string),
-    };
-    client::observe_cluster(targets, &opts, config_keys).await
+    }
+}
+
+/// Observes every target concurrently.
+pub async fn observe(
+    targets: &[Target],
+    opts: &ConnectOptions,
+    config_keys: &[String],
+) -> (ObservedCluster, Session) {
+    client::observe_cluster(targets, opts, config_keys).await
 }
 
 /// Sends one action to its member over the session's connection.

@@ -25,6 +25,8 @@ use valkey::parse::NodeId;
 pub struct ValkeyObservation {
     pub observed: ObservedCluster,
     pub session: Session,
+    /// How the members were connected to.
+    pub opts: valkey::client::ConnectOptions,
 }
 
 fn pod_addr(pod: &Pod) -> Option<MemberAddr> {
@@ -95,14 +97,21 @@ pub async fn members(
     tls: &TlsState,
 ) -> ValkeyObservation {
     let enabled = !matches!(auth, AuthState::Missing(_)) && !matches!(tls, TlsState::Missing(_));
-    let (observed, session) = valkey_io::observe(
-        &targets(cluster, view, old_status, enabled),
+    let opts = valkey_io::connect_options(
         password,
         previous_password,
         tls.ca_pem(),
-        &config_keys(cluster),
         ctx.settings.timeouts,
+    );
+    let (observed, session) = valkey_io::observe(
+        &targets(cluster, view, old_status, enabled),
+        &opts,
+        &config_keys(cluster),
     )
     .await;
-    ValkeyObservation { observed, session }
+    ValkeyObservation {
+        observed,
+        session,
+        opts,
+    }
 }

@@ -1,0 +1,273 @@
+//! Between the resyncs of a steady cluster, a cheap look at its members:
+//! every `--pulse-seconds` each member is asked `INFO replication` over a
+//! connection kept open for it. A failover Valkey made on its own, a replica
+//! whose link went down or came back, a member that stopped answering or
+//! answers again: anything that differs from what the last reconcile saw
+//! triggers a reconcile of that cluster at once, so status, conditions and
+//! role labels tell the truth within seconds instead of at the next resync.
+//! While nothing changes, it sends no API request at all.
+//!
+//! Only clusters whose last reconcile found them steady are looked at (a
+//! converging one is reconciled every second anyway). The decision
+//! ([`changed`]) is pure; the rest is thin I/O.
+
+use crate::controller::observe::valkey::ValkeyObservation;
+use api::v1alpha1::ValkeyCluster;
+use kube::runtime::reflector::ObjectRef;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+use valkey::client::{Admin, ConnectOptions, ValkeyAdmin};
+use valkey::model::{MemberAddr, MemberState};
+use valkey::parse::{ReplicationInfo, Role};
+
+/// What a member said about its replication, reduced to what the status
+/// shows: its role, whom it follows and whether its link is up; `None`
+/// when it did not answer.
+pub type Beat = Option<String>;
+
+/// The beat of one member's `INFO replication`.
+pub fn beat(info: &ReplicationInfo) -> String {
+    match (info.role, &info.primary_link) {
+        (Role::Primary, _) => "primary".to_string(),
+        (Role::Replica, Some(link)) => format!(
+            "replica of {}:{} link {}",
+            link.host,
+            link.port,
+            if link.link_up { "up" } else { "down" }
+        ),
+        (Role::Replica, None) => "replica".to_string(),
+    }
+}
+
+/// Whether what the members say now differs from what the last reconcile
+/// saw (a member missing from `now` was not asked: no change).
+pub fn changed(seen: &BTreeMap<MemberAddr, Beat>, now: &BTreeMap<MemberAddr, Beat>) -> bool {
+    now.iter()
+        .any(|(addr, b)| seen.get(addr).is_some_and(|s| s != b))
+}
+
+/// One steady cluster as its last reconcile left it.
+struct Watched {
+    seen: BTreeMap<MemberAddr, Beat>,
+    opts: ConnectOptions,
+}
+
+/// The steady clusters to look at, and where to send a reconcile.
+pub struct Pulse {
+    watched: Mutex<HashMap<ObjectRef<ValkeyCluster>, Watched>>,
+    /// The trigger of each controller scope (`None`: every namespace).
+    triggers: Mutex<Vec<(Option<String>, UnboundedSender<ObjectRef<ValkeyCluster>>)>>,
+}
+
+impl Pulse {
+    pub fn new() -> Pulse {
+        Pulse {
+            watched: Mutex::new(HashMap::new()),
+            triggers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Registers the trigger of the controller over `scope`.
+    pub fn add_trigger(
+        &self,
+        scope: Option<String>,
+        tx: UnboundedSender<ObjectRef<ValkeyCluster>>,
+    ) {
+        if let Ok(mut t) = self.triggers.lock() {
+            t.push((scope, tx));
+        }
+    }
+
+    /// After a reconcile: a steady cluster is looked at from now on with
+    /// what the members said; a converging one is not.
+    pub fn record(
+        &self,
+        cluster: ObjectRef<ValkeyCluster>,
+        steady: bool,
+        valkey: &ValkeyObservation,
+        opts: ConnectOptions,
+    ) {
+        let Ok(mut w) = self.watched.lock() else {
+            return;
+        };
+        if !steady {
+            w.remove(&cluster);
+            return;
+        }
+        let seen = valkey
+            .observed
+            .members
+            .iter()
+            .filter_map(|m| {
+                let addr = m.addr?;
+                let b = match &m.state {
+                    MemberState::Reachable(report) => Some(beat(&report.replication)),
+                    MemberState::Unreachable { .. } => None,
+                };
+                Some((addr, b))
+            })
+            .collect();
+        w.insert(cluster, Watched { seen, opts });
+    }
+
+    /// A deleted cluster is no longer looked at.
+    pub fn forget(&self, cluster: &ObjectRef<ValkeyCluster>) {
+        if let Ok(mut w) = self.watched.lock() {
+            w.remove(cluster);
+        }
+    }
+
+    fn trigger(&self, cluster: ObjectRef<ValkeyCluster>) {
+        let Ok(t) = self.triggers.lock() else { return };
+        for (scope, tx) in t.iter() {
+            if scope.is_none() || scope.as_deref() == cluster.namespace.as_deref() {
+                let _ = tx.send(cluster.clone());
+            }
+        }
+    }
+
+    /// Looks at every steady cluster every `every`, forever (the caller
+    /// drops the task when it stops leading).
+    pub async fn run(&self, every: Duration) {
+        let mut conns: HashMap<MemberAddr, ValkeyAdmin> = HashMap::new();
+        loop {
+            tokio::time::sleep(every).await;
+            let watched: Vec<(
+                ObjectRef<ValkeyCluster>,
+                BTreeMap<MemberAddr, Beat>,
+                ConnectOptions,
+            )> = match self.watched.lock() {
+                Ok(w) => w
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.seen.clone(), v.opts.clone()))
+                    .collect(),
+                Err(_) => return,
+            };
+            // Connections of members no longer looked at are closed.
+            conns.retain(|addr, _| watched.iter().any(|(_, seen, _)| seen.contains_key(addr)));
+            for (cluster, seen, opts) in watched {
+                // The members of one cluster are asked at once.
+                let asked = futures::future::join_all(seen.keys().map(|addr| {
+                    let kept = conns.remove(addr);
+                    let opts = &opts;
+                    async move { (*addr, ask(kept, *addr, opts).await) }
+                }))
+                .await;
+                let mut now = BTreeMap::new();
+                for (addr, (b, kept)) in asked {
+                    if let Some(admin) = kept {
+                        conns.insert(addr, admin);
+                    }
+                    now.insert(addr, b);
+                }
+                if changed(&seen, &now) {
+                    tracing::debug!(cluster = %cluster, "a member changed between reconciles");
+                    // Not looked at again until the reconcile records it.
+                    self.forget(&cluster);
+                    self.trigger(cluster);
+                }
+            }
+        }
+    }
+}
+
+impl Default for Pulse {
+    fn default() -> Self {
+        Pulse::new()
+    }
+}
+
+/// One member's beat, over its kept connection (opened when missing), and
+/// the connection to keep (none after a failure).
+async fn ask(
+    kept: Option<ValkeyAdmin>,
+    addr: MemberAddr,
+    opts: &ConnectOptions,
+) -> (Beat, Option<ValkeyAdmin>) {
+    let admin = match kept {
+        Some(a) => a,
+        None => match ValkeyAdmin::connect_member(addr, opts).await {
+            Ok(a) => a,
+            Err(_) => return (None, None),
+        },
+    };
+    let info = admin.info("replication").await;
+    match info.ok().and_then(|i| ReplicationInfo::from_info(&i).ok()) {
+        Some(r) => (Some(beat(&r)), Some(admin)),
+        None => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use valkey::parse::PrimaryLink;
+
+    fn replica(host: &str, up: bool) -> ReplicationInfo {
+        ReplicationInfo {
+            role: Role::Replica,
+            repl_offset: 10,
+            connected_replicas: 0,
+            replicas: vec![],
+            primary_link: Some(PrimaryLink {
+                host: host.into(),
+                port: 6379,
+                link_up: up,
+                sync_in_progress: false,
+                repl_offset: 10,
+                last_io_seconds_ago: Some(0),
+            }),
+        }
+    }
+
+    fn addr(last: u8) -> MemberAddr {
+        MemberAddr::with_default_bus(format!("10.0.0.{last}").parse().unwrap(), 6379).unwrap()
+    }
+
+    #[test]
+    fn a_beat_says_role_primary_and_link() {
+        assert_eq!(
+            beat(&replica("10.0.0.1", true)),
+            "replica of 10.0.0.1:6379 link up"
+        );
+        assert_eq!(
+            beat(&replica("10.0.0.1", false)),
+            "replica of 10.0.0.1:6379 link down"
+        );
+        let mut p = replica("x", true);
+        p.role = Role::Primary;
+        p.primary_link = None;
+        assert_eq!(beat(&p), "primary");
+    }
+
+    #[test]
+    fn a_failover_a_lost_link_or_a_silent_member_is_a_change() {
+        let seen: BTreeMap<MemberAddr, Beat> = [
+            (addr(1), Some("primary".to_string())),
+            (addr(2), Some(beat(&replica("10.0.0.1", true)))),
+        ]
+        .into();
+        assert!(!changed(&seen, &seen.clone()));
+        // Valkey promoted the replica on its own.
+        let mut failover = seen.clone();
+        failover.insert(addr(1), Some(beat(&replica("10.0.0.2", true))));
+        failover.insert(addr(2), Some("primary".to_string()));
+        assert!(changed(&seen, &failover));
+        // The replica's link went down.
+        let mut down = seen.clone();
+        down.insert(addr(2), Some(beat(&replica("10.0.0.1", false))));
+        assert!(changed(&seen, &down));
+        // The primary stopped answering.
+        let mut silent = seen.clone();
+        silent.insert(addr(1), None);
+        assert!(changed(&seen, &silent));
+        // A member the last reconcile could not reach answers again.
+        let was_silent: BTreeMap<MemberAddr, Beat> = [(addr(1), None)].into();
+        let back: BTreeMap<MemberAddr, Beat> = [(addr(1), Some("primary".to_string()))].into();
+        assert!(changed(&was_silent, &back));
+        // A member not asked is no change.
+        assert!(!changed(&seen, &BTreeMap::new()));
+    }
+}

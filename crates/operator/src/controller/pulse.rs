@@ -54,11 +54,14 @@ struct Watched {
     opts: ConnectOptions,
 }
 
+/// Where to send a reconcile of a cluster.
+type Trigger = UnboundedSender<ObjectRef<ValkeyCluster>>;
+
 /// The steady clusters to look at, and where to send a reconcile.
 pub struct Pulse {
     watched: Mutex<HashMap<ObjectRef<ValkeyCluster>, Watched>>,
     /// The trigger of each controller scope (`None`: every namespace).
-    triggers: Mutex<Vec<(Option<String>, UnboundedSender<ObjectRef<ValkeyCluster>>)>>,
+    triggers: Mutex<Vec<(Option<String>, Trigger)>>,
 }
 
 impl Pulse {
@@ -70,11 +73,7 @@ impl Pulse {
     }
 
     /// Registers the trigger of the controller over `scope`.
-    pub fn add_trigger(
-        &self,
-        scope: Option<String>,
-        tx: UnboundedSender<ObjectRef<ValkeyCluster>>,
-    ) {
+    pub fn add_trigger(&self, scope: Option<String>, tx: Trigger) {
         if let Ok(mut t) = self.triggers.lock() {
             t.push((scope, tx));
         }

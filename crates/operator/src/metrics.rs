@@ -14,8 +14,10 @@
 //!   commands (MEET, ADDSLOTSRANGE, REPLICATE, FAILOVER, FORGET, CONFIG SET...).
 //! - `valkey_operator_build_info{version}` 1.
 //!
-//! Per cluster (labels `namespace`, `cluster`), set after every reconcile from
-//! the status it wrote, and removed when the cluster is deleted:
+//! Per cluster (labels `namespace`, `cluster`), set after every successful
+//! reconcile from the status it wrote and the facts behind it
+//! ([`crate::controller::report::gauges`]), and removed when the cluster is
+//! deleted:
 //! - `valkey_operator_cluster_shards{state="desired"|"ready"}`,
 //!   `valkey_operator_cluster_members{state="desired"|"ready"}`;
 //! - `valkey_operator_cluster_slots_assigned` (of 16384);

@@ -303,9 +303,10 @@ async fn watch_scope(
         .for_each(|result| {
             match result {
                 // A deleted cluster (no finalizer holds it, so no reconcile
-                // sees its deletionTimestamp): the controller asks to
-                // reconcile it once more and finds it gone from the cache.
-                // Its series must not outlive it.
+                // sees its deletionTimestamp): its pending requeue, or the
+                // garbage collection of what it owns, asks for one more
+                // reconcile, and the controller finds it gone from its
+                // cache. Its series must not outlive it.
                 Err(controller::Error::ObjectNotFound(gone)) => {
                     ctx.metrics
                         .forget_cluster(gone.namespace.as_deref().unwrap_or_default(), &gone.name);

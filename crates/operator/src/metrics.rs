@@ -28,9 +28,11 @@
 //!   reconcile of it last succeeded;
 //! - `valkey_operator_cluster_reconcile_duration_seconds`: how long its last
 //!   reconcile took (failed ones too);
-//! - `valkey_operator_cluster_primaries_misplaced`: primaries that primary
-//!   balancing would move to spread them better (0 when aligned; counted
-//!   whatever `primaryBalancing.mode` says);
+//! - `valkey_operator_cluster_primaries_misplaced`: primaries that could move
+//!   to a replica in a better domain now, each judged by primary balancing's
+//!   rule with the others where they are (0 exactly when balancing has nothing
+//!   to do; counted whatever `primaryBalancing.mode` says; balancing moves one
+//!   at a time, so fewer may end up moving);
 //! - `valkey_operator_cluster_preferred_spread_violations`: the placement
 //!   plan's excess over a Preferred replicaSpreadConstraint, one per shard and
 //!   domain over its `maxReplicas` (a Required constraint is never exceeded:
@@ -344,7 +346,7 @@ impl Metrics {
         let cluster_primaries_misplaced = Family::<ClusterLabels, Gauge>::default();
         registry.register(
             "cluster_primaries_misplaced",
-            "Primaries that primary balancing would move to spread them better over the topology",
+            "Primaries that could move to a replica in a better domain now, by primary balancing's rule",
             cluster_primaries_misplaced.clone(),
         );
         let cluster_preferred_violations = Family::<ClusterLabels, Gauge>::default();

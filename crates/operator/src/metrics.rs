@@ -135,7 +135,7 @@ pub struct ClusterGauges {
     pub slots_assigned: i64,
     /// (condition type, is True).
     pub conditions: Vec<(String, bool)>,
-    /// Primaries primary balancing would move.
+    /// Primaries that could move to a replica in a better domain now.
     pub primaries_misplaced: i64,
     /// The plan's excess over Preferred constraints (shard and domain pairs).
     pub preferred_spread_violations: i64,

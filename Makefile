@@ -13,7 +13,7 @@ IMAGE_NAME ?= valkey-operator
 DEMO_DIR ?= .testbed
 E2E_DIR ?= .testbed-e2e
 
-.PHONY: setup build test lint fmt unit crd crd-check version-check image image-check e2e e2e-topology chaos-seeds demo demo-down bench clean
+.PHONY: setup build test lint fmt unit crd crd-check version-check chart-check image image-check e2e e2e-topology chaos-seeds demo demo-down bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -42,6 +42,11 @@ crd-check: build
 # Dockerfile must name it (and the image name make image produces).
 version-check: setup
 	IMAGE_NAME=$(IMAGE_NAME) bash scripts/check-version.sh
+
+# The chart's monitoring toggles (ServiceMonitor, PodMonitor, PrometheusRule,
+# dashboard) and its helm test pod, linted and rendered without a cluster.
+chart-check: setup
+	bash scripts/check-chart.sh
 
 # The operator image as an OCI archive, target/image/$(IMAGE_NAME)-<version>.oci.tar,
 # assembled from the release binary without a container daemon (docs/image.md).
@@ -78,7 +83,7 @@ chaos-seeds: build
 	  CHAOS_SEED=$$s E2E_TEST=topology_chaos bash scripts/e2e.sh $(E2E_DIR) || { echo "chaos seed $$s failed"; exit 1; }; \
 	done
 
-test: lint crd-check version-check image-check unit e2e
+test: lint crd-check version-check chart-check image-check unit e2e
 
 # The operator runs in-cluster: its image loaded into the testbed, installed
 # with the Helm chart (release valkey-operator, namespace valkey-system).

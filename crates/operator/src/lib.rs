@@ -4,6 +4,7 @@
 //!   planner's `Problem` (shared by the controller and `plan`);
 //! - [`crd_cmd`]: `valkey-operator crd`;
 //! - [`plan_cmd`]: `valkey-operator plan`;
+//! - [`probe_cmd`]: `valkey-operator probe-metrics` (the chart's `helm test`);
 //! - [`run`]: `valkey-operator run`, the controller.
 
 pub mod adapt;
@@ -14,5 +15,6 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod plan_cmd;
+pub mod probe_cmd;
 pub mod run;
 pub mod topology_cmd;

@@ -14,8 +14,10 @@
 //!   commands (MEET, ADDSLOTSRANGE, REPLICATE, FAILOVER, FORGET, CONFIG SET...).
 //! - `valkey_operator_build_info{version}` 1.
 //!
-//! Per cluster (labels `namespace`, `cluster`), set after every reconcile from
-//! the status it wrote, and removed when the cluster is deleted:
+//! Per cluster (labels `namespace`, `cluster`), set after every successful
+//! reconcile from the status it wrote and the facts behind it
+//! ([`crate::controller::report::gauges`]), and removed when the cluster is
+//! deleted:
 //! - `valkey_operator_cluster_shards{state="desired"|"ready"}`,
 //!   `valkey_operator_cluster_members{state="desired"|"ready"}`;
 //! - `valkey_operator_cluster_slots_assigned` (of 16384);
@@ -23,7 +25,31 @@
 //!   True (Ready, Progressing, Degraded, TopologySpread,
 //!   PrimaryPlacementAligned, Paused), else 0;
 //! - `valkey_operator_cluster_last_reconcile_timestamp_seconds`: when a
-//!   reconcile of it last succeeded.
+//!   reconcile of it last succeeded;
+//! - `valkey_operator_cluster_reconcile_duration_seconds`: how long its last
+//!   reconcile took (failed ones too);
+//! - `valkey_operator_cluster_primaries_misplaced`: primaries that could move
+//!   to a replica in a better domain now, each judged by primary balancing's
+//!   rule with the others where they are (0 exactly when balancing has nothing
+//!   to do; counted whatever `primaryBalancing.mode` says; balancing moves one
+//!   at a time, so fewer may end up moving);
+//! - `valkey_operator_cluster_preferred_spread_violations`: the placement
+//!   plan's excess over a Preferred replicaSpreadConstraint, one per shard and
+//!   domain over its `maxReplicas` (a Required constraint is never exceeded:
+//!   the member is left unplaced instead);
+//! - `valkey_operator_cluster_members_unplaced`: members the plan cannot place
+//!   (a Required constraint, or no room);
+//! - `valkey_operator_cluster_plan_optimal`: 1 when the plan is proven
+//!   optimal, 0 when a search limit cut it short or no plan could be made.
+//!
+//! Per replica (labels `namespace`, `cluster`, `shard`, `member`; a move's new
+//! copy of member `m` is `member="m-new"`), for every member that answered as
+//! a replica, removed when it no longer does:
+//! - `valkey_operator_replica_link_up`: 1 while its `master_link_status` is up;
+//! - `valkey_operator_replica_lag_bytes`: the shard's live primary's
+//!   `master_repl_offset` minus the replica's `slave_repl_offset` (0 when the
+//!   replica reads ahead of the primary's earlier answer); only for a replica
+//!   of the shard's live primary.
 //!
 //! The process (unprefixed, as Prometheus' client libraries name them):
 //! `process_resident_memory_bytes`, `process_cpu_seconds_total`,
@@ -37,6 +63,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 /// Label of reconcile errors.
@@ -81,6 +110,15 @@ pub struct ConditionLabels {
     pub condition: String,
 }
 
+/// Labels of a replica's gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplicaLabels {
+    pub namespace: String,
+    pub cluster: String,
+    pub shard: String,
+    pub member: String,
+}
+
 /// Label of build_info.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
@@ -97,6 +135,29 @@ pub struct ClusterGauges {
     pub slots_assigned: i64,
     /// (condition type, is True).
     pub conditions: Vec<(String, bool)>,
+    /// Primaries that could move to a replica in a better domain now.
+    pub primaries_misplaced: i64,
+    /// The plan's excess over Preferred constraints (shard and domain pairs).
+    pub preferred_spread_violations: i64,
+    /// Members the plan cannot place.
+    pub members_unplaced: i64,
+    /// The plan is proven optimal.
+    pub plan_optimal: bool,
+    /// Every member that answered as a replica.
+    pub replicas: Vec<ReplicaGauges>,
+}
+
+/// What one replica said about its replication.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaGauges {
+    pub shard: u32,
+    /// The member index, `m-new` for a move's new copy of member `m`.
+    pub member: String,
+    /// `master_link_status:up`.
+    pub link_up: bool,
+    /// Bytes behind the shard's live primary; `None` when it does not
+    /// replicate the live primary (or the shard has none).
+    pub lag_bytes: Option<u64>,
 }
 
 impl ClusterGauges {
@@ -124,13 +185,19 @@ impl ClusterGauges {
             members_desired: i64::from(shards) * (i64::from(replicas) + 1),
             members_ready: status.members.iter().filter(|m| m.ready).count() as i64,
             slots_assigned: slots,
-            conditions: status
-                .conditions
-                .iter()
-                .map(|c| (c.type_.clone(), c.status == "True"))
-                .collect(),
+            conditions: conditions_of(status),
+            ..ClusterGauges::default()
         }
     }
+}
+
+/// (condition type, is True) of every condition of `status`.
+pub fn conditions_of(status: &api::v1alpha1::ValkeyClusterStatus) -> Vec<(String, bool)> {
+    status
+        .conditions
+        .iter()
+        .map(|c| (c.type_.clone(), c.status == "True"))
+        .collect()
 }
 
 /// The condition types a cluster gauge is kept for (0 while absent).
@@ -158,7 +225,24 @@ pub struct Metrics {
     cluster_members: Family<StateLabels, Gauge>,
     cluster_slots: Family<ClusterLabels, Gauge>,
     cluster_conditions: Family<ConditionLabels, Gauge>,
-    cluster_last_reconcile: Family<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    cluster_last_reconcile: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    cluster_reconcile_duration: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    cluster_primaries_misplaced: Family<ClusterLabels, Gauge>,
+    cluster_preferred_violations: Family<ClusterLabels, Gauge>,
+    cluster_members_unplaced: Family<ClusterLabels, Gauge>,
+    cluster_plan_optimal: Family<ClusterLabels, Gauge>,
+    replica_link_up: Family<ReplicaLabels, Gauge>,
+    replica_lag: Family<ReplicaLabels, Gauge>,
+    /// The replica series each cluster has now, so the ones of members that
+    /// are gone (or no longer replicas) can be removed.
+    replica_series: Mutex<HashMap<ClusterLabels, ReplicaSeries>>,
+}
+
+/// The label sets of one cluster's replica gauges.
+#[derive(Debug, Default)]
+struct ReplicaSeries {
+    link_up: HashSet<ReplicaLabels>,
+    lag: HashSet<ReplicaLabels>,
 }
 
 impl Default for Metrics {
@@ -227,8 +311,7 @@ impl Metrics {
         let cluster_members = Family::<StateLabels, Gauge>::default();
         let cluster_slots = Family::<ClusterLabels, Gauge>::default();
         let cluster_conditions = Family::<ConditionLabels, Gauge>::default();
-        let cluster_last_reconcile =
-            Family::<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let cluster_last_reconcile = Family::<ClusterLabels, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "cluster_shards",
             "Shards of a ValkeyCluster: desired (spec) and ready (serving, every member in sync)",
@@ -254,6 +337,48 @@ impl Metrics {
             "Unix time of the ValkeyCluster's last successful reconcile",
             cluster_last_reconcile.clone(),
         );
+        let cluster_reconcile_duration = Family::<ClusterLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "cluster_reconcile_duration_seconds",
+            "Time the ValkeyCluster's last reconcile took, failed or not",
+            cluster_reconcile_duration.clone(),
+        );
+        let cluster_primaries_misplaced = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "cluster_primaries_misplaced",
+            "Primaries that could move to a replica in a better domain now, by primary balancing's rule",
+            cluster_primaries_misplaced.clone(),
+        );
+        let cluster_preferred_violations = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "cluster_preferred_spread_violations",
+            "Shard and domain pairs where the placement plan exceeds a Preferred replicaSpreadConstraint",
+            cluster_preferred_violations.clone(),
+        );
+        let cluster_members_unplaced = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "cluster_members_unplaced",
+            "Members the placement plan cannot place (a Required replicaSpreadConstraint, or no room)",
+            cluster_members_unplaced.clone(),
+        );
+        let cluster_plan_optimal = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "cluster_plan_optimal",
+            "1 when the placement plan is proven optimal, 0 when a search limit cut it short or there is none",
+            cluster_plan_optimal.clone(),
+        );
+        let replica_link_up = Family::<ReplicaLabels, Gauge>::default();
+        registry.register(
+            "replica_link_up",
+            "1 while the replica's link to its primary is up (master_link_status), else 0",
+            replica_link_up.clone(),
+        );
+        let replica_lag = Family::<ReplicaLabels, Gauge>::default();
+        registry.register(
+            "replica_lag_bytes",
+            "Bytes of the replication stream the replica has not yet received from the shard's live primary",
+            replica_lag.clone(),
+        );
         Self {
             registry: root,
             cluster_shards,
@@ -261,6 +386,14 @@ impl Metrics {
             cluster_slots,
             cluster_conditions,
             cluster_last_reconcile,
+            cluster_reconcile_duration,
+            cluster_primaries_misplaced,
+            cluster_preferred_violations,
+            cluster_members_unplaced,
+            cluster_plan_optimal,
+            replica_link_up,
+            replica_lag,
+            replica_series: Mutex::new(HashMap::new()),
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -271,10 +404,22 @@ impl Metrics {
         }
     }
 
-    /// Counts one finished reconcile.
-    pub fn reconciled(&self, took: Duration, error_category: Option<&str>) {
+    /// Counts one finished reconcile of cluster `namespace/cluster`.
+    pub fn reconciled(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        took: Duration,
+        error_category: Option<&str>,
+    ) {
         self.reconciles.inc();
         self.reconcile_duration.observe(took.as_secs_f64());
+        self.cluster_reconcile_duration
+            .get_or_create(&ClusterLabels {
+                namespace: namespace.to_string(),
+                cluster: cluster.to_string(),
+            })
+            .set(took.as_secs_f64());
         if let Some(category) = error_category {
             self.reconcile_errors
                 .get_or_create(&ErrorLabels {
@@ -304,7 +449,8 @@ impl Metrics {
     }
 
     /// Sets the gauges of cluster `namespace/cluster` after a successful
-    /// reconcile.
+    /// reconcile, and removes the replica series of members that no longer
+    /// answer as replicas.
     pub fn observe_cluster(&self, namespace: &str, cluster: &str, g: &ClusterGauges) {
         let labels = ClusterLabels {
             namespace: namespace.to_string(),
@@ -330,8 +476,38 @@ impl Metrics {
         self.cluster_slots
             .get_or_create(&labels)
             .set(g.slots_assigned);
+        self.observe_conditions(namespace, cluster, &g.conditions);
+        self.cluster_primaries_misplaced
+            .get_or_create(&labels)
+            .set(g.primaries_misplaced);
+        self.cluster_preferred_violations
+            .get_or_create(&labels)
+            .set(g.preferred_spread_violations);
+        self.cluster_members_unplaced
+            .get_or_create(&labels)
+            .set(g.members_unplaced);
+        self.cluster_plan_optimal
+            .get_or_create(&labels)
+            .set(i64::from(g.plan_optimal));
+        self.observe_replicas(&labels, &g.replicas);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        self.cluster_last_reconcile.get_or_create(&labels).set(now);
+    }
+
+    /// Sets the condition gauges of cluster `namespace/cluster` from
+    /// (condition type, is True) pairs; a type not listed is 0. Also called
+    /// for a paused cluster and an invalid spec, whose reconcile stops early.
+    pub fn observe_conditions(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        conditions: &[(String, bool)],
+    ) {
         for t in CONDITION_TYPES {
-            let on = g.conditions.iter().any(|(c, v)| c == t && *v);
+            let on = conditions.iter().any(|(c, v)| c == t && *v);
             self.cluster_conditions
                 .get_or_create(&ConditionLabels {
                     namespace: namespace.to_string(),
@@ -340,11 +516,42 @@ impl Metrics {
                 })
                 .set(i64::from(on));
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        self.cluster_last_reconcile.get_or_create(&labels).set(now);
+    }
+
+    fn observe_replicas(&self, cluster: &ClusterLabels, replicas: &[ReplicaGauges]) {
+        let mut now = ReplicaSeries::default();
+        for r in replicas {
+            let labels = ReplicaLabels {
+                namespace: cluster.namespace.clone(),
+                cluster: cluster.cluster.clone(),
+                shard: r.shard.to_string(),
+                member: r.member.clone(),
+            };
+            self.replica_link_up
+                .get_or_create(&labels)
+                .set(i64::from(r.link_up));
+            if let Some(lag) = r.lag_bytes {
+                self.replica_lag
+                    .get_or_create(&labels)
+                    .set(i64::try_from(lag).unwrap_or(i64::MAX));
+                now.lag.insert(labels.clone());
+            }
+            now.link_up.insert(labels);
+        }
+        // Reconciles of one cluster never overlap, so what the map holds is
+        // what the last one set.
+        let Ok(mut series) = self.replica_series.lock() else {
+            return;
+        };
+        if let Some(before) = series.get(cluster) {
+            for gone in before.link_up.difference(&now.link_up) {
+                self.replica_link_up.remove(gone);
+            }
+            for gone in before.lag.difference(&now.lag) {
+                self.replica_lag.remove(gone);
+            }
+        }
+        series.insert(cluster.clone(), now);
     }
 
     /// Drops every series of a deleted cluster.
@@ -362,14 +569,36 @@ impl Metrics {
             self.cluster_shards.remove(&l);
             self.cluster_members.remove(&l);
         }
-        self.cluster_slots.remove(&labels);
+        for family in [
+            &self.cluster_slots,
+            &self.cluster_primaries_misplaced,
+            &self.cluster_preferred_violations,
+            &self.cluster_members_unplaced,
+            &self.cluster_plan_optimal,
+        ] {
+            family.remove(&labels);
+        }
         self.cluster_last_reconcile.remove(&labels);
+        self.cluster_reconcile_duration.remove(&labels);
         for t in CONDITION_TYPES {
             self.cluster_conditions.remove(&ConditionLabels {
                 namespace: namespace.to_string(),
                 cluster: cluster.to_string(),
                 condition: (*t).to_string(),
             });
+        }
+        let gone = self
+            .replica_series
+            .lock()
+            .ok()
+            .and_then(|mut series| series.remove(&labels));
+        if let Some(gone) = gone {
+            for l in &gone.link_up {
+                self.replica_link_up.remove(l);
+            }
+            for l in &gone.lag {
+                self.replica_lag.remove(l);
+            }
         }
     }
 
@@ -484,7 +713,7 @@ mod tests {
     #[test]
     fn metrics_are_exposed_under_the_names_dashboards_use() {
         let m = Metrics::new();
-        m.reconciled(Duration::from_millis(20), Some("Kubernetes"));
+        m.reconciled("ns", "c", Duration::from_millis(20), Some("Kubernetes"));
         m.api_write("StatefulSet", "apply");
         m.failovers.inc();
         m.slot_migrations.inc();
@@ -493,6 +722,7 @@ mod tests {
             "valkey_operator_reconciles_total 1",
             "valkey_operator_reconcile_errors_total{category=\"Kubernetes\"} 1",
             "valkey_operator_reconcile_duration_seconds_count 1",
+            "valkey_operator_cluster_reconcile_duration_seconds{namespace=\"ns\",cluster=\"c\"} 0.02",
             "valkey_operator_failovers_total 1",
             "valkey_operator_slot_migrations_total 1",
             "valkey_operator_api_writes_total{kind=\"StatefulSet\",verb=\"apply\"} 1",
@@ -552,6 +782,116 @@ mod tests {
         }
         m.forget_cluster("ns", "c");
         assert!(!m.encode().contains("cluster=\"c\""));
+    }
+
+    fn replica(shard: u32, member: &str, link_up: bool, lag_bytes: Option<u64>) -> ReplicaGauges {
+        ReplicaGauges {
+            shard,
+            member: member.into(),
+            link_up,
+            lag_bytes,
+        }
+    }
+
+    #[test]
+    fn placement_and_replica_gauges_are_set_and_forgotten_with_the_cluster() {
+        let g = ClusterGauges {
+            primaries_misplaced: 2,
+            preferred_spread_violations: 1,
+            members_unplaced: 3,
+            plan_optimal: false,
+            replicas: vec![
+                replica(0, "1", true, Some(120)),
+                replica(1, "2-new", false, None),
+            ],
+            ..ClusterGauges::default()
+        };
+        let m = Metrics::new();
+        m.observe_cluster("ns", "c", &g);
+        m.observe_cluster("ns", "other", &ClusterGauges::default());
+        let text = m.encode();
+        for line in [
+            "valkey_operator_cluster_primaries_misplaced{namespace=\"ns\",cluster=\"c\"} 2",
+            "valkey_operator_cluster_preferred_spread_violations{namespace=\"ns\",cluster=\"c\"} 1",
+            "valkey_operator_cluster_members_unplaced{namespace=\"ns\",cluster=\"c\"} 3",
+            "valkey_operator_cluster_plan_optimal{namespace=\"ns\",cluster=\"c\"} 0",
+            "valkey_operator_replica_link_up{namespace=\"ns\",cluster=\"c\",shard=\"0\",member=\"1\"} 1",
+            "valkey_operator_replica_lag_bytes{namespace=\"ns\",cluster=\"c\",shard=\"0\",member=\"1\"} 120",
+            "valkey_operator_replica_link_up{namespace=\"ns\",cluster=\"c\",shard=\"1\",member=\"2-new\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        // No lag where it cannot be told.
+        assert!(!text.contains(
+            "valkey_operator_replica_lag_bytes{namespace=\"ns\",cluster=\"c\",shard=\"1\""
+        ));
+        m.forget_cluster("ns", "c");
+        let text = m.encode();
+        assert!(!text.contains("cluster=\"c\""), "{text}");
+        assert!(text.contains(
+            "valkey_operator_cluster_plan_optimal{namespace=\"ns\",cluster=\"other\"} 0"
+        ));
+    }
+
+    #[test]
+    fn series_of_replicas_that_are_gone_are_removed_and_the_rest_kept() {
+        let m = Metrics::new();
+        let with = |replicas| ClusterGauges {
+            replicas,
+            ..ClusterGauges::default()
+        };
+        m.observe_cluster(
+            "ns",
+            "c",
+            &with(vec![
+                replica(0, "1", true, Some(5)),
+                replica(0, "2", true, Some(7)),
+                replica(1, "1", true, Some(0)),
+            ]),
+        );
+        // Member 0/2 is gone, 1/1 no longer follows the live primary, 0/1 stays.
+        m.observe_cluster(
+            "ns",
+            "c",
+            &with(vec![
+                replica(0, "1", true, Some(9)),
+                replica(1, "1", false, None),
+            ]),
+        );
+        let text = m.encode();
+        let series = |name: &str| -> Vec<&str> {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("valkey_operator_{name}{{")))
+                .collect()
+        };
+        assert_eq!(
+            series("replica_lag_bytes"),
+            [
+                "valkey_operator_replica_lag_bytes{namespace=\"ns\",cluster=\"c\",shard=\"0\",member=\"1\"} 9"
+            ]
+        );
+        let mut links = series("replica_link_up");
+        links.sort();
+        assert_eq!(
+            links,
+            [
+                "valkey_operator_replica_link_up{namespace=\"ns\",cluster=\"c\",shard=\"0\",member=\"1\"} 1",
+                "valkey_operator_replica_link_up{namespace=\"ns\",cluster=\"c\",shard=\"1\",member=\"1\"} 0",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_paused_cluster_shows_its_paused_condition() {
+        let m = Metrics::new();
+        m.observe_conditions("ns", "c", &[("Paused".to_string(), true)]);
+        let text = m.encode();
+        assert!(text.contains(
+            "valkey_operator_cluster_condition{namespace=\"ns\",cluster=\"c\",condition=\"Paused\"} 1"
+        ));
+        assert!(text.contains(
+            "valkey_operator_cluster_condition{namespace=\"ns\",cluster=\"c\",condition=\"Ready\"} 0"
+        ));
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //!    API server with kube's in-cluster config and the pod's service-account
 //!    token; one of them holds the Lease `valkey-system/valkey-operator`;
 //! 4. a ValkeyCluster the user applies becomes Ready with the shape it asks for;
+//!    then `helm test` (the chart's test pod, the image's `probe-metrics`)
+//!    reads the operator's metrics through the metrics Service;
 //! 5. an in-cluster client pod writes and reads keys through the cluster;
 //! 6. `helm uninstall` removes the operator and keeps the CRD, the
 //!    ValkeyCluster and its data (docs/operator.md, "Uninstalling").
@@ -339,6 +341,26 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
             )
         })?;
     println!("operator_incluster: ValkeyCluster {ns}/{CLUSTER} Ready 3x1");
+
+    // `helm test`: the chart's test pod, the operator's image running
+    // `probe-metrics`, reads the metrics Service through cluster DNS. A
+    // failed test pod is kept (hook-delete-policy hook-succeeded): its log
+    // says why.
+    helm(
+        env,
+        &["test", RELEASE, "-n", OPERATOR_NS, "--timeout", "120s"],
+    )
+    .with_context(|| {
+        let pod = format!("{CHART_NAME}-test-metrics");
+        format!(
+            "helm test failed; {pod} said: {}{}",
+            pod_log(env, OPERATOR_NS, &pod, "probe-metrics"),
+            operator_diagnostics(env)
+        )
+    })?;
+    println!(
+        "operator_incluster: helm test: the metrics Service answers with valkey_operator_build_info"
+    );
 
     // 5. an in-cluster client.
     let password = env.password(ns, CLUSTER)?;

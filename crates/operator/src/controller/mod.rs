@@ -322,10 +322,20 @@ async fn watch_scope(
                 .concurrency(ctx.settings.concurrency),
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_entry, error_policy, ctx)
+        .run(reconcile_entry, error_policy, ctx.clone())
         .for_each(|result| {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile finished with an error");
+            match result {
+                // A deleted cluster (no finalizer holds it, so no reconcile
+                // sees its deletionTimestamp): its pending requeue, or the
+                // garbage collection of what it owns, asks for one more
+                // reconcile, and the controller finds it gone from its
+                // cache. Its series must not outlive it.
+                Err(controller::Error::ObjectNotFound(gone)) => {
+                    ctx.metrics
+                        .forget_cluster(gone.namespace.as_deref().unwrap_or_default(), &gone.name);
+                }
+                Err(error) => tracing::debug!(%error, "reconcile finished with an error"),
+                Ok(_) => {}
             }
             futures::future::ready(())
         })
@@ -353,6 +363,8 @@ async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Ac
     };
     ctx.remember(&key, memory);
     ctx.metrics.reconciled(
+        &vc.namespace().unwrap_or_default(),
+        &vc.name_any(),
         started.elapsed(),
         result.as_ref().err().map(Error::category),
     );

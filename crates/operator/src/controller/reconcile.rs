@@ -13,7 +13,8 @@
 //!    the **facts** once, **decide** (moves, rolling update, balancing, the
 //!    next Valkey commands, healing) and **act** in a fixed order (see
 //!    [`super::act::carry_out`]);
-//! 4. **report**: the status (written when it changed) and its events.
+//! 4. **report**: the status (written when it changed), its events, and the
+//!    cluster's gauges.
 //!
 //! Every step is idempotent: a reconcile cut short anywhere starts again from
 //! the top with what the API server and the members then say.
@@ -24,7 +25,7 @@ use super::events::{Events, reason};
 use super::facts::Facts;
 use super::report::{self, Target};
 use super::{Context, Error, Memory, observe};
-use crate::metrics::ClusterGauges;
+use crate::metrics;
 use api::{ValidatedCluster, ValkeyCluster};
 use kube::Resource;
 use kube::runtime::controller::Action;
@@ -58,8 +59,13 @@ async fn run(
 ) -> Result<Action, Error> {
     // 1. dereference, (pause,) validate
     let target = Target::of(vc, ctx)?;
+    let namespace = vc.metadata.namespace.as_deref().unwrap_or_default();
     if is_paused(vc) {
-        report::write_status(ctx, &target, report::paused(&target)).await?;
+        let status = report::paused(&target);
+        let conditions = metrics::conditions_of(&status);
+        report::write_status(ctx, &target, status).await?;
+        ctx.metrics
+            .observe_conditions(namespace, &target.name, &conditions);
         if !memory.announced.paused {
             events
                 .normal(
@@ -82,7 +88,10 @@ async fn run(
         Err(e) => {
             let message = e.to_string();
             let status = report::invalid(&target, vc.metadata.generation, &message);
+            let conditions = metrics::conditions_of(&status);
             report::write_status(ctx, &target, status).await?;
+            ctx.metrics
+                .observe_conditions(namespace, &target.name, &conditions);
             if memory.announced.invalid_spec.as_deref() != Some(message.as_str()) {
                 events
                     .warning(reason::INVALID_SPEC, "Validate", &message)
@@ -183,7 +192,7 @@ async fn run(
     // 4. report
     let blocked = blocker.is_some();
     let status = report::build(&target, &facts, &placement, &decision, &done, blocker);
-    let gauges = ClusterGauges::of(cluster.shards, cluster.replicas, &status);
+    let gauges = report::gauges::of(&facts, &placement, &status);
     report::publish(ctx, &target, status, events).await?;
     ctx.metrics
         .observe_cluster(&cluster.namespace, &cluster.name, &gauges);

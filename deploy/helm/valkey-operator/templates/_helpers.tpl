@@ -22,3 +22,21 @@ watchNamespaces, plus watchNamespace (the older single-namespace value). */ -}}
 {{- with .Values.watchNamespace }}{{ $list = append $list . }}{{ end -}}
 {{- $list | uniq | join "," -}}
 {{- end -}}
+
+{{- /* The job label of the operator's scrape targets, whichever monitor
+scrapes them: the ValkeyOperatorDown alert selects it. */ -}}
+{{- define "valkey-operator.job" -}}
+{{- include "valkey-operator.name" . -}}
+{{- end -}}
+
+{{- /* What the ServiceMonitor and the PodMonitor share: the operator's own
+`namespace` label (each ValkeyCluster's namespace) is kept rather than
+renamed exported_namespace, and the job is the chart's name rather than the
+Service's or `<namespace>/<monitor>`. */ -}}
+{{- define "valkey-operator.monitorLabels" -}}
+honorLabels: true
+relabelings:
+  - action: replace
+    targetLabel: job
+    replacement: {{ include "valkey-operator.job" . }}
+{{- end -}}

@@ -1,7 +1,9 @@
 //! Report: the status (conditions in [`status`], observations in
-//! [`observations`], both pure), written only when it changed, and the
-//! events about it (readiness gained or lost, primaries that changed).
+//! [`observations`], both pure), written only when it changed, the events
+//! about it (readiness gained or lost, primaries that changed), and the
+//! cluster's Prometheus gauges ([`gauges`], pure).
 
+pub mod gauges;
 pub mod observations;
 pub mod status;
 

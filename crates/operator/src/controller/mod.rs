@@ -331,8 +331,11 @@ async fn watch_scope(
                 // reconcile, and the controller finds it gone from its
                 // cache. Its series must not outlive it.
                 Err(controller::Error::ObjectNotFound(gone)) => {
-                    ctx.metrics
-                        .forget_cluster(gone.namespace.as_deref().unwrap_or_default(), &gone.name);
+                    let ns = gone.namespace.as_deref().unwrap_or_default();
+                    ctx.metrics.forget_cluster(ns, &gone.name);
+                    ctx.forget(&format!("{ns}/{}", gone.name));
+                    ctx.pulse
+                        .forget(&ObjectRef::<ValkeyCluster>::new(&gone.name).within(ns));
                 }
                 Err(error) => tracing::debug!(%error, "reconcile finished with an error"),
                 Ok(_) => {}

@@ -9,7 +9,7 @@ use super::super::facts::{Facts, report_of};
 use crate::metrics::{ClusterGauges, ReplicaGauges};
 use api::v1alpha1::ValkeyClusterStatus;
 use std::collections::BTreeMap;
-use valkey::model::ObservedCluster;
+use valkey::model::{MemberIndex, ObservedCluster};
 use valkey::parse::Role;
 
 /// The gauges of one reconcile that wrote `status`.
@@ -92,9 +92,9 @@ pub fn replicas(obs: &ObservedCluster, primaries: &BTreeMap<u32, u32>) -> Vec<Re
                 return None;
             }
             let shard = m.member.shard.0;
-            let member = match m.member.member.surge_for() {
-                Some(of) => format!("{of}-new"),
-                None => m.member.member.0.to_string(),
+            let member = match m.member.member {
+                MemberIndex::NewCopyOf(of) => format!("{of}-new"),
+                MemberIndex::Member(i) => i.to_string(),
             };
             let link = report.replication.primary_link.as_ref();
             let primary = primaries
@@ -275,14 +275,14 @@ mod tests {
     fn a_replica_of_the_live_primary_reports_its_lag_in_bytes() {
         let obs = ObservedCluster {
             members: vec![
-                member(0, MemberIndex(0), primary_at(1_000)),
-                member(0, MemberIndex(1), replica_of(PRIMARY, 400, true)),
+                member(0, MemberIndex::Member(0), primary_at(1_000)),
+                member(0, MemberIndex::Member(1), replica_of(PRIMARY, 400, true)),
                 // Asked after the primary: ahead of its answer, no lag.
-                member(0, MemberIndex(2), replica_of(PRIMARY, 1_200, true)),
-                member(0, MemberIndex::surge_of(1), replica_of(PRIMARY, 0, false)),
+                member(0, MemberIndex::Member(2), replica_of(PRIMARY, 1_200, true)),
+                member(0, MemberIndex::NewCopyOf(1), replica_of(PRIMARY, 0, false)),
                 member(
                     0,
-                    MemberIndex(3),
+                    MemberIndex::Member(3),
                     MemberState::Unreachable {
                         reason: "connection refused".into(),
                     },
@@ -309,9 +309,9 @@ mod tests {
     fn a_replica_of_another_node_or_of_a_shard_without_primary_has_no_lag() {
         let obs = ObservedCluster {
             members: vec![
-                member(0, MemberIndex(0), primary_at(1_000)),
-                member(0, MemberIndex(1), replica_of(OTHER, 10, true)),
-                member(1, MemberIndex(1), replica_of(PRIMARY, 10, true)),
+                member(0, MemberIndex::Member(0), primary_at(1_000)),
+                member(0, MemberIndex::Member(1), replica_of(OTHER, 10, true)),
+                member(1, MemberIndex::Member(1), replica_of(PRIMARY, 10, true)),
             ],
         };
         let got = replicas(&obs, &BTreeMap::from([(0, 0)]));

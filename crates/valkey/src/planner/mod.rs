@@ -237,8 +237,47 @@ fn unreachable_members(a: &Analysis<'_>, plan: &mut Plan) {
     }
 }
 
+/// At most this many members in a fresh cluster meet pairwise at once (the
+/// MEETs grow with the square of it); a larger one learns the rest by gossip.
+pub const MESH_MEET_LIMIT: usize = 32;
+
+/// A fresh cluster (every reachable desired member knows only itself and
+/// serves nothing): besides the anchor's MEETs, every pair of the other
+/// members meets at once. The planner assigns slots once every view agrees,
+/// and gossip from one seed takes 0.3-4 s to get there on nine members, one
+/// round trip when every pair meets (`scripts/bootstrap-orders.py`).
+fn mesh_meets(a: &Analysis<'_>, plan: &mut Plan) {
+    let Some(anchor) = a.anchor else { return };
+    let fresh: Vec<(MemberRef, MemberAddr)> = a
+        .reports
+        .iter()
+        .filter(|(r, _)| a.is_desired(**r))
+        .filter_map(|(r, rep)| rep.nodes.is_fresh().then_some(*r))
+        .filter_map(|r| a.addr(r).map(|addr| (r, addr)))
+        .collect();
+    let desired_reachable = a.reports.keys().filter(|r| a.is_desired(**r)).count();
+    if fresh.len() != desired_reachable || fresh.len() > MESH_MEET_LIMIT {
+        return;
+    }
+    for (r, _) in fresh.iter().filter(|(r, _)| *r != anchor) {
+        for (x, addr) in fresh.iter().filter(|(x, _)| *x != anchor && x != r) {
+            // Once each way is enough: the handshake makes both know each other.
+            if x < r {
+                continue;
+            }
+            plan.actions.push(Action::Meet {
+                on: *r,
+                ip: addr.ip,
+                port: addr.port,
+                bus_port: addr.bus_port,
+            });
+        }
+    }
+}
+
 /// Step 1: bring every reachable desired member into the anchor's cluster.
 fn membership(a: &Analysis<'_>, plan: &mut Plan) {
+    mesh_meets(a, plan);
     let Some(anchor) = a.anchor else { return };
     let Some(anchor_addr) = a.addr(anchor) else {
         return;

@@ -973,12 +973,46 @@ fn bootstrap_meets_every_member_from_shard_zero_member_zero_by_ip() {
     let mut sim = Sim::cluster(3, 1);
     let plan = plan_of(&mut sim, &desired(3, 1));
     let meets: Vec<&Action> = plan.actions.iter().filter(|a| a.kind() == "Meet").collect();
-    assert_eq!(meets.len(), 5);
-    for m in meets {
-        assert_eq!(m.on(), MemberRef::new(0, 0));
-    }
+    let from_anchor = meets
+        .iter()
+        .filter(|m| m.on() == MemberRef::new(0, 0))
+        .count();
+    assert_eq!(from_anchor, 5);
+    // The other five meet pairwise at once, once per pair.
+    assert_eq!(meets.len(), 5 + 5 * 4 / 2);
     // Nothing else before the members have met.
-    assert_eq!(kinds(&plan), vec!["Meet"; 5]);
+    assert_eq!(kinds(&plan), vec!["Meet"; 15]);
+}
+
+#[test]
+fn a_fresh_cluster_meets_pairwise_and_agrees_after_one_round() {
+    let mut sim = Sim::cluster(3, 2);
+    let want = desired(3, 2);
+    let first = plan_of(&mut sim, &want);
+    // 8 MEETs from the anchor, 8 * 7 / 2 among the others.
+    assert_eq!(first.actions.len(), 8 + 28);
+    step(&mut sim, &first);
+    // Once met, nobody meets again.
+    let second = plan_of(&mut sim, &want);
+    assert!(
+        second.actions.iter().all(|a| a.kind() != "Meet"),
+        "{:?}",
+        kinds(&second)
+    );
+}
+
+#[test]
+fn a_cluster_beyond_the_mesh_limit_meets_from_the_anchor_only() {
+    // 11 shards x 3 = 33 members, one over the limit.
+    let mut sim = Sim::cluster(11, 2);
+    let plan = plan_of(&mut sim, &desired(11, 2));
+    const { assert!(33 > MESH_MEET_LIMIT) };
+    assert!(
+        plan.actions
+            .iter()
+            .all(|a| a.kind() == "Meet" && a.on() == MemberRef::new(0, 0))
+    );
+    assert_eq!(plan.actions.len(), 32);
 }
 
 #[test]

@@ -120,6 +120,8 @@ pub struct Rendered {
     pub feasible: bool,
     /// False when `--time-limit` cut the search short.
     pub optimal: bool,
+    /// When not optimal: how far the plan may be from the optimum.
+    pub gap: Option<placement::Gap>,
 }
 
 /// Runs the command: prints the plan on stdout, or one error line on stderr.
@@ -131,9 +133,9 @@ pub fn main(args: &PlanArgs) -> ExitCode {
                 // On stderr: the plan JSON on stdout keeps its documented shape.
                 eprintln!(
                     "{}: note: the best plan found within --time-limit, not proven optimal \
-                     (its Required constraints hold; a plan with less Preferred excess or \
-                     fewer moves may exist)",
-                    args.cluster.display()
+                     (its Required constraints hold; {})",
+                    args.cluster.display(),
+                    crate::controller::decide::placement::gap_words(rendered.gap)
                 );
             }
             if rendered.feasible {
@@ -189,6 +191,7 @@ pub fn plan(args: &PlanArgs) -> Result<Rendered, PlanCmdError> {
         output,
         feasible: plan.feasible,
         optimal: planned.optimal,
+        gap: planned.gap,
     })
 }
 

@@ -311,12 +311,12 @@ fn the_help_documents_the_time_limit() {
     }
 }
 
-/// Files for `plan` that make the branch and bound work: 40 shards of 3 over
+/// Files for `plan` that make the branch and bound work: 60 shards of 3 over
 /// 60 nodes in 3 zones whose racks (6) are scattered over the zones (the keys
 /// cross), rack Required 1, zone and node Preferred 1, one or two pod slots
 /// per node, and the primaries of about half the shards running. The same
-/// problem as the placement crate's `crossing_racks(40, 60)`: its search does
-/// not end within 20 s. Returns the paths of the cluster, nodes and pods.
+/// problem as the placement crate's `crossing_racks(60, 60)`: its search does
+/// not end within 10 s. Returns the paths of the cluster, nodes and pods.
 fn crossing_files() -> (tempdir::Dir, [String; 3]) {
     let dir = tempdir::Dir::new("crossing");
     let mut state: u64 = 110;
@@ -344,7 +344,7 @@ fn crossing_files() -> (tempdir::Dir, [String; 3]) {
         })
         .collect();
     let mut pods = Vec::new();
-    for s in 0..40 {
+    for s in 0..60 {
         if next() % 2 == 0 {
             pods.push(serde_json::json!({
                 "kind": "Pod",
@@ -360,7 +360,7 @@ fn crossing_files() -> (tempdir::Dir, [String; 3]) {
     }
     let cluster = "apiVersion: valkey.rs/v1alpha1\nkind: ValkeyCluster\n\
                    metadata: {name: demo, namespace: default}\n\
-                   spec:\n  shards: 40\n  replicas: 2\n  replicaSpreadConstraints:\n\
+                   spec:\n  shards: 60\n  replicas: 2\n  replicaSpreadConstraints:\n\
                    \x20 - {topologyKey: zone, maxReplicas: 1, mode: Preferred}\n\
                    \x20 - {topologyKey: example.com/rack, maxReplicas: 1, mode: Required}\n\
                    \x20 - {topologyKey: node, maxReplicas: 1, mode: Preferred}\n";

@@ -7,6 +7,10 @@
 //! * `replan_zone_down`: the same, with the fresh plan running and one zone's
 //!   nodes NotReady. Target: under 1 s.
 //!
+//! * `crossing_100x3_on_60`: 100 shards x 3 on 60 nodes where a rack key
+//!   crosses the zones, no room to spare (zone Required 1, rack Preferred 1).
+//!   Target: the proven optimum under 1 s.
+//!
 //! Besides criterion's report, a summary line per scenario (median wall time
 //! of a few runs and the plan's figures) is printed at the end.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -131,11 +135,71 @@ fn replan() -> Problem {
     p
 }
 
+/// Issue 13's crossing case: 100 shards x 3 on 60 nodes (3 zones x 20, 5
+/// pods each: room for exactly the 300 members), zone Required 1 and a rack
+/// Preferred 1 whose 7 racks cross the zones unevenly (rack = node number
+/// mod 7). Target: the proven optimum in under 1 s.
+fn crossing() -> Problem {
+    let mut p = problem(100, 1, 3, 20, vec![]);
+    for (i, n) in p.nodes.iter_mut().enumerate() {
+        n.allocatable.pods = 5;
+        n.labels
+            .insert("example.com/rack".into(), format!("k{}", i % 7));
+    }
+    p.constraints = vec![
+        spread("zone", 1, Mode::Required),
+        spread("example.com/rack", 1, Mode::Preferred),
+    ];
+    p
+}
+
+/// Racks and room from a fixed pseudo-random sequence where the branch and
+/// bound cannot prove its optimum quickly: rack Required 1 over 6 racks that
+/// cross 3 zones, zone Preferred 1, node Preferred 1, 60 shards x 3 on 60
+/// nodes of 1 or 2 pods, half the shards with a running primary. Planned with
+/// a 1 s time limit, as the operator does: the best plan found and its gap.
+fn crossing_unproven() -> Problem {
+    let mut state: u64 = 110;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as usize
+    };
+    let mut p = problem(60, 1, 3, 20, vec![]);
+    for (i, n) in p.nodes.iter_mut().enumerate() {
+        n.name = format!("n{i:03}");
+        n.labels.insert(HOSTNAME_KEY.into(), n.name.clone());
+        n.labels.insert(ZONE_KEY.into(), format!("z{}", i % 3));
+        n.labels
+            .insert("example.com/rack".into(), format!("k{}", next() % 6));
+        n.allocatable.pods = 1 + (next() % 2) as u64;
+    }
+    p.request = Resources::default();
+    p.constraints = vec![
+        spread("zone", 1, Mode::Preferred),
+        spread("example.com/rack", 1, Mode::Required),
+        spread("node", 1, Mode::Preferred),
+    ];
+    for s in 0..60 {
+        if next() % 2 == 0 {
+            let node = format!("n{:03}", next() % 60);
+            p.running.push(RunningMember {
+                shard: s,
+                member: 0,
+                node,
+            });
+        }
+    }
+    p
+}
+
 fn scenarios() -> Vec<(&'static str, Problem)> {
     vec![
         ("small", small()),
         ("fresh_1000x3_on_900", fresh()),
         ("replan_zone_down", replan()),
+        ("crossing_100x3_on_60", crossing()),
     ]
 }
 
@@ -216,8 +280,35 @@ criterion_group! {
     targets = bench
 }
 
+/// The unproven crossing case under the operator's 1 s limit.
+fn summary_unproven() {
+    let p = crossing_unproven();
+    let t = Instant::now();
+    let planned = plan_with(
+        &p,
+        &PlanOptions {
+            time_limit: Some(Duration::from_secs(1)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let took = t.elapsed();
+    let gap = planned.gap.unwrap_or_default();
+    println!(
+        "  {:<22} {:>10.3} ms  time limit 1 s  proven optimal {}  unplaced {}  gap: up to {} more placed, {} less excess, {} fewer displaced",
+        "crossing_unproven_60",
+        took.as_secs_f64() * 1000.0,
+        planned.optimal,
+        planned.plan.unplaced.len(),
+        gap.unplaced,
+        gap.excess,
+        gap.displaced,
+    );
+}
+
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
     summary();
+    summary_unproven();
 }

@@ -46,6 +46,7 @@ mod assign;
 mod eligibility;
 mod explain;
 mod flow;
+mod improve;
 mod instance;
 pub mod model;
 mod network;
@@ -117,6 +118,22 @@ pub struct Planned {
     pub plan: Plan,
     /// False only when a limit of [`PlanOptions`] cut the search short.
     pub optimal: bool,
+    /// When not proven optimal: how far the plan may be from the optimum.
+    pub gap: Option<Gap>,
+}
+
+/// How far a plan a search limit cut short may be from the optimum, per part
+/// of the objective, as the search proved it: a better plan might place up
+/// to `unplaced` more members; one that places as many as possible might
+/// have up to `excess` fewer Preferred violations (members over a
+/// maxReplicas); and one no worse in both might move up to `displaced` fewer
+/// running members. All zero: the plan meets every bound the search proved,
+/// though the search could not rule out a better one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Gap {
+    pub unplaced: u64,
+    pub excess: u64,
+    pub displaced: u64,
 }
 
 /// [`plan`] with limits.
@@ -133,10 +150,15 @@ pub fn plan_with(problem: &Problem, options: &PlanOptions) -> Result<Planned, Pl
     let inst = instance::Instance::new(problem);
     let st = structure::Structure::analyse(&inst);
     let shards: Vec<u32> = (0..problem.shards).collect();
-    let (solution, optimal) = search::solve(&inst, &st, &shards, limits);
+    let (solution, gap) = search::solve_with_bound(&inst, &st, &shards, limits);
     let named = assign::name_members(&inst, &st, &solution);
     Ok(Planned {
         plan: assign::build_plan(&inst, &st, &named, limits),
-        optimal,
+        optimal: gap.is_none(),
+        gap: gap.map(|(score, bound)| Gap {
+            unplaced: score.unplaced.saturating_sub(bound.unplaced),
+            excess: score.excess.saturating_sub(bound.excess),
+            displaced: score.displaced.saturating_sub(bound.displaced),
+        }),
     })
 }

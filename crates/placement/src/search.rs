@@ -15,6 +15,7 @@
 //! once it holds a placement that keeps every Required constraint, and then
 //! says the placement is not proven optimal.
 
+use crate::improve::improve;
 use crate::instance::Instance;
 use crate::network::{Fixed, Outcome, Slot, Solution, relax};
 use crate::structure::Structure;
@@ -202,17 +203,28 @@ impl Search<'_, '_> {
         Some((bound, outcomes))
     }
 
+    /// Takes `sol` as the best placement when it is better, after the local
+    /// search has lowered its excess where it can.
+    fn offer(&mut self, sol: &Solution) {
+        let Some(score) = evaluate(self.inst, self.st, sol, self.shards) else {
+            return;
+        };
+        if self.best.as_ref().is_some_and(|(b, _)| *b <= score) {
+            return;
+        }
+        let improved = improve(self.inst, self.st, sol, self.deadline)
+            .and_then(|s| evaluate(self.inst, self.st, &s, self.shards).map(|score| (score, s)))
+            .filter(|(better, _)| *better < score);
+        self.best = Some(improved.unwrap_or_else(|| (score, sol.clone())));
+    }
+
     fn done(&self) -> bool {
         self.best.as_ref().is_some_and(|(b, _)| *b <= self.root)
     }
 
     fn explore(&mut self, fixed: &mut Fixed, bound: Score, outcomes: Vec<Outcome>) {
         for o in &outcomes {
-            if let Some(score) = evaluate(self.inst, self.st, &o.solution, self.shards)
-                && self.best.as_ref().is_none_or(|(b, _)| score < *b)
-            {
-                self.best = Some((score, o.solution.clone()));
-            }
+            self.offer(&o.solution);
         }
         if self.pruned(bound) {
             return;
@@ -449,6 +461,18 @@ pub(crate) fn solve(
     shards: &[u32],
     limits: Limits,
 ) -> (Solution, bool) {
+    let (solution, bound) = solve_sorting(inst, st, shards, limits, SORTED_CONFIGS);
+    (solution, bound.is_none())
+}
+
+/// [`solve`], with the score of the placement and the lower bound the search
+/// proved when a limit cut it short (`None`: the placement is optimal).
+pub(crate) fn solve_with_bound(
+    inst: &Instance,
+    st: &Structure,
+    shards: &[u32],
+    limits: Limits,
+) -> (Solution, Option<(Score, Score)>) {
     solve_sorting(inst, st, shards, limits, SORTED_CONFIGS)
 }
 
@@ -459,10 +483,10 @@ fn solve_sorting(
     shards: &[u32],
     limits: Limits,
     sorted_limit: usize,
-) -> (Solution, bool) {
+) -> (Solution, Option<(Score, Score)>) {
     let mut fixed = Fixed::new();
     if st.nested() {
-        return (relax(inst, st, 0, shards, &fixed, None).solution, true);
+        return (relax(inst, st, 0, shards, &fixed, None).solution, None);
     }
     let mut search = Search {
         inst,
@@ -479,8 +503,13 @@ fn solve_sorting(
         search.root = bound;
         search.explore(&mut fixed, bound, roots);
     }
-    let optimal = !search.cut_short;
-    (search.best.map(|(_, s)| s).unwrap_or_default(), optimal)
+    match search.best {
+        Some((score, best)) => {
+            let gap = search.cut_short.then_some((score, search.root));
+            (best, gap)
+        }
+        None => (Solution::default(), None),
+    }
 }
 
 #[cfg(test)]
@@ -545,9 +574,9 @@ mod tests {
         assert!(!st.nested());
         let shards = [0, 1, 2];
         let none = Limits::default();
-        let (sorted, ok) = solve_sorting(&inst, &st, &shards, none, SORTED_CONFIGS);
-        let (walked, ok2) = solve_sorting(&inst, &st, &shards, none, 1);
-        assert!(ok && ok2);
+        let (sorted, gap) = solve_sorting(&inst, &st, &shards, none, SORTED_CONFIGS);
+        let (walked, gap2) = solve_sorting(&inst, &st, &shards, none, 1);
+        assert!(gap.is_none() && gap2.is_none());
         let a = evaluate(&inst, &st, &sorted, &shards);
         assert!(a.is_some());
         assert_eq!(a, evaluate(&inst, &st, &walked, &shards));

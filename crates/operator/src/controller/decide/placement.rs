@@ -27,13 +27,37 @@ pub const PLACEMENT_TIME_LIMIT: Duration = Duration::from_secs(1);
 const NOT_PROVEN_OPTIMAL: &str =
     "the best placement found within the planner's search limits, not proven optimal";
 
+/// A plan's gap in words: what a better plan might do.
+pub fn gap_words(gap: Option<placement::Gap>) -> String {
+    let gap = gap.unwrap_or_default();
+    if gap.unplaced > 0 {
+        format!(
+            "a plan that places up to {} more members may exist",
+            gap.unplaced
+        )
+    } else if gap.excess > 0 {
+        format!(
+            "a plan with up to {} fewer Preferred violations may exist",
+            gap.excess
+        )
+    } else if gap.displaced > 0 {
+        format!(
+            "a plan that moves up to {} fewer running members may exist",
+            gap.displaced
+        )
+    } else {
+        "it meets every bound the search proved, but a better plan was not ruled out".to_string()
+    }
+}
+
 /// The placement plan, or why there is none.
 #[derive(Debug, Clone)]
 pub enum Placement {
     Planned {
         plan: placement::Plan,
-        /// False when a search limit cut the planner short.
-        optimal: bool,
+        /// `None` when the plan is proven optimal; else how far it may be
+        /// from the optimum (a search limit cut the planner short).
+        gap: Option<placement::Gap>,
     },
     /// The planner could not plan; the message says why.
     Failed(String),
@@ -66,9 +90,10 @@ impl Placement {
                         "placement plan not proven optimal: a search limit cut it short"
                     );
                 }
+                let gap = planned.gap;
                 Placement::Planned {
                     plan: planned.plan,
-                    optimal: planned.optimal,
+                    gap,
                 }
             }
             Ok(Err(e)) => Placement::Failed(e.to_string()),
@@ -85,8 +110,16 @@ impl Placement {
 
     fn optimal(&self) -> bool {
         match self {
-            Placement::Planned { optimal, .. } => *optimal,
+            Placement::Planned { gap, .. } => gap.is_none(),
             Placement::Failed(_) => true,
+        }
+    }
+
+    /// How far the plan may be from the optimum (see [`Placement::Planned`]).
+    fn gap(&self) -> Option<placement::Gap> {
+        match self {
+            Placement::Planned { gap, .. } => *gap,
+            Placement::Failed(_) => None,
         }
     }
 
@@ -198,7 +231,8 @@ impl Placement {
                 "Plan",
                 format!(
                     "using {NOT_PROVEN_OPTIMAL} ({PLACEMENT_SEARCH_LIMIT} search nodes or {PLACEMENT_TIME_LIMIT:?}); \
-                     its Required constraints hold, but a plan with less Preferred excess or fewer moves may exist"
+                     its Required constraints hold; {}",
+                    gap_words(self.gap())
                 ),
             ));
             announced.placement_unproven = true;
@@ -239,7 +273,10 @@ mod tests {
                 unplaced: Vec::new(),
                 violations: Vec::new(),
             },
-            optimal,
+            gap: (!optimal).then_some(placement::Gap {
+                excess: 1,
+                ..Default::default()
+            }),
         }
     }
 

@@ -15,8 +15,8 @@ use valkey::parse::Role;
 /// The gauges of one reconcile that wrote `status`.
 pub fn of(f: &Facts<'_>, placement: &Placement, status: &ValkeyClusterStatus) -> ClusterGauges {
     let (violations, unplaced, optimal) = match placement {
-        Placement::Planned { plan, optimal } => {
-            (plan.violations.len(), plan.unplaced.len(), *optimal)
+        Placement::Planned { plan, gap } => {
+            (plan.violations.len(), plan.unplaced.len(), gap.is_none())
         }
         Placement::Failed(_) => (0, 0, false),
     };

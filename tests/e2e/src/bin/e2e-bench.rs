@@ -6,7 +6,11 @@
 //! - pod bound -> Ready (a plain Valkey pod);
 //! - operator: apply -> Ready for 3x2 (all slots assigned, every replica in sync);
 //! - operator: API writes per resync of steady clusters (from its metrics);
-//! - operator: resident memory while managing 10 clusters.
+//! - operator: resident memory while managing 10 clusters;
+//! - one operator, many clusters (issue 13, goal 4): on a testbed of its own
+//!   (5 zones x 10 nodes), 50 ValkeyClusters of 3x1 created at once: time to
+//!   all Ready, then steady-state RSS, CPU, API writes per reconcile and the
+//!   reconcile time's p50/p99. `--many N` sets the count, `--many 0` skips it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use anyhow::{Context, Result, bail};
@@ -45,7 +49,183 @@ fn main() -> Result<()> {
     let _ = Command::new(&testbed)
         .args(["down", "--dir", &dir_s])
         .status();
+    result?;
+    let args: Vec<String> = std::env::args().collect();
+    let many = args
+        .iter()
+        .position(|a| a == "--many")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse::<u32>().context("--many N"))
+        .transpose()?
+        .unwrap_or(50);
+    if many > 0 {
+        many_clusters(&root, &testbed, many)?;
+    }
+    Ok(())
+}
+
+/// Goal 4: one operator, `count` clusters of 3x1 created at once on 5 zones x
+/// 10 nodes.
+fn many_clusters(root: &std::path::Path, testbed: &std::path::Path, count: u32) -> Result<()> {
+    let dir = root.join(".testbed-bench-many");
+    let dir_s = dir.to_string_lossy().to_string();
+    let _ = Command::new(testbed)
+        .args(["down", "--dir", &dir_s])
+        .status();
+    let status = Command::new(testbed)
+        .args([
+            "up",
+            "--dir",
+            &dir_s,
+            "--zones",
+            "5",
+            "--nodes-per-zone",
+            "10",
+            "--pods",
+            "16",
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("testbed up (5 zones x 10 nodes)")?;
+    if !status.success() {
+        bail!("testbed up failed (logs in {}/logs)", dir.display());
+    }
+    let env = Env::for_testbed(root, &dir);
+    let result = many_figures(&env, count);
+    let _ = Command::new(testbed)
+        .args(["down", "--dir", &dir_s])
+        .status();
     result
+}
+
+/// The q-quantile of a Prometheus histogram family (upper bound of the
+/// bucket it falls in), from the difference of two scrapes.
+fn quantile(before: &str, after: &str, family: &str, q: f64) -> Option<f64> {
+    let buckets = |text: &str| -> Vec<(f64, f64)> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}_bucket{{")))
+            .filter_map(|l| {
+                let le = l.split("le=\"").nth(1)?.split('"').next()?;
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().ok()?
+                };
+                Some((le, l.rsplit(' ').next()?.parse().ok()?))
+            })
+            .collect()
+    };
+    let (b, a) = (buckets(before), buckets(after));
+    let counts: Vec<(f64, f64)> = a
+        .iter()
+        .map(|(le, n)| {
+            let was = b.iter().find(|(l, _)| l == le).map_or(0.0, |x| x.1);
+            (*le, n - was)
+        })
+        .collect();
+    let total = counts.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    counts
+        .iter()
+        .find(|(_, n)| *n >= q * total)
+        .map(|(le, _)| *le)
+}
+
+/// User plus system CPU time of a process, in seconds.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) in brackets.
+    let rest = stat.rsplit(')').next()?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+fn many_figures(env: &Env, count: u32) -> Result<()> {
+    env.install_crd()?;
+    let ns = env.namespace("many")?;
+    let operator = env.start_operator_with(
+        "many",
+        &["--http-addr", METRICS_ADDR, "--resync-seconds", "30"],
+    )?;
+    let names: Vec<String> = (0..count).map(|i| format!("c{i:02}")).collect();
+    let all: String = names
+        .iter()
+        .map(|n| format!("---\n{}", cluster_yaml(n, 3, 1)))
+        .collect();
+    let started = Instant::now();
+    env.apply(&ns.name, &all)?;
+    let members = count * 6;
+    let mut ready_after = Vec::new();
+    wait_until(Duration::from_secs(900), Duration::from_millis(500), || {
+        let list = env.kubectl_json(&["get", "valkeyclusters", "-n", &ns.name])?;
+        let ready = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| {
+                c["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|x| x["type"] == "Ready" && x["status"] == "True")
+            })
+            .count();
+        while ready_after.len() < ready {
+            ready_after.push(started.elapsed().as_secs_f64());
+        }
+        Ok(ready as u32 == count)
+    })?;
+    let at = |q: f64| ready_after[((ready_after.len() - 1) as f64 * q) as usize];
+    println!(
+        "operator: {count} clusters of 3x1 ({members} members) on 5 zones x 10 nodes, created at once -> all Ready: {:.1} s (first {:.1} s, half {:.1} s)",
+        at(1.0),
+        at(0.0),
+        at(0.5)
+    );
+    // Steady state: let the bootstrap's status writes settle, then two
+    // resync periods.
+    std::thread::sleep(Duration::from_secs(30));
+    let pid = operator.pid().context("operator pid")?;
+    let before = metrics()?;
+    let cpu_before = cpu_seconds(pid);
+    let window = Duration::from_secs(60);
+    std::thread::sleep(window);
+    let after = metrics()?;
+    let cpu_after = cpu_seconds(pid);
+    let writes = metric_sum(&after, "valkey_operator_api_writes_total")
+        - metric_sum(&before, "valkey_operator_api_writes_total");
+    let reconciles = metric_sum(&after, "valkey_operator_reconciles_total")
+        - metric_sum(&before, "valkey_operator_reconciles_total");
+    let family = "valkey_operator_reconcile_duration_seconds";
+    let p50 = quantile(&before, &after, family, 0.5);
+    let p99 = quantile(&before, &after, family, 0.99);
+    println!(
+        "operator, steady with {count} clusters: {reconciles} reconciles and {writes} API writes in {} s ({:.2} writes per reconcile); reconcile time p50 <= {} s, p99 <= {} s (histogram bucket bounds)",
+        window.as_secs(),
+        if reconciles > 0.0 {
+            writes / reconciles
+        } else {
+            f64::NAN
+        },
+        p50.map_or("-".into(), |v| format!("{v}")),
+        p99.map_or("-".into(), |v| format!("{v}")),
+    );
+    if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
+        println!(
+            "operator, steady with {count} clusters: CPU {:.2}% of a core",
+            (b - a) / window.as_secs_f64() * 100.0
+        );
+    }
+    if let Some(kib) = rss_kib(pid) {
+        println!(
+            "operator, steady with {count} clusters: resident memory {:.1} MB",
+            kib as f64 / 1024.0
+        );
+    }
+    Ok(())
 }
 
 fn measure(env: &Env) -> Result<()> {

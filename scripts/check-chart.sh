@@ -4,7 +4,11 @@
 # prometheus-operator CRDs):
 #   - `helm lint` passes with the defaults and with each monitoring.* toggle on;
 #   - the defaults render no monitoring object, each toggle renders its own
-#     (ServiceMonitor, PodMonitor, PrometheusRule, the dashboard ConfigMap);
+#     (ServiceMonitor, PodMonitor, the members' PodMonitor, PrometheusRule,
+#     the dashboard ConfigMap);
+#   - the members' PodMonitor selects member pods in every namespace on port
+#     `metrics` and turns their valkey.rs/* labels into cluster, shard,
+#     member and role; the operator passes its own image to the exporter;
 #   - the PrometheusRule carries the six alerts with the job and namespace
 #     filled in, and alertLabels on each; the ConfigMap carries
 #     dashboards/valkey-operator.json byte for byte, with the sidecar's label;
@@ -40,14 +44,14 @@ if render | grep -Eq "^kind: ($monitoring_kinds)$"; then
   fail "the defaults render a monitoring object: $(render | kinds)"
 fi
 
-for toggle in serviceMonitor podMonitor prometheusRule dashboard; do
+for toggle in serviceMonitor podMonitor memberPodMonitor prometheusRule dashboard; do
   set_on="monitoring.$toggle.enabled=true"
   "$helm" lint --quiet "$chart" --set "$set_on" >/dev/null || fail "helm lint fails with $set_on"
   out=$(render --set "$set_on") || fail "helm template fails with $set_on"
   got=$(grep -E "^kind: ($monitoring_kinds)$" <<<"$out" | sed 's/^kind: //' | tr '\n' ' ')
   case $toggle in
     serviceMonitor) want="ServiceMonitor " ;;
-    podMonitor) want="PodMonitor " ;;
+    podMonitor | memberPodMonitor) want="PodMonitor " ;;
     prometheusRule) want="PrometheusRule " ;;
     dashboard) want="ConfigMap " ;;
   esac
@@ -64,6 +68,32 @@ for toggle in serviceMonitor podMonitor; do
 $out"
   done
 done
+
+# The members' PodMonitor: every namespace, the exporter's port, the pod
+# labels as series labels.
+out=$(render --set monitoring.memberPodMonitor.enabled=true --set monitoring.memberPodMonitor.labels.release=kps \
+  --show-only templates/memberpodmonitor.yaml)
+for want in "name: valkey-operator-members" "any: true" "key: valkey.rs/cluster" "operator: Exists" \
+  "port: metrics" "path: /metrics" "replacement: valkey-operator-members" "release: kps" \
+  "sourceLabels: [__meta_kubernetes_namespace]" "targetLabel: namespace"; do
+  grep -qF -- "$want" <<<"$out" || fail "the members' PodMonitor lacks '$want':
+$out"
+done
+for label in cluster shard member role; do
+  grep -A1 -F "sourceLabels: [__meta_kubernetes_pod_label_valkey_rs_$label]" <<<"$out" |
+    grep -qF "targetLabel: $label" || fail "the members' PodMonitor does not relabel valkey.rs/$label into $label:
+$out"
+done
+grep -qF "matchNames" <<<"$out" && fail "the members' PodMonitor is limited to some namespaces"
+
+# The exporter sidecar runs the operator's own image.
+out=$(render --show-only templates/deployment.yaml)
+grep -qF -- "- --exporter-image=valkey-operator:$(sed -n 's/^appVersion: *//p' "$chart/Chart.yaml" | tr -d '"')" <<<"$out" ||
+  fail "the operator is not given its own image for the exporter:
+$out"
+out=$(render --show-only templates/deployment.yaml --set image.repository=example/op --set image.tag=1.2.3)
+grep -qF -- "- --exporter-image=example/op:1.2.3" <<<"$out" ||
+  fail "the exporter image does not follow image.repository and image.tag"
 
 # The alerts.
 out=$(render --set monitoring.prometheusRule.enabled=true --set monitoring.prometheusRule.alertLabels.team=db \
@@ -103,4 +133,4 @@ refused "a ServiceMonitor without the metrics Service" --set monitoring.serviceM
 refused "an unknown monitoring key" --set monitoring.serviceMonitor.intervall=1m
 refused "an interval that is no duration" --set monitoring.podMonitor.interval=often
 
-echo "chart: lint and render with each monitoring toggle; alerts, dashboard, monitors and the helm test pod as intended"
+echo "chart: lint and render with each monitoring toggle; alerts, dashboard, monitors, the exporter image and the helm test pod as intended"

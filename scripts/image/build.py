@@ -283,7 +283,10 @@ def build(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--binary", default=str(ROOT / "target/release/valkey-operator"))
+    # Where cargo put it: CARGO_TARGET_DIR when set (relative to the
+    # checkout, as cargo reads it from here), else target/.
+    target = ROOT / os.environ.get("CARGO_TARGET_DIR", "target")
+    parser.add_argument("--binary", default=str(target / "release/valkey-operator"))
     parser.add_argument("--name", default=os.environ.get("IMAGE_NAME") or "valkey-operator",
                         help="image name, the chart's image.repository (env IMAGE_NAME)")
     parser.add_argument("--out-dir", default=str(ROOT / "target/image"))

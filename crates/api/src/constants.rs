@@ -41,6 +41,15 @@ pub const VALKEY_PORT: u16 = 6379;
 /// Valkey cluster bus port (client port + 10000).
 pub const CLUSTER_BUS_PORT: u16 = 16379;
 
+/// Name of the metrics exporter container in member pods (`spec.exporter`).
+pub const EXPORTER_CONTAINER: &str = "exporter";
+/// Name of the exporter's container port; monitors select it by this name.
+pub const EXPORTER_PORT_NAME: &str = "metrics";
+/// The exporter's port, on the pod IP.
+pub const EXPORTER_PORT: u16 = 9121;
+/// The HTTP path of the exporter's metrics.
+pub const EXPORTER_PATH: &str = "/metrics";
+
 /// Name of the Secret the operator keeps the password in when the user names none.
 pub fn auth_secret_name(cluster: &str) -> String {
     format!("{cluster}-auth")

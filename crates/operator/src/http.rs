@@ -116,6 +116,10 @@ struct AppState {
     health: Arc<Health>,
 }
 
+/// The content type of a Prometheus exposition in the OpenMetrics text
+/// format (what prometheus-client encodes).
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 /// Binds `addr` (port 0 picks a free port) and returns the bound address and
 /// the server future, which ends when `shutdown` resolves.
 pub async fn bind(
@@ -130,13 +134,27 @@ pub async fn bind(
     ),
     HttpError,
 > {
+    bind_router(addr, router(AppState { metrics, health }), shutdown).await
+}
+
+/// [`bind`] for any set of routes (the exporter serves its own).
+pub async fn bind_router(
+    addr: SocketAddr,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<
+    (
+        SocketAddr,
+        impl std::future::Future<Output = Result<(), HttpError>>,
+    ),
+    HttpError,
+> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| HttpError::Bind { addr, source })?;
     let bound = listener
         .local_addr()
         .map_err(|source| HttpError::Bind { addr, source })?;
-    let app = router(AppState { metrics, health });
     let server = async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
@@ -156,10 +174,7 @@ fn router(state: AppState) -> Router {
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, OPENMETRICS)],
         state.metrics.encode(),
     )
 }

@@ -3,6 +3,7 @@
 //! - [`adapt`]: Kubernetes Nodes, Pods and a ValkeyCluster -> the placement
 //!   planner's `Problem` (shared by the controller and `plan`);
 //! - [`crd_cmd`]: `valkey-operator crd`;
+//! - [`exporter`]: `valkey-operator exporter`, the per-member metrics sidecar;
 //! - [`plan_cmd`]: `valkey-operator plan`;
 //! - [`probe_cmd`]: `valkey-operator probe-metrics` (the chart's `helm test`);
 //! - [`run`]: `valkey-operator run`, the controller.
@@ -11,6 +12,7 @@ pub mod adapt;
 pub mod builders;
 pub mod controller;
 pub mod crd_cmd;
+pub mod exporter;
 pub mod http;
 pub mod leader;
 pub mod metrics;

@@ -1,7 +1,7 @@
 //! The `valkey-operator` binary: parses the command line and dispatches.
 
 use clap::{CommandFactory, Parser, Subcommand};
-use operator::{crd_cmd, plan_cmd, probe_cmd, run, topology_cmd};
+use operator::{crd_cmd, exporter, plan_cmd, probe_cmd, run, topology_cmd};
 use std::process::ExitCode;
 
 /// Kubernetes operator for sharded Valkey clusters.
@@ -29,6 +29,9 @@ enum Command {
     /// Print the live topology of a running ValkeyCluster (region, zone, node,
     /// members with their live roles), as its status reports it.
     Topology(topology_cmd::TopologyArgs),
+    /// Serve one Valkey member's metrics (INFO, CLUSTER INFO) in the
+    /// Prometheus format: the sidecar of member pods (`spec.exporter`).
+    Exporter(exporter::ExporterArgs),
     /// Check once that an operator's metrics endpoint answers with its
     /// metrics (the Helm chart's test). Exit 0 when it does, 1 when not.
     ProbeMetrics(probe_cmd::ProbeArgs),
@@ -91,6 +94,12 @@ fn main() -> ExitCode {
         },
         Command::Plan(args) => plan_cmd::main(&args),
         Command::ProbeMetrics(args) => probe_cmd::main(&args),
+        Command::Exporter(args) => {
+            if args.log_format == run::LogFormat::Json {
+                json_panics();
+            }
+            exporter::main(&args)
+        }
         Command::Completion { shell } => {
             let mut cli = Cli::command();
             clap_complete::generate(shell, &mut cli, "valkey-operator", &mut std::io::stdout());

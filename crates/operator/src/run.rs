@@ -83,6 +83,16 @@ pub struct RunArgs {
     /// instead of at the next resync. 0 turns it off.
     #[arg(long, default_value_t = 2)]
     pub pulse_seconds: u64,
+
+    /// Image of the metrics sidecar of member pods (`spec.exporter`): the
+    /// operator's own image (the Helm chart passes its image reference). A
+    /// new one reaches each member at its next restart; it restarts none.
+    #[arg(
+        long,
+        env = "VALKEY_EXPORTER_IMAGE",
+        default_value = api::v1alpha1::defaults::EXPORTER_IMAGE
+    )]
+    pub exporter_image: String,
 }
 
 /// Why the operator stopped with an error.
@@ -103,7 +113,7 @@ pub enum RunError {
 /// The filter when neither `--log-level` nor RUST_LOG is given.
 const DEFAULT_LOG_LEVEL: &str = "info,kube_runtime=warn,kube_client=warn,kube_lease_manager=warn";
 
-fn init_tracing(format: LogFormat, level: Option<&str>) -> Result<(), RunError> {
+pub(crate) fn init_tracing(format: LogFormat, level: Option<&str>) -> Result<(), RunError> {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_new(level.unwrap_or(DEFAULT_LOG_LEVEL))
         .map_err(|e| RunError::LogLevel(e.to_string()))?;
@@ -132,7 +142,7 @@ pub fn run(args: &RunArgs) -> Result<(), RunError> {
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
-async fn terminated() {
+pub(crate) async fn terminated() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -228,6 +238,7 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
             .collect(),
         instance: Some(identity()),
         pulse: (args.pulse_seconds > 0).then(|| Duration::from_secs(args.pulse_seconds)),
+        exporter_image: args.exporter_image.clone(),
         ..Settings::default()
     };
 

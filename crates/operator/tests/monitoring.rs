@@ -1,15 +1,17 @@
 //! The Helm chart's Grafana dashboard and alert rules name only metrics the
 //! operator exports: every metric name in every dashboard query, dashboard
-//! variable and alert expression must be one the operator's registry encodes
-//! (with the `_total`, `_bucket`, `_sum` and `_count` suffixes its types get),
-//! or Prometheus' own `up`. A renamed or removed metric fails here, not on
-//! someone's empty panel or silent alert.
+//! variable and alert expression must be one the operator's registry, or the
+//! member exporter's registry, encodes (with the `_total`, `_bucket`, `_sum`
+//! and `_count` suffixes its types get), or Prometheus' own `up`. A renamed or
+//! removed metric fails here, not on someone's empty panel or silent alert.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use operator::exporter::sample::{self, Sample};
 use operator::metrics::{ClusterGauges, Metrics, ReplicaGauges};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::time::Duration;
+use valkey::parse::{ClusterInfo, Info};
 
 const DASHBOARD: &str =
     include_str!("../../../deploy/helm/valkey-operator/dashboards/valkey-operator.json");
@@ -38,11 +40,42 @@ fn with_every_family() -> Metrics {
     m
 }
 
-/// The series names Prometheus stores for what the operator exports, read
-/// from the `# TYPE` lines of its exposition (with the suffixes of each
-/// type) and from the samples themselves.
+/// What the member exporter says about a replica and about a primary (real
+/// replies of valkey-server 9.1.2): between them every family it has.
+fn exporter_expositions() -> Vec<String> {
+    let cluster =
+        ClusterInfo::parse(include_str!("../src/exporter/testdata/cluster-info.txt")).unwrap();
+    [
+        include_str!("../src/exporter/testdata/info-replica.txt"),
+        include_str!("../src/exporter/testdata/info-primary.txt"),
+    ]
+    .iter()
+    .map(|info| {
+        let s = Sample::from_replies(&Info::parse(info), Some(cluster)).unwrap();
+        sample::encode(Some(&s))
+    })
+    .collect()
+}
+
+/// The exporter's series names (see [`exported`]).
+fn exporter_exported() -> BTreeSet<String> {
+    exporter_expositions()
+        .iter()
+        .flat_map(|t| names_in(t))
+        .collect()
+}
+
+/// The series names Prometheus stores for what the operator and the member
+/// exporter export.
 fn exported() -> BTreeSet<String> {
-    let text = with_every_family().encode();
+    let mut names = names_in(&with_every_family().encode());
+    names.extend(exporter_exported());
+    names
+}
+
+/// The series names of an exposition, read from its `# TYPE` lines (with
+/// the suffixes of each type) and from the samples themselves.
+fn names_in(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -300,6 +333,50 @@ fn every_dashboard_query_names_a_metric_the_operator_exports() {
         .filter(|n| !used.contains(*n))
         .collect();
     assert!(shown.is_empty(), "gauges without a panel: {shown:?}");
+    // So does every family of the member exporter.
+    let unshown: Vec<String> = exporter_exported()
+        .into_iter()
+        .filter(|n| !used.contains(n))
+        .collect();
+    assert!(
+        unshown.is_empty(),
+        "exporter metrics without a panel: {unshown:?}"
+    );
+}
+
+#[test]
+fn the_exporter_contract_names_are_exported() {
+    // The names other people build on (docs/operator.md, Monitoring).
+    let exported = exporter_exported();
+    for name in [
+        "valkey_up",
+        "valkey_memory_used_bytes",
+        "valkey_memory_max_bytes",
+        "valkey_connected_clients",
+        "valkey_commands_processed_total",
+        "valkey_instantaneous_ops_per_sec",
+        "valkey_keyspace_keys",
+        "valkey_evicted_keys_total",
+        "valkey_expired_keys_total",
+        "valkey_replication_offset_bytes",
+        "valkey_connected_replicas",
+        "valkey_master_link_up",
+        "valkey_cluster_state_ok",
+        "valkey_cluster_slots_assigned",
+        "valkey_cluster_slots_ok",
+        "valkey_cluster_known_nodes",
+        "valkey_role_primary",
+    ] {
+        assert!(exported.contains(name), "{name} not in {exported:?}");
+    }
+    // No per-cluster labels: the scraper adds the pod's.
+    for text in exporter_expositions() {
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            for label in ["cluster=", "namespace=", "shard=", "member=", "pod="] {
+                assert!(!line.contains(label), "{line}");
+            }
+        }
+    }
 }
 
 #[test]

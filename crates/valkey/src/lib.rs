@@ -1,7 +1,7 @@
 //! The Valkey cluster layer: what the operator's reconcile needs to know and do about
 //! Valkey, and nothing about Kubernetes.
 //!
-//! - [`parse`]: CLUSTER NODES / CLUSTER SHARDS / INFO / ROLE / GETSLOTMIGRATIONS
+//! - [`parse`]: CLUSTER NODES / CLUSTER SHARDS / CLUSTER INFO / INFO / ROLE / GETSLOTMIGRATIONS
 //!   replies into typed data.
 //! - [`slots`]: slot numbers, ranges and sets; the even split; the rebalance plan.
 //! - [`model`]: the desired topology and the observed cluster, as plain data.

@@ -1,6 +1,7 @@
 //! Support for end-to-end suites on the testbed.
 
 pub mod cluster;
+pub mod exporter;
 pub mod helm;
 pub mod manifest;
 pub mod suite;

@@ -18,12 +18,18 @@
 //!    then `helm test` (the chart's test pod, the image's `probe-metrics`)
 //!    reads the operator's metrics through the metrics Service;
 //! 5. an in-cluster client pod writes and reads keys through the cluster;
+//!    then every member's exporter sidecar (the same image, `valkey-operator
+//!    exporter`, which the chart's operator names) answers `GET
+//!    http://<pod IP>:9121/metrics` from the host with the member's own view:
+//!    up, cluster state ok, 16384 slots, its role, a replica's link up, and
+//!    the keys the client wrote across the primaries;
 //! 6. `helm uninstall` removes the operator and keeps the CRD, the
 //!    ValkeyCluster and its data (docs/operator.md, "Uninstalling").
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::cluster::{Env, wait_until};
+use e2e::exporter;
 use e2e::helm::helm;
 use e2e::manifest::cluster_manifest;
 use serde_json::Value;
@@ -57,14 +63,6 @@ fn poll<T>(
         }
         std::thread::sleep(every);
     }
-}
-
-/// The archive `make image` writes for this version.
-fn image_archive(env: &Env) -> PathBuf {
-    env.root.join(format!(
-        "target/image/valkey-operator-{}.oci.tar",
-        env!("CARGO_PKG_VERSION")
-    ))
 }
 
 /// The operator pods of the release, as JSON items.
@@ -208,7 +206,7 @@ fn client_pod_yaml(name: &str, target: &str, password: &str, keys: u32) -> Strin
 
 fn suite(env: &Env, ns: &str) -> Result<()> {
     // 1. the image.
-    let archive = image_archive(env);
+    let archive = exporter::image_archive(env);
     ensure!(
         archive.exists(),
         "{} is missing: `make image` builds it (make e2e depends on it)",
@@ -391,6 +389,25 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
         "the client pod ended {phase}: {log}"
     );
     println!("operator_incluster: an in-cluster client wrote and read {keys} keys via {target}");
+
+    // The members' exporter sidecars, scraped from the host.
+    let reports = exporter::wait_members_report(env, ns, CLUSTER, 3, 1, Duration::from_secs(120))?;
+    let counted = exporter::primaries_keys(&reports);
+    ensure!(
+        counted == f64::from(keys),
+        "the primaries' exporters count {counted} keys, the client wrote {keys}"
+    );
+    let mut rss = Vec::new();
+    for (m, _) in &reports {
+        let pid = exporter::exporter_pid(env, ns, &m.name)?;
+        rss.push(exporter::check_exporter_process(pid)?);
+    }
+    println!(
+        "operator_incluster: every member's exporter (from the image, uid 65532, {}-{} KiB resident) \
+         reports up, cluster_state ok, 16384 slots, its role, replicas' links up and {counted} keys",
+        rss.iter().min().unwrap_or(&0),
+        rss.iter().max().unwrap_or(&0)
+    );
 
     // 6. uninstall: the operator goes; the CRD, the cluster and its data stay.
     helm(env, &["uninstall", RELEASE, "-n", OPERATOR_NS, "--wait"])?;

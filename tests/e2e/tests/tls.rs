@@ -15,10 +15,14 @@
 //! - a rolling restart (a start-only setting) goes through over TLS and keeps
 //!   every key.
 //! - `tls.enabled` cannot be flipped on a live cluster (the API refuses it).
+//! - every member's exporter sidecar (the operator's image, loaded into the
+//!   testbed first) reaches its member over TLS on 127.0.0.1 with the mounted
+//!   CA and reports it up, with the cluster's state, slots and roles.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::cluster::{Env, condition, condition_status, wait_until};
+use e2e::exporter;
 use e2e::manifest::cluster_manifest;
 use e2e::suite::{Suite, finish_load};
 use std::collections::BTreeSet;
@@ -132,6 +136,9 @@ fn members_speak_only_tls_and_renew_their_certificate() {
     };
     suite.run(&["secure", "byo"], |env, ns| {
         let work = env.work_dir("tls")?;
+        // The member pods' exporter runs the operator's image: loaded before
+        // the members start, or they run a placeholder.
+        exporter::load_image(env)?;
         let tls_spec = "  tls:\n    enabled: true\n";
         let secure = cluster_manifest("secure", 3, 1).extra_spec(tls_spec);
         env.apply(ns, &secure.yaml())?;
@@ -167,6 +174,10 @@ fn members_speak_only_tls_and_renew_their_certificate() {
         println!(
             "tls: secure is Ready over TLS only; plaintext refused on {} members",
             ips.len()
+        );
+        exporter::wait_members_report(env, ns, "secure", 3, 1, Duration::from_secs(120))?;
+        println!(
+            "tls: every member's exporter reads its member over TLS (up, cluster ok, slots, roles)"
         );
 
         // The Python cluster client over TLS.

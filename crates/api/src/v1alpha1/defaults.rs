@@ -25,6 +25,17 @@ pub const QUIET_PERIOD_SECONDS: i32 = 60;
 /// operator generates.
 pub const PASSWORD_KEY: &str = "password";
 
+/// Default requests and limits of the exporter container
+/// (`spec.exporter.resources` unset): (cpu request, memory request, memory
+/// limit). The exporter is the operator's binary on one thread, answering a
+/// scrape every few seconds: a few MiB resident, idle between scrapes.
+pub const EXPORTER_RESOURCES: (&str, &str, &str) = ("10m", "16Mi", "64Mi");
+
+/// The image of the exporter sidecar when the operator is told none
+/// (`valkey-operator run --exporter-image`): the operator's own image as
+/// `make image` names it.
+pub const EXPORTER_IMAGE: &str = concat!("valkey-operator:", env!("CARGO_PKG_VERSION"));
+
 pub(crate) fn shards() -> i32 {
     SHARDS
 }

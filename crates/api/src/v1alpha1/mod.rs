@@ -15,6 +15,6 @@ pub mod validation;
 pub use spec::*;
 pub use status::*;
 pub use validation::{
-    FieldError, MemberRequest, ResolvedSpreadConstraint, ValidatedCluster, ValidatedTls,
-    ValidatedUser, ValidationError, validate,
+    FieldError, MemberRequest, ResolvedSpreadConstraint, ValidatedCluster, ValidatedExporter,
+    ValidatedTls, ValidatedUser, ValidationError, default_exporter_resources, validate,
 };

@@ -53,6 +53,34 @@ pub fn default_security_context() -> SecurityContext {
     }
 }
 
+/// The uid and gid of the operator image's `nonroot` user, which the
+/// exporter sidecar runs as.
+pub const EXPORTER_UID: i64 = 65532;
+
+/// The exporter container's security context: restricted on its own, so it
+/// passes the `restricted` profile whatever `spec.podSecurityContext` and
+/// `spec.securityContext` (which are the Valkey container's) say. It reads
+/// only the password (environment) and the CA (a world-readable Secret
+/// file), so the image's own user does.
+pub fn exporter_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        run_as_user: Some(EXPORTER_UID),
+        run_as_group: Some(EXPORTER_UID),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    }
+}
+
 /// `user` over `defaults`: every field set in `user` wins.
 fn overlay<T: Serialize + DeserializeOwned + Clone>(defaults: &T, user: Option<&T>) -> T {
     let Some(user) = user else {

@@ -221,6 +221,40 @@ pub struct ValkeyClusterSpec {
     /// operator's value of that field; the others keep the defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<SecurityContext>,
+
+    /// A Prometheus exporter beside Valkey in every member pod: the container
+    /// `exporter` runs the operator's own image (`valkey-operator exporter`)
+    /// and serves the member's INFO and CLUSTER INFO as `valkey_*` metrics on
+    /// port `metrics` (9121), path `/metrics`. It has no probes: pod readiness
+    /// stays Valkey's. Turning it on or off, or changing its resources, rolls
+    /// the members one at a time (replicas first, primaries after a failover).
+    #[serde(default)]
+    pub exporter: Exporter,
+}
+
+/// The per-member metrics exporter.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Exporter {
+    /// Run the exporter in every member pod (default true).
+    #[serde(default = "defaults::enabled")]
+    pub enabled: bool,
+
+    /// CPU and memory of the exporter container. When unset: requests cpu
+    /// 10m and memory 16Mi, memory limit 64Mi; when set, it replaces those
+    /// whole. The placement planner counts these requests together with the
+    /// Valkey container's against each node's allocatable room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+impl Default for Exporter {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            resources: None,
+        }
+    }
 }
 
 /// When the kubelet pulls the image.
@@ -558,6 +592,7 @@ impl Default for ValkeyClusterSpec {
             client_service: ClientService::default(),
             pod_security_context: None,
             security_context: None,
+            exporter: Exporter::default(),
         }
     }
 }

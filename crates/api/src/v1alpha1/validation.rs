@@ -345,6 +345,49 @@ pub struct MemberRequest {
     pub memory_bytes: Option<u64>,
 }
 
+impl MemberRequest {
+    /// Both containers' requests together, as the scheduler adds them up
+    /// (a resource neither requests stays unrequested).
+    pub fn plus(self, other: MemberRequest) -> MemberRequest {
+        let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        MemberRequest {
+            cpu_millis: add(self.cpu_millis, other.cpu_millis),
+            memory_bytes: add(self.memory_bytes, other.memory_bytes),
+        }
+    }
+}
+
+/// `spec.exporter` when enabled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedExporter {
+    /// Not from the spec: the operator's own image, which the controller sets
+    /// from `valkey-operator run --exporter-image`
+    /// ([`defaults::EXPORTER_IMAGE`] until then).
+    pub image: String,
+    /// `spec.exporter.resources`, or the defaults
+    /// ([`defaults::EXPORTER_RESOURCES`]).
+    pub resources: ResourceRequirements,
+}
+
+/// The exporter's resources when `spec.exporter.resources` is unset.
+pub fn default_exporter_resources() -> ResourceRequirements {
+    let (cpu, memory, memory_limit) = defaults::EXPORTER_RESOURCES;
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity(cpu.into())),
+            ("memory".to_string(), Quantity(memory.into())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".to_string(),
+            Quantity(memory_limit.into()),
+        )])),
+        ..Default::default()
+    }
+}
+
 /// A spread constraint with its key resolved (`zone` -> `topology.kubernetes.io/zone`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedSpreadConstraint {
@@ -409,9 +452,12 @@ pub struct ValidatedCluster {
     pub image_pull_secrets: Vec<LocalObjectReference>,
     /// `spec.resources` as written (empty when unset).
     pub resources: ResourceRequirements,
-    /// What one member requests, for the planner: requests, else limits (as
-    /// Kubernetes defaults a request to its limit).
+    /// What one member's pod requests, for the planner: the Valkey
+    /// container's plus the exporter's, each its requests, else its limits
+    /// (as Kubernetes defaults a request to its limit).
     pub member_request: MemberRequest,
+    /// `None` when `spec.exporter.enabled` is false.
+    pub exporter: Option<ValidatedExporter>,
     /// `spec.config` with keys lower-cased (Valkey reads them case-insensitively).
     pub config: BTreeMap<String, String>,
     pub persistence: Option<ValidatedPersistence>,
@@ -562,7 +608,23 @@ fn validate_spec(
         errors.add("spec.image", "must not be empty");
     }
     let resources = spec.resources.clone().unwrap_or_default();
-    let member_request = member_request(&resources, errors);
+    let mut member_request = container_request(&resources, "spec.resources", errors);
+    let exporter = spec.exporter.enabled.then(|| {
+        let resources = spec
+            .exporter
+            .resources
+            .clone()
+            .unwrap_or_else(default_exporter_resources);
+        member_request = member_request.plus(container_request(
+            &resources,
+            "spec.exporter.resources",
+            errors,
+        ));
+        ValidatedExporter {
+            image: defaults::EXPORTER_IMAGE.to_string(),
+            resources,
+        }
+    });
     let config = validate_config(&spec.config, errors);
     let persistence = spec.persistence.as_ref().map(|p| {
         let size_bytes = match quantity::value(&p.size.0) {
@@ -686,6 +748,7 @@ fn validate_spec(
         image_pull_secrets: spec.image_pull_secrets.clone(),
         resources,
         member_request,
+        exporter,
         config,
         persistence,
         node_selector: scheduling.node_selector,
@@ -718,7 +781,13 @@ fn non_negative(field: &str, value: i32, errors: &mut Errors) -> u64 {
     })
 }
 
-fn member_request(resources: &ResourceRequirements, errors: &mut Errors) -> MemberRequest {
+/// One container's requests in the planner's units; `field` is where its
+/// resources are in the spec, for errors.
+fn container_request(
+    resources: &ResourceRequirements,
+    field: &str,
+    errors: &mut Errors,
+) -> MemberRequest {
     let mut parse = |resource: &str, read: fn(&str) -> Result<u64, quantity::QuantityError>| {
         let mut chosen = None;
         for (part, map) in [
@@ -730,9 +799,7 @@ fn member_request(resources: &ResourceRequirements, errors: &mut Errors) -> Memb
                     // Requests win over limits: Kubernetes fills a missing
                     // request from the limit, never the other way round.
                     Ok(v) => chosen = Some(v),
-                    Err(e) => {
-                        errors.add(format!("spec.resources.{part}.{resource}"), e.to_string())
-                    }
+                    Err(e) => errors.add(format!("{field}.{part}.{resource}"), e.to_string()),
                 }
             }
         }
@@ -1514,6 +1581,10 @@ mod tests {
         };
         let v = validate(&cluster(ValkeyClusterSpec {
             resources: Some(resources),
+            exporter: Exporter {
+                enabled: false,
+                resources: None,
+            },
             ..Default::default()
         }))
         .unwrap();
@@ -1523,6 +1594,88 @@ mod tests {
                 cpu_millis: Some(250),
                 memory_bytes: Some(1 << 30)
             }
+        );
+        assert_eq!(v.exporter, None);
+    }
+
+    #[test]
+    fn the_exporter_requests_count_with_valkeys_for_the_planner() {
+        let valkey = ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("100m".into())),
+                ("memory".to_string(), Quantity("64Mi".into())),
+            ])),
+            ..Default::default()
+        };
+        let v = validate(&cluster(ValkeyClusterSpec {
+            resources: Some(valkey),
+            ..Default::default()
+        }))
+        .unwrap();
+        // On by default, with its default requests (10m, 16Mi) added.
+        let exporter = v.exporter.unwrap();
+        assert_eq!(exporter.resources, default_exporter_resources());
+        assert_eq!(exporter.image, defaults::EXPORTER_IMAGE);
+        assert_eq!(
+            v.member_request,
+            MemberRequest {
+                cpu_millis: Some(110),
+                memory_bytes: Some(80 << 20)
+            }
+        );
+        // Valkey without requests: the exporter's alone are what the pod asks.
+        let v = validate(&cluster(ValkeyClusterSpec::default())).unwrap();
+        assert_eq!(
+            v.member_request,
+            MemberRequest {
+                cpu_millis: Some(10),
+                memory_bytes: Some(16 << 20)
+            }
+        );
+        // The user's exporter resources replace the defaults whole: a limit
+        // alone is the request.
+        let own = ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "memory".to_string(),
+                Quantity("32Mi".into()),
+            )])),
+            ..Default::default()
+        };
+        let v = validate(&cluster(ValkeyClusterSpec {
+            exporter: Exporter {
+                enabled: true,
+                resources: Some(own.clone()),
+            },
+            ..Default::default()
+        }))
+        .unwrap();
+        assert_eq!(v.exporter.unwrap().resources, own);
+        assert_eq!(
+            v.member_request,
+            MemberRequest {
+                cpu_millis: None,
+                memory_bytes: Some(32 << 20)
+            }
+        );
+    }
+
+    #[test]
+    fn bad_exporter_quantities_name_the_exporter_field() {
+        let resources = ResourceRequirements {
+            requests: Some([("cpu".to_string(), Quantity("fast".into()))].into()),
+            ..Default::default()
+        };
+        let errs = errors_of(ValkeyClusterSpec {
+            exporter: Exporter {
+                enabled: true,
+                resources: Some(resources),
+            },
+            ..Default::default()
+        });
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0].starts_with("spec.exporter.resources.requests.cpu: "),
+            "{errs:?}"
         );
     }
 

@@ -18,10 +18,20 @@
 //! time, replicas first, after a graceful failover (see the controller's
 //! rolling update).
 //!
+//! Beside Valkey runs the metrics exporter (`spec.exporter`, on by default):
+//! container `exporter`, the operator's own image running `valkey-operator
+//! exporter`, port `metrics` (9121). It asks the member in its own pod over
+//! loopback (TLS with the mounted CA when TLS is on; as `default` with the
+//! Secret's password when auth is on). It has no probes: a container without
+//! a readiness probe is ready while it runs, so pod readiness stays Valkey's.
+//!
 //! Two hashes on the pod template tell the controller what a running pod is
 //! out of date for:
 //! - [`ANNOTATION_RESTART_HASH`]: image, resources, env, args, probes and the
-//!   restart-only part of valkey.conf: a differing pod needs a restart;
+//!   restart-only part of valkey.conf, the exporter turned on or off and its
+//!   resources (not its image: that is the operator's own, and an operator
+//!   upgrade must not restart every member of every cluster; a member picks
+//!   the new exporter up at its next restart): a differing pod needs a restart;
 //! - [`ANNOTATION_PLACEMENT_HASH`]: affinity, tolerations, node selector and
 //!   priority class: a differing pod that is still Pending is re-created (pod
 //!   scheduling rules are immutable); a running one stays where it is.
@@ -31,8 +41,12 @@ use super::hash::Fnv;
 use super::scheduling::{self, MemberPlacement};
 use super::{config_map_name, headless_service_name, member_labels, member_selector};
 use api::ValidatedCluster;
-use api::constants::{CLUSTER_BUS_PORT, TLS_CA_KEY, VALKEY_PORT, member_name};
+use api::constants::{
+    CLUSTER_BUS_PORT, EXPORTER_CONTAINER, EXPORTER_PORT, EXPORTER_PORT_NAME, TLS_CA_KEY,
+    VALKEY_PORT, member_name,
+};
 use api::v1alpha1::ReclaimPolicy;
+use api::v1alpha1::ValidatedExporter;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetOrdinals, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetUpdateStrategy,
@@ -172,7 +186,7 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
 
     let mut pod_spec = pod_spec(c);
     let mut restart = Fnv::default()
-        .feed_json(&pod_spec)
+        .feed_json(&without_exporter_image(&pod_spec))
         .feed_json(&config::restart_config(c));
     // A password rotation restarts the members onto the new password (their
     // environment); before the first one the hash is as it always was.
@@ -304,8 +318,12 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
             ..Default::default()
         });
     }
+    let mut containers = vec![container(c)];
+    if let Some(exporter) = &c.exporter {
+        containers.push(exporter_container(c, exporter));
+    }
     PodSpec {
-        containers: vec![container(c)],
+        containers,
         volumes: Some(volumes),
         termination_grace_period_seconds: Some(c.termination_grace_period_seconds),
         // Valkey needs no Service environment variables, and hundreds of
@@ -317,6 +335,82 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
         security_context: Some(c.pod_security_context.clone()),
         image_pull_secrets: (!c.image_pull_secrets.is_empty())
             .then(|| c.image_pull_secrets.clone()),
+        ..Default::default()
+    }
+}
+
+/// The pod spec as the restart hash sees it: the exporter's image left out
+/// (it is the operator's own, see the module doc).
+fn without_exporter_image(spec: &PodSpec) -> PodSpec {
+    let mut spec = spec.clone();
+    for c in &mut spec.containers {
+        if c.name == EXPORTER_CONTAINER {
+            c.image = None;
+        }
+    }
+    spec
+}
+
+fn port(name: &str, p: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: i32::from(p),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
+/// The password from the cluster's Secret, as both containers get it.
+fn password_env(c: &ValidatedCluster) -> EnvVar {
+    EnvVar {
+        name: PASSWORD_ENV.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: c.auth.secret_name.clone(),
+                key: c.auth.secret_key.clone(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+        value: None,
+    }
+}
+
+/// The metrics sidecar: `valkey-operator exporter` (the image's entrypoint)
+/// asking the Valkey of its own pod over loopback.
+fn exporter_container(c: &ValidatedCluster, e: &ValidatedExporter) -> Container {
+    let mut args = vec![
+        "exporter".to_string(),
+        format!("--listen=0.0.0.0:{EXPORTER_PORT}"),
+        format!("--valkey=127.0.0.1:{VALKEY_PORT}"),
+    ];
+    let mut env = Vec::new();
+    let mut mounts = Vec::new();
+    if c.auth.enabled {
+        // Read by the exporter itself (never an argument: `ps` would show
+        // it); it logs in as `default`.
+        env.push(password_env(c));
+    }
+    if c.tls.is_some() {
+        // Plaintext is off: TLS to 127.0.0.1, trusting the cluster's CA (the
+        // certificate need not name 127.0.0.1; the CA is what is checked).
+        args.push(format!("--tls-ca-file={TLS_DIR}/{TLS_CA_KEY}"));
+        mounts.push(VolumeMount {
+            name: TLS_VOLUME.into(),
+            mount_path: TLS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    Container {
+        name: EXPORTER_CONTAINER.into(),
+        image: Some(e.image.clone()),
+        args: Some(args),
+        env: (!env.is_empty()).then_some(env),
+        ports: Some(vec![port(EXPORTER_PORT_NAME, EXPORTER_PORT)]),
+        resources: (e.resources != Default::default()).then(|| e.resources.clone()),
+        security_context: Some(api::v1alpha1::security::exporter_security_context()),
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
         ..Default::default()
     }
 }
@@ -336,18 +430,7 @@ fn container(c: &ValidatedCluster) -> Container {
         "$(POD_IP)".into(),
     ];
     if c.auth.enabled {
-        env.push(EnvVar {
-            name: PASSWORD_ENV.into(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: c.auth.secret_name.clone(),
-                    key: c.auth.secret_key.clone(),
-                    optional: Some(false),
-                }),
-                ..Default::default()
-            }),
-            value: None,
-        });
+        env.push(password_env(c));
         // The probe's valkey-cli reads the password from the environment
         // (redis-cli and valkey-cli use different names).
         for name in ["VALKEYCLI_AUTH", "REDISCLI_AUTH"] {
@@ -417,12 +500,6 @@ fn container(c: &ValidatedCluster) -> Container {
         VALKEY_PORT.to_string(),
         "ping".into(),
     ]);
-    let port = |name: &str, p: u16| ContainerPort {
-        name: Some(name.into()),
-        container_port: i32::from(p),
-        protocol: Some("TCP".into()),
-        ..Default::default()
-    };
     Container {
         name: CONTAINER.into(),
         image: Some(c.image.clone()),
@@ -996,6 +1073,141 @@ mod tests {
             );
             assert!(run.wiped);
         }
+    }
+
+    fn containers(c: &ValidatedCluster) -> Vec<Container> {
+        build(c, &placed("n1"))
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .containers
+    }
+
+    #[test]
+    fn the_exporter_runs_beside_valkey_restricted_and_without_probes() {
+        let c = cluster("cache", 3, 1);
+        let all = containers(&c);
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].name, CONTAINER, "Valkey stays the first container");
+        let e = &all[1];
+        assert_eq!(e.name, "exporter");
+        assert_eq!(
+            e.image.as_deref(),
+            Some(concat!("valkey-operator:", env!("CARGO_PKG_VERSION")))
+        );
+        assert_eq!(e.command, None, "the image's entrypoint is the operator");
+        assert_eq!(
+            e.args.clone().unwrap(),
+            [
+                "exporter",
+                "--listen=0.0.0.0:9121",
+                "--valkey=127.0.0.1:6379"
+            ]
+        );
+        let ports = e.ports.clone().unwrap();
+        assert_eq!(ports.len(), 1);
+        assert_eq!(ports[0].name.as_deref(), Some("metrics"));
+        assert_eq!(ports[0].container_port, 9121);
+        // Pod readiness is Valkey's alone: no probe that could hold a member
+        // back, or restart the exporter and make the pod un-Ready meanwhile.
+        assert!(e.readiness_probe.is_none() && e.liveness_probe.is_none());
+        assert!(e.startup_probe.is_none());
+        // Restricted on its own, whatever the pod's context says.
+        let sc = e.security_context.clone().unwrap();
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.run_as_user, Some(65532));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(
+            sc.capabilities.and_then(|c| c.drop),
+            Some(vec!["ALL".to_string()])
+        );
+        assert_eq!(
+            sc.seccomp_profile.map(|p| p.type_).as_deref(),
+            Some("RuntimeDefault")
+        );
+        let res = e.resources.clone().unwrap();
+        assert_eq!(res.requests.as_ref().unwrap()["cpu"].0, "10m");
+        assert_eq!(res.requests.as_ref().unwrap()["memory"].0, "16Mi");
+        assert_eq!(res.limits.as_ref().unwrap()["memory"].0, "64Mi");
+    }
+
+    #[test]
+    fn the_exporter_logs_in_as_default_with_the_secret_and_speaks_tls_with_the_ca() {
+        let mut c = cluster("cache", 3, 1);
+        let e = &containers(&c)[1];
+        let env = e.env.clone().unwrap();
+        assert_eq!(env.len(), 1);
+        let secret = env[0]
+            .value_from
+            .as_ref()
+            .and_then(|v| v.secret_key_ref.as_ref())
+            .unwrap();
+        assert_eq!(env[0].name, PASSWORD_ENV);
+        assert_eq!(
+            (secret.name.as_str(), secret.key.as_str()),
+            ("cache-auth", "password")
+        );
+        assert!(e.volume_mounts.is_none(), "no TLS, nothing to mount");
+
+        c.auth.enabled = false;
+        c.tls = Some(api::v1alpha1::ValidatedTls {
+            secret_name: "cache-tls".into(),
+            operator_managed: true,
+        });
+        let e = &containers(&c)[1];
+        assert!(e.env.is_none());
+        let args = e.args.clone().unwrap();
+        assert!(
+            args.contains(&format!("--tls-ca-file={TLS_DIR}/ca.crt")),
+            "{args:?}"
+        );
+        let mounts = e.volume_mounts.clone().unwrap();
+        assert_eq!(mounts[0].name, TLS_VOLUME);
+        assert_eq!(mounts[0].mount_path, TLS_DIR);
+        assert_eq!(mounts[0].read_only, Some(true));
+    }
+
+    #[test]
+    fn turning_the_exporter_off_leaves_valkey_alone_and_restarts_the_members() {
+        let on = cluster("cache", 3, 1);
+        let mut off = on.clone();
+        off.exporter = None;
+        let (with, without) = (containers(&on), containers(&off));
+        assert_eq!(without.len(), 1);
+        assert_eq!(with[0], without[0], "the Valkey container does not change");
+        let hash =
+            |c: &ValidatedCluster| annotation(&build(c, &placed("n1")), ANNOTATION_RESTART_HASH);
+        assert_ne!(hash(&on), hash(&off));
+        let mut resources = on.clone();
+        if let Some(e) = resources.exporter.as_mut() {
+            e.resources = Default::default();
+        }
+        assert_ne!(hash(&on), hash(&resources));
+    }
+
+    #[test]
+    fn an_operator_upgrade_changes_the_exporter_image_but_restarts_nothing() {
+        let old = cluster("cache", 3, 1);
+        let mut new = old.clone();
+        if let Some(e) = new.exporter.as_mut() {
+            e.image = "valkey-operator:9.9.9".into();
+        }
+        let (a, b) = (build(&old, &placed("n1")), build(&new, &placed("n1")));
+        assert_eq!(
+            annotation(&a, ANNOTATION_RESTART_HASH),
+            annotation(&b, ANNOTATION_RESTART_HASH)
+        );
+        // The template carries the new image: a member restarted for any
+        // reason comes back with it.
+        assert_eq!(
+            b.spec.unwrap().template.spec.unwrap().containers[1]
+                .image
+                .as_deref(),
+            Some("valkey-operator:9.9.9")
+        );
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub struct Settings {
     /// How often steady clusters' members are looked at between resyncs
     /// (see [`pulse`]); `None`: never.
     pub pulse: Option<Duration>,
+    /// The image of the member pods' exporter sidecar: the operator's own.
+    pub exporter_image: String,
 }
 
 impl Default for Settings {
@@ -89,6 +91,7 @@ impl Default for Settings {
             namespaces: Vec::new(),
             instance: None,
             pulse: Some(Duration::from_secs(2)),
+            exporter_image: api::v1alpha1::defaults::EXPORTER_IMAGE.to_string(),
         }
     }
 }

@@ -83,7 +83,7 @@ async fn run(
             .normal(reason::RESUMED, "Pause", "reconciles resumed")
             .await;
     }
-    let cluster = match api::v1alpha1::validate(vc) {
+    let mut cluster = match api::v1alpha1::validate(vc) {
         Ok(c) => c,
         Err(e) => {
             let message = e.to_string();
@@ -102,6 +102,11 @@ async fn run(
         }
     };
     memory.announced.invalid_spec = None;
+    // The exporter runs the operator's own image: the operator's flag names
+    // it, not the spec.
+    if let Some(exporter) = cluster.exporter.as_mut() {
+        exporter.image.clone_from(&ctx.settings.exporter_image);
+    }
     let owner = vc
         .controller_owner_ref(&())
         .ok_or(Error::MissingMetadata("uid"))?;

@@ -54,7 +54,16 @@ impl Info {
     /// lines). Valkey 9 has several databases in cluster mode too, so DBSIZE
     /// (the selected database only) can call a member empty that is not.
     pub fn keyspace_keys(&self) -> Result<u64, ParseError> {
-        let mut total: u64 = 0;
+        Ok(self
+            .keys_by_db()?
+            .values()
+            .fold(0u64, |total, keys| total.saturating_add(*keys)))
+    }
+
+    /// The keys of each database the keyspace section lists (`dbN:keys=K,...`;
+    /// an empty database has no line).
+    pub fn keys_by_db(&self) -> Result<BTreeMap<u32, u64>, ParseError> {
+        let mut out = BTreeMap::new();
         for (field, value) in &self.fields {
             let Some(index) = field.strip_prefix("db") else {
                 continue;
@@ -62,6 +71,7 @@ impl Info {
             if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
                 continue;
             }
+            let db: u32 = parse_field(field, index)?;
             let keys = value
                 .split(',')
                 .find_map(|kv| kv.strip_prefix("keys="))
@@ -70,9 +80,9 @@ impl Info {
                     value: value.clone(),
                     reason: "no keys= count".into(),
                 })?;
-            total = total.saturating_add(parse_field::<u64>(field, keys)?);
+            out.insert(db, parse_field::<u64>(field, keys)?);
         }
-        Ok(total)
+        Ok(out)
     }
 }
 
@@ -342,6 +352,10 @@ mod tests {
         let only_db7 = Info::parse("# Keyspace\ndb7:keys=1,expires=0,avg_ttl=0\n");
         assert_eq!(only_db7.keyspace_keys().unwrap(), 1);
         assert_eq!(Info::parse("# Keyspace\n").keyspace_keys().unwrap(), 0);
+        let by_db = Info::parse("db0:keys=3,expires=0\ndb12:keys=40,expires=1\n")
+            .keys_by_db()
+            .unwrap();
+        assert_eq!(by_db, BTreeMap::from([(0, 3), (12, 40)]));
         let bad = Info::parse("db1:keys=many,expires=0\n");
         assert!(
             matches!(bad.keyspace_keys(), Err(ParseError::InfoField { field, .. }) if field == "db1")

@@ -1,10 +1,11 @@
-//! Parsing what Valkey says about itself: CLUSTER NODES, CLUSTER SHARDS, INFO,
-//! ROLE and CLUSTER GETSLOTMIGRATIONS, into typed plain data.
+//! Parsing what Valkey says about itself: CLUSTER NODES, CLUSTER SHARDS,
+//! CLUSTER INFO, INFO, ROLE and CLUSTER GETSLOTMIGRATIONS, into typed plain data.
 //!
 //! Every parser is total: unexpected input gives a [`ParseError`] that names the
 //! reply, the line or path, and the field that failed. Unknown extra fields and
 //! flags are kept or skipped (newer servers add them), never an error.
 
+mod cluster_info;
 mod info;
 mod migrations;
 mod nodes;
@@ -12,6 +13,7 @@ mod role;
 mod shards;
 mod value;
 
+pub use cluster_info::ClusterInfo;
 pub use info::{Info, PrimaryLink, ReplicaEntry, ReplicationInfo};
 pub use migrations::{MigrationOperation, MigrationState, SlotMigration, parse_slot_migrations};
 pub use nodes::{ClusterNode, ClusterNodes, LinkState, NodeAddress, NodeFlags, SlotMarker};

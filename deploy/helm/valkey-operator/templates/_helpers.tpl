@@ -9,6 +9,12 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
+{{- /* The operator's image reference; the member pods' exporter sidecar
+runs the same image (`valkey-operator run --exporter-image`). */ -}}
+{{- define "valkey-operator.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
 {{- define "valkey-operator.selector" -}}
 app.kubernetes.io/name: {{ include "valkey-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

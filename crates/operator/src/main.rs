@@ -30,7 +30,9 @@ enum Command {
     /// members with their live roles), as its status reports it.
     Topology(topology_cmd::TopologyArgs),
     /// Serve one Valkey member's metrics (INFO, CLUSTER INFO) in the
-    /// Prometheus format: the sidecar of member pods (`spec.exporter`).
+    /// Prometheus format: the sidecar of member pods (`spec.exporter`). With
+    /// auth, the password comes from the environment variable
+    /// VALKEY_PASSWORD, never from the command line.
     Exporter(exporter::ExporterArgs),
     /// Check once that an operator's metrics endpoint answers with its
     /// metrics (the Helm chart's test). Exit 0 when it does, 1 when not.

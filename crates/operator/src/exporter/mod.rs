@@ -42,10 +42,6 @@ use valkey::parse::{ClusterInfo, ParseError};
 
 /// Arguments of `valkey-operator exporter`.
 #[derive(Debug, Clone, clap::Args)]
-#[command(
-    after_help = "The password, when auth is on, is read from the environment \
-                        variable VALKEY_PASSWORD (never from the command line)."
-)]
 pub struct ExporterArgs {
     /// Where to serve `/metrics` (and `/healthz`).
     #[arg(long, default_value = "0.0.0.0:9121")]

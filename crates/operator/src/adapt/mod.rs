@@ -266,11 +266,13 @@ mod tests {
                 },
             ]
         );
+        // The Valkey container's request plus the exporter sidecar's
+        // default (10m, 16Mi): what the scheduler adds up for the pod.
         assert_eq!(
             p.request,
             Resources {
-                cpu_millis: Some(500),
-                memory_bytes: Some(1 << 30)
+                cpu_millis: Some(510),
+                memory_bytes: Some((1 << 30) + (16 << 20))
             }
         );
         let names: Vec<&str> = p.nodes.iter().map(|n| n.name.as_str()).collect();

@@ -343,7 +343,7 @@ mod tests {
         assert_eq!(s.master_sync_in_progress, Some(false));
         assert_eq!(
             s.replication_offset,
-            info.parsed("slave_repl_offset").unwrap().unwrap()
+            info.parsed::<i64>("slave_repl_offset").unwrap().unwrap()
         );
         assert_eq!(s.connected_replicas, 0);
         let text = encode(Some(&s));

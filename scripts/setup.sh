@@ -51,4 +51,6 @@ bash "$root/crates/testbed/scripts/fetch-valkey.sh"
 bash "$root/crates/testbed/scripts/build-controlplane.sh"
 # Helm, for the chart suite.
 bash "$root/scripts/build-helm.sh"
+# Prometheus and promtool (Debian's build, unpacked), for operator_incluster.
+bash "$root/scripts/fetch-prometheus.sh"
 log "done (cache: $cache)"

@@ -1,13 +1,15 @@
-//! The operator's HTTP endpoints: `/metrics` (Prometheus text format),
+//! The operator's HTTP endpoints: `/metrics` (OpenMetrics for Prometheus,
+//! the Prometheus text format for other clients; see [`crate::exposition`]),
 //! `/healthz` (the process serves requests) and `/readyz` (the controller's
 //! caches are synced, or the process is a standby waiting for the lease). The
 //! body of `/readyz` names the process's role (leader, standby, or running
 //! without leader election), so a person can tell which replica acts.
 
+use crate::exposition;
 use crate::metrics::Metrics;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use std::net::SocketAddr;
@@ -116,10 +118,6 @@ struct AppState {
     health: Arc<Health>,
 }
 
-/// The content type of a Prometheus exposition in the OpenMetrics text
-/// format (what prometheus-client encodes).
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
 /// Binds `addr` (port 0 picks a free port) and returns the bound address and
 /// the server future, which ends when `shutdown` resolves.
 pub async fn bind(
@@ -172,11 +170,8 @@ fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, OPENMETRICS)],
-        state.metrics.encode(),
-    )
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
+    exposition::respond(&headers, state.metrics.encode())
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
@@ -194,9 +189,15 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn get(addr: SocketAddr, path: &str) -> String {
+        get_with(addr, path, "").await
+    }
+
+    /// GET with extra header lines (each ending in CRLF).
+    async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> String {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n")
+                .as_bytes(),
         )
         .await
         .unwrap();
@@ -244,6 +245,35 @@ mod tests {
                 .await
                 .contains("valkey_operator_reconciles_total 1")
         );
+        tx.send(()).unwrap();
+        task.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn metrics_are_openmetrics_for_prometheus_and_the_text_format_for_others() {
+        let metrics = Arc::new(Metrics::new());
+        metrics.reconciles.inc();
+        let (addr, tx, task) = serve(metrics, Arc::new(Health::default())).await;
+        let prometheus = get_with(
+            addr,
+            "/metrics",
+            "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n",
+        )
+        .await;
+        assert!(
+            prometheus.contains("content-type: application/openmetrics-text; version=1.0.0"),
+            "{prometheus}"
+        );
+        assert!(prometheus.contains("# TYPE valkey_operator_reconciles counter\n"));
+        assert!(prometheus.ends_with("# EOF\n"));
+        let plain = get(addr, "/metrics").await;
+        assert!(
+            plain.contains("content-type: text/plain; version=0.0.4"),
+            "{plain}"
+        );
+        assert!(plain.contains("# TYPE valkey_operator_reconciles_total counter\n"));
+        assert!(plain.contains("valkey_operator_reconciles_total 1\n"));
+        assert!(!plain.contains("# EOF"));
         tx.send(()).unwrap();
         task.await.unwrap().unwrap();
     }

@@ -13,6 +13,7 @@ pub mod builders;
 pub mod controller;
 pub mod crd_cmd;
 pub mod exporter;
+pub mod exposition;
 pub mod http;
 pub mod leader;
 pub mod metrics;

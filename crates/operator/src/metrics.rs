@@ -433,6 +433,16 @@ impl Metrics {
         }
     }
 
+    /// Starts the reconcile error counter of each of `categories` at 0
+    /// (see [`crate::controller::Error::CATEGORIES`]).
+    pub fn count_errors_from_zero(&self, categories: &[&str]) {
+        for category in categories {
+            let _ = self.reconcile_errors.get_or_create(&ErrorLabels {
+                category: category.to_string(),
+            });
+        }
+    }
+
     /// Counts one write to the API server.
     pub fn api_write(&self, kind: &str, verb: &str) {
         self.api_writes
@@ -737,6 +747,18 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn every_error_category_is_exported_at_zero_before_its_first_error() {
+        let m = Metrics::new();
+        m.count_errors_from_zero(&["Tls", "StatusUpdate"]);
+        m.reconciled("ns", "c", Duration::from_millis(1), Some("Tls"));
+        let text = m.encode();
+        assert!(
+            text.contains("valkey_operator_reconcile_errors_total{category=\"StatusUpdate\"} 0\n")
+        );
+        assert!(text.contains("valkey_operator_reconcile_errors_total{category=\"Tls\"} 1\n"));
     }
 
     #[test]

@@ -192,6 +192,7 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
         .await
         .map_err(RunError::Client)?;
     let metrics = Arc::new(Metrics::new());
+    metrics.count_errors_from_zero(&crate::controller::Error::CATEGORIES);
     let health = Arc::new(Health::default());
 
     let (stop_tx, stop_rx) = watch::channel(false);

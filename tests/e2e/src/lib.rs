@@ -4,5 +4,6 @@ pub mod cluster;
 pub mod exporter;
 pub mod helm;
 pub mod manifest;
+pub mod prometheus;
 pub mod suite;
 pub mod topology;

@@ -23,7 +23,18 @@
 //!    http://<pod IP>:9121/metrics` from the host with the member's own view:
 //!    up, cluster state ok, 16384 slots, its role, a replica's link up, and
 //!    the keys the client wrote across the primaries;
-//! 6. `helm uninstall` removes the operator and keeps the CRD, the
+//! 6. monitoring (issue 11): the chart was installed with its ServiceMonitor,
+//!    PrometheusRule and dashboard (the Prometheus Operator's CRDs, minimal,
+//!    from tests/e2e/crds); a real Prometheus on the host, configured from
+//!    those objects as read back from the API server (tests/e2e/src/prometheus.rs),
+//!    scrapes every target they describe; `promtool check metrics` passes on
+//!    a live scrape of each operator replica; every alert's rule evaluates,
+//!    none is active on the healthy cluster and each vector selector in it
+//!    returns data; every dashboard query and variable returns data; the
+//!    chart's PodMonitor (pod role) scrapes the same replicas instead; with
+//!    the operator scaled to 0, ValkeyOperatorDown's expression returns a
+//!    series and the alert becomes active;
+//! 7. `helm uninstall` removes the operator and keeps the CRD, the
 //!    ValkeyCluster and its data (docs/operator.md, "Uninstalling").
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -32,7 +43,12 @@ use e2e::cluster::{Env, wait_until};
 use e2e::exporter;
 use e2e::helm::helm;
 use e2e::manifest::cluster_manifest;
+use e2e::prometheus::{
+    Prometheus, dashboard_label_variables, dashboard_queries, grafana_substitute, http_get,
+    promtool, vector_selectors, write_config,
+};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use std::time::Instant;
@@ -42,6 +58,14 @@ const OPERATOR_NS: &str = "valkey-system";
 /// The chart's name: its Deployment, ServiceAccount and Lease carry it.
 const CHART_NAME: &str = "valkey-operator";
 const CLUSTER: &str = "incluster";
+/// The Prometheus Operator's CRDs, minimal, for the chart's monitoring objects.
+const MONITORING_CRDS: &str = "tests/e2e/crds/monitoring.coreos.com.yaml";
+/// The scrape interval the suite gives the chart's monitors (default 30s),
+/// so targets, rates and alert states show within seconds.
+const SCRAPE_INTERVAL: &str = "1s";
+/// What `$__rate_interval` stands for in the dashboard's queries: Grafana
+/// makes it at least four scrape intervals; a few more for a loaded machine.
+const RATE_INTERVAL: &str = "10s";
 
 /// Polls `f` every `every` until it gives a value or `timeout` passes (its
 /// errors count as "not yet"; the last one is reported).
@@ -215,22 +239,50 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     let loaded = env.testbed(&["image", "load", &archive.to_string_lossy()])?;
     println!("operator_incluster: {}", loaded.trim());
 
-    // 2. the chart, its defaults (the image reference is the loaded image's).
+    // 2. the chart, its defaults (the image reference is the loaded image's),
+    // with its monitoring objects: the API server needs their kinds first.
+    let crds = env.root.join(MONITORING_CRDS);
+    env.kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        &crds.to_string_lossy(),
+    ])?;
+    env.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/servicemonitors.monitoring.coreos.com",
+        "crd/podmonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com",
+        "--timeout=60s",
+    ])?;
     let chart = env.root.join("deploy/helm/valkey-operator");
-    helm(
-        env,
-        &[
-            "install",
-            RELEASE,
-            &chart.to_string_lossy(),
-            "-n",
-            OPERATOR_NS,
-            "--create-namespace",
-            "--set",
-            &format!("watchNamespaces={{{ns}}}"),
-        ],
-    )?;
-    println!("operator_incluster: helm install {RELEASE} in {OPERATOR_NS}");
+    let watch = format!("watchNamespaces={{{ns}}}");
+    let interval = format!("monitoring.serviceMonitor.interval={SCRAPE_INTERVAL}");
+    let timeout = format!("monitoring.serviceMonitor.scrapeTimeout={SCRAPE_INTERVAL}");
+    let mut install = vec![
+        "install",
+        RELEASE,
+        chart.to_str().context("the chart's path is not UTF-8")?,
+        "-n",
+        OPERATOR_NS,
+        "--create-namespace",
+    ];
+    for value in [
+        watch.as_str(),
+        "monitoring.serviceMonitor.enabled=true",
+        &interval,
+        &timeout,
+        "monitoring.prometheusRule.enabled=true",
+        "monitoring.dashboard.enabled=true",
+    ] {
+        install.extend(["--set", value]);
+    }
+    helm(env, &install)?;
+    println!(
+        "operator_incluster: helm install {RELEASE} in {OPERATOR_NS} with the ServiceMonitor, PrometheusRule and dashboard"
+    );
 
     // Least privilege: with watchNamespaces the ServiceAccount reads Secrets
     // in the watched namespace only (a RoleBinding), and has no verb the
@@ -409,7 +461,10 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
         rss.iter().max().unwrap_or(&0)
     );
 
-    // 6. uninstall: the operator goes; the CRD, the cluster and its data stay.
+    // 6. monitoring, with a real Prometheus.
+    monitoring(env, ns, &chart)?;
+
+    // 7. uninstall: the operator goes; the CRD, the cluster and its data stay.
     helm(env, &["uninstall", RELEASE, "-n", OPERATOR_NS, "--wait"])?;
     wait_until(Duration::from_secs(90), Duration::from_millis(500), || {
         Ok(operator_pods(env)?.is_empty())
@@ -435,6 +490,280 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     Ok(())
 }
 
+/// The targets the chart's monitors must give Prometheus, by `job` label:
+/// both operator replicas. (A monitor of the Valkey members adds its job
+/// and the member count here; every other target found must be up too.)
+fn expected_targets() -> Vec<(&'static str, usize)> {
+    vec![(CHART_NAME, 2)]
+}
+
+/// Waits until Prometheus scrapes at least the [`expected_targets`] and
+/// every active target is up; returns the targets. `pool` narrows the
+/// expected ones to scrape pools starting with it (`serviceMonitor/`).
+fn wait_targets_up(prom: &Prometheus, pool: &str) -> Result<Vec<Value>> {
+    poll(Duration::from_secs(90), Duration::from_millis(500), || {
+        let targets = prom.targets()?;
+        let down: Vec<String> = targets
+            .iter()
+            .filter(|t| t["health"] != "up")
+            .map(|t| format!("{} {} {}", t["scrapeUrl"], t["health"], t["lastError"]))
+            .collect();
+        ensure!(down.is_empty(), "targets not up: {down:?}");
+        for (job, want) in expected_targets() {
+            let got = targets
+                .iter()
+                .filter(|t| t["labels"]["job"] == job)
+                .filter(|t| {
+                    t["scrapePool"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .starts_with(pool)
+                })
+                .count();
+            ensure!(
+                got >= want,
+                "{got} of {want} targets of job {job} in {pool}*"
+            );
+        }
+        Ok(Some(targets))
+    })
+    .with_context(|| format!("Prometheus' targets:\n{}", prom.log_tail(15)))
+}
+
+/// Step 6: a real Prometheus configured from the chart's monitoring objects.
+fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
+    let started = Instant::now();
+    let dir = env.work_dir("operator_incluster-prometheus")?;
+    let selector = format!("app.kubernetes.io/instance={RELEASE}");
+    let generated = write_config(env, &selector, &dir)?;
+    ensure!(
+        generated.jobs == [format!("serviceMonitor/{OPERATOR_NS}/{CHART_NAME}/0")],
+        "the chart's monitors gave the scrape jobs {:?}",
+        generated.jobs
+    );
+    let config = generated.config.to_string_lossy().to_string();
+    promtool(&["check", "config", &config], "")?;
+    for f in &generated.rule_files {
+        let out = promtool(&["check", "rules", &f.to_string_lossy()], "")?;
+        println!("operator_incluster: promtool check rules: {}", out.trim());
+    }
+    let prom = Prometheus::start(env, &dir, &generated.config)?;
+    let targets = wait_targets_up(&prom, "serviceMonitor/")?;
+    println!(
+        "operator_incluster: Prometheus {} scrapes {} targets through the ServiceMonitor, all up ({:.1}s)",
+        prom.authority,
+        targets.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // `promtool check metrics` on a live scrape of each replica, at the URL
+    // Prometheus scrapes, as a client that asks for no format in particular.
+    for t in targets.iter().filter(|t| t["labels"]["job"] == CHART_NAME) {
+        let url = t["scrapeUrl"]
+            .as_str()
+            .context("a target without scrapeUrl")?;
+        let rest = url.strip_prefix("http://").context("not an http URL")?;
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let (code, body) = http_get(authority, path, "")?;
+        ensure!(code == 200, "GET {url}: {code}");
+        ensure!(
+            body.contains("valkey_operator_build_info"),
+            "{url} has no build_info:\n{body}"
+        );
+        promtool(&["check", "metrics"], &body).with_context(|| format!("scrape of {url}"))?;
+        let samples = body.lines().filter(|l| !l.starts_with('#')).count();
+        println!("operator_incluster: promtool check metrics: {url} ({samples} samples) passes");
+    }
+
+    // Each alert: its rule is loaded and evaluates, it is not active on a
+    // healthy cluster, and every vector selector in it returns data (the
+    // alert's input is there; only its condition is false).
+    ensure!(
+        !generated.alerts.is_empty(),
+        "the PrometheusRule has no alerts"
+    );
+    poll(Duration::from_secs(60), Duration::from_secs(1), || {
+        let rules = prom.rules()?;
+        let bad: Vec<String> = rules
+            .iter()
+            .filter(|r| r["health"] != "ok")
+            .map(|r| format!("{} {} {}", r["name"], r["health"], r["lastError"]))
+            .collect();
+        ensure!(
+            rules.len() == generated.alerts.len() && bad.is_empty(),
+            "{} rules loaded, not evaluated ok: {bad:?}",
+            rules.len()
+        );
+        for (alert, expr) in &generated.alerts {
+            let active = prom.query(expr)?;
+            ensure!(
+                active.is_empty(),
+                "{alert} is active on a healthy cluster: {active:?}"
+            );
+            let selectors = vector_selectors(expr);
+            ensure!(!selectors.is_empty(), "{alert}: no selector in {expr}");
+            for sel in selectors {
+                let n = prom.query(&sel)?.len();
+                ensure!(n > 0, "{alert}: {sel} returns no series");
+            }
+        }
+        let active = prom.alerts()?;
+        ensure!(
+            active.is_empty(),
+            "alerts active on a healthy cluster: {active:?}"
+        );
+        Ok(Some(()))
+    })
+    .context("the chart's alerts")?;
+    for (alert, expr) in &generated.alerts {
+        println!(
+            "operator_incluster: alert {alert}: rule ok, inactive, data for {}",
+            vector_selectors(expr).join(", ")
+        );
+    }
+
+    // The dashboard as Grafana's sidecar would load it: from its ConfigMap.
+    let cm = env.kubectl_json(&[
+        "get",
+        "configmap",
+        &format!("{CHART_NAME}-dashboard"),
+        "-n",
+        OPERATOR_NS,
+    ])?;
+    let dashboard: Value = serde_json::from_str(
+        cm["data"]["valkey-operator.json"]
+            .as_str()
+            .context("the dashboard ConfigMap has no valkey-operator.json")?,
+    )
+    .context("the dashboard is not JSON")?;
+    let values = BTreeMap::from([
+        ("datasource", "prometheus".to_string()),
+        ("job", CHART_NAME.to_string()),
+        ("namespace", ns.to_string()),
+        ("cluster", CLUSTER.to_string()),
+        ("__rate_interval", RATE_INTERVAL.to_string()),
+        ("__interval", SCRAPE_INTERVAL.to_string()),
+        ("__range", RATE_INTERVAL.to_string()),
+    ]);
+    let variables = dashboard_label_variables(&dashboard)?;
+    let queries = dashboard_queries(&dashboard);
+    ensure!(!queries.is_empty(), "the dashboard has no queries");
+    let counts = poll(Duration::from_secs(60), Duration::from_secs(1), || {
+        for (name, selector, label) in &variables {
+            let sel = grafana_substitute(selector, &values)?;
+            let want = values
+                .get(name.as_str())
+                .with_context(|| format!("no value chosen for variable {name}"))?;
+            let found: Vec<String> = prom
+                .query(&sel)?
+                .iter()
+                .filter_map(|s| s["metric"][label.as_str()].as_str().map(str::to_string))
+                .collect();
+            ensure!(
+                found.contains(want),
+                "variable {name} (label_values({sel}, {label})) offers {found:?}, not {want}"
+            );
+        }
+        let mut counts = Vec::new();
+        for (title, expr) in &queries {
+            let q = grafana_substitute(expr, &values)?;
+            let n = prom.query(&q)?.len();
+            ensure!(n > 0, "panel {title:?}: {q} returns no data");
+            counts.push(n);
+        }
+        Ok(Some(counts))
+    })
+    .context("the dashboard")?;
+    println!(
+        "operator_incluster: the dashboard's {} variables and {} queries all return data (series: {counts:?})",
+        variables.len(),
+        queries.len()
+    );
+
+    // The pod role: the chart's PodMonitor instead of its ServiceMonitor
+    // (the chart refuses both), Prometheus reloaded with what it becomes.
+    let pod_interval = format!("monitoring.podMonitor.interval={SCRAPE_INTERVAL}");
+    let pod_timeout = format!("monitoring.podMonitor.scrapeTimeout={SCRAPE_INTERVAL}");
+    let mut upgrade = vec![
+        "upgrade",
+        RELEASE,
+        chart.to_str().context("the chart's path is not UTF-8")?,
+        "-n",
+        OPERATOR_NS,
+        "--reuse-values",
+    ];
+    for value in [
+        "monitoring.serviceMonitor.enabled=false",
+        "monitoring.podMonitor.enabled=true",
+        &pod_interval,
+        &pod_timeout,
+    ] {
+        upgrade.extend(["--set", value]);
+    }
+    helm(env, &upgrade)?;
+    let generated = write_config(env, &selector, &dir)?;
+    ensure!(
+        generated.jobs == [format!("podMonitor/{OPERATOR_NS}/{CHART_NAME}/0")],
+        "after the upgrade the chart's monitors gave the scrape jobs {:?}",
+        generated.jobs
+    );
+    promtool(&["check", "config", &config], "")?;
+    prom.reload()?;
+    let targets = wait_targets_up(&prom, "podMonitor/")?;
+    ensure!(
+        targets.iter().all(|t| t["scrapePool"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("podMonitor/")),
+        "the ServiceMonitor's targets outlived the reload"
+    );
+    println!(
+        "operator_incluster: the PodMonitor (pod role) scrapes the {} replicas instead, all up",
+        targets.len()
+    );
+
+    // ValkeyOperatorDown for real: no replica left.
+    let (_, down_expr) = generated
+        .alerts
+        .iter()
+        .find(|(a, _)| a == "ValkeyOperatorDown")
+        .context("no ValkeyOperatorDown alert")?;
+    let scaled = Instant::now();
+    env.kubectl(&[
+        "scale",
+        "deployment",
+        CHART_NAME,
+        "-n",
+        OPERATOR_NS,
+        "--replicas=0",
+    ])?;
+    let alert = poll(Duration::from_secs(120), Duration::from_secs(1), || {
+        if prom.query(down_expr)?.is_empty() {
+            return Ok(None);
+        }
+        Ok(prom
+            .alerts()?
+            .into_iter()
+            .find(|a| a["labels"]["alertname"] == "ValkeyOperatorDown"))
+    })
+    .context("ValkeyOperatorDown did not become active with the operator scaled to 0")?;
+    let summary = alert["annotations"]["summary"].as_str().unwrap_or_default();
+    ensure!(
+        alert["labels"]["severity"] == "critical" && summary.contains(OPERATOR_NS),
+        "ValkeyOperatorDown: {alert}"
+    );
+    println!(
+        "operator_incluster: operator scaled to 0: {down_expr} returns a series; ValkeyOperatorDown is {} after {:.1}s ({summary})",
+        alert["state"],
+        scaled.elapsed().as_secs_f64()
+    );
+    println!(
+        "operator_incluster: monitoring checked in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 #[test]
 fn the_chart_runs_the_operator_image_in_cluster_and_it_serves_a_users_cluster() {
     let Some(env) = Env::or_skip("operator_incluster") else {
@@ -445,6 +774,14 @@ fn the_chart_runs_the_operator_image_in_cluster_and_it_serves_a_users_cluster() 
     // Whatever happened: no operator of this suite outlives it.
     let _ = helm(&env, &["uninstall", RELEASE, "-n", OPERATOR_NS, "--wait"]);
     let _ = env.kubectl(&["delete", "namespace", OPERATOR_NS, "--wait=false"]);
+    let crds = env.root.join(MONITORING_CRDS);
+    let _ = env.kubectl(&[
+        "delete",
+        "--ignore-not-found",
+        "--wait=false",
+        "-f",
+        &crds.to_string_lossy(),
+    ]);
     if let Err(e) = result {
         panic!("{e:#}");
     }

@@ -23,11 +23,11 @@
 pub mod sample;
 
 use crate::builders::statefulset::PASSWORD_ENV;
-use crate::http;
+use crate::{exposition, http};
 use crate::run::{self, LogFormat};
 use axum::Router;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use sample::Sample;
@@ -220,12 +220,9 @@ impl Scraper {
     }
 }
 
-async fn metrics(State(scraper): State<Arc<Scraper>>) -> impl IntoResponse {
+async fn metrics(State(scraper): State<Arc<Scraper>>, headers: HeaderMap) -> impl IntoResponse {
     let sample = scraper.sample().await;
-    (
-        [(header::CONTENT_TYPE, http::OPENMETRICS)],
-        sample::encode(sample.as_ref()),
-    )
+    exposition::respond(&headers, sample::encode(sample.as_ref()))
 }
 
 fn router(scraper: Arc<Scraper>) -> Router {

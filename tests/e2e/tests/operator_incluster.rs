@@ -43,10 +43,10 @@ use e2e::cluster::{Env, wait_until};
 use e2e::exporter;
 use e2e::helm::helm;
 use e2e::manifest::cluster_manifest;
-use e2e::prometheus::{
-    Prometheus, dashboard_label_variables, dashboard_queries, grafana_substitute, http_get,
-    promtool, vector_selectors, write_config,
+use e2e::prometheus::expr::{
+    dashboard_label_variables, dashboard_queries, grafana_substitute, vector_selectors,
 };
+use e2e::prometheus::{Generated, Prometheus, http_get, promtool, refresh_discovery, write_config};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -500,8 +500,15 @@ fn expected_targets() -> Vec<(&'static str, usize)> {
 /// Waits until Prometheus scrapes at least the [`expected_targets`] and
 /// every active target is up; returns the targets. `pool` narrows the
 /// expected ones to scrape pools starting with it (`serviceMonitor/`).
-fn wait_targets_up(prom: &Prometheus, pool: &str) -> Result<Vec<Value>> {
-    poll(Duration::from_secs(90), Duration::from_millis(500), || {
+/// Discovery follows the API server meanwhile.
+fn wait_targets_up(
+    env: &Env,
+    generated: &Generated,
+    prom: &Prometheus,
+    pool: &str,
+) -> Result<Vec<Value>> {
+    poll(Duration::from_secs(90), Duration::from_secs(1), || {
+        refresh_discovery(env, generated)?;
         let targets = prom.targets()?;
         let down: Vec<String> = targets
             .iter()
@@ -537,9 +544,9 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
     let selector = format!("app.kubernetes.io/instance={RELEASE}");
     let generated = write_config(env, &selector, &dir)?;
     ensure!(
-        generated.jobs == [format!("serviceMonitor/{OPERATOR_NS}/{CHART_NAME}/0")],
+        generated.job_names() == [format!("serviceMonitor/{OPERATOR_NS}/{CHART_NAME}/0")],
         "the chart's monitors gave the scrape jobs {:?}",
-        generated.jobs
+        generated.job_names()
     );
     let config = generated.config.to_string_lossy().to_string();
     promtool(&["check", "config", &config], "")?;
@@ -548,7 +555,7 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
         println!("operator_incluster: promtool check rules: {}", out.trim());
     }
     let prom = Prometheus::start(env, &dir, &generated.config)?;
-    let targets = wait_targets_up(&prom, "serviceMonitor/")?;
+    let targets = wait_targets_up(env, &generated, &prom, "serviceMonitor/")?;
     println!(
         "operator_incluster: Prometheus {} scrapes {} targets through the ServiceMonitor, all up ({:.1}s)",
         prom.authority,
@@ -703,13 +710,13 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
     helm(env, &upgrade)?;
     let generated = write_config(env, &selector, &dir)?;
     ensure!(
-        generated.jobs == [format!("podMonitor/{OPERATOR_NS}/{CHART_NAME}/0")],
+        generated.job_names() == [format!("podMonitor/{OPERATOR_NS}/{CHART_NAME}/0")],
         "after the upgrade the chart's monitors gave the scrape jobs {:?}",
-        generated.jobs
+        generated.job_names()
     );
     promtool(&["check", "config", &config], "")?;
     prom.reload()?;
-    let targets = wait_targets_up(&prom, "podMonitor/")?;
+    let targets = wait_targets_up(env, &generated, &prom, "podMonitor/")?;
     ensure!(
         targets.iter().all(|t| t["scrapePool"]
             .as_str()
@@ -738,6 +745,7 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
         "--replicas=0",
     ])?;
     let alert = poll(Duration::from_secs(120), Duration::from_secs(1), || {
+        refresh_discovery(env, &generated)?;
         if prom.query(down_expr)?.is_empty() {
             return Ok(None);
         }

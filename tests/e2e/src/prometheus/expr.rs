@@ -166,6 +166,12 @@ pub fn grafana_substitute(expr: &str, values: &BTreeMap<&str, String>) -> Result
                 .unwrap_or(after.len());
             (&after[..end], end)
         };
+        if name.is_empty() {
+            // A `$` of PromQL itself (a regex's end), not a variable.
+            out.push('$');
+            rest = after;
+            continue;
+        }
         let value = values
             .get(name)
             .with_context(|| format!("no value for the dashboard variable ${name} in {expr}"))?;
@@ -274,6 +280,10 @@ mod tests {
             )
             .unwrap(),
             "rate(x{namespace=~\"ns1\"}[10s])"
+        );
+        assert_eq!(
+            grafana_substitute("x{a=~\"b$\"}", &values).unwrap(),
+            "x{a=~\"b$\"}"
         );
         let e = grafana_substitute("x{cluster=~\"$cluster\"}", &values).unwrap_err();
         assert!(e.to_string().contains("$cluster"), "{e}");

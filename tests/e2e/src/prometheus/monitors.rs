@@ -429,9 +429,6 @@ pub fn alert_rules(rules: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A Prometheus configuration written from the monitoring objects in a
-/// cluster.
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,10 +563,10 @@ mod tests {
             .unwrap()
             .remove("namespaceSelector");
         let jobs = scrape_jobs(MonitorKind::Service, &sm).unwrap();
-        assert_eq!(
-            jobs[0]["kubernetes_sd_configs"][0]["namespaces"]["names"],
-            json!(["valkey-system"])
-        );
+        assert_eq!(jobs[0].namespaces, Some(vec!["valkey-system".to_string()]));
+        let file = jobs[0].with_file_sd(Path::new("/w/sd/0.json"));
+        assert_eq!(file["file_sd_configs"][0]["files"], json!(["/w/sd/0.json"]));
+        assert!(file.get("kubernetes_sd_configs").is_none());
     }
 
     #[test]

@@ -263,6 +263,8 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     let watch = format!("watchNamespaces={{{ns}}}");
     let interval = format!("monitoring.serviceMonitor.interval={SCRAPE_INTERVAL}");
     let timeout = format!("monitoring.serviceMonitor.scrapeTimeout={SCRAPE_INTERVAL}");
+    let member_interval = format!("monitoring.memberPodMonitor.interval={SCRAPE_INTERVAL}");
+    let member_timeout = format!("monitoring.memberPodMonitor.scrapeTimeout={SCRAPE_INTERVAL}");
     let mut install = vec![
         "install",
         RELEASE,
@@ -276,6 +278,9 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
         "monitoring.serviceMonitor.enabled=true",
         &interval,
         &timeout,
+        "monitoring.memberPodMonitor.enabled=true",
+        &member_interval,
+        &member_timeout,
         "monitoring.prometheusRule.enabled=true",
         "monitoring.dashboard.enabled=true",
     ] {
@@ -283,7 +288,7 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     }
     helm(env, &install)?;
     println!(
-        "operator_incluster: helm install {RELEASE} in {OPERATOR_NS} with the ServiceMonitor, PrometheusRule and dashboard"
+        "operator_incluster: helm install {RELEASE} in {OPERATOR_NS} with the ServiceMonitor, the members' PodMonitor, PrometheusRule and dashboard"
     );
 
     // Least privilege: with watchNamespaces the ServiceAccount reads Secrets
@@ -492,11 +497,20 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// The targets the chart's monitors must give Prometheus, by `job` label:
-/// both operator replicas. (A monitor of the Valkey members adds its job
-/// and the member count here; every other target found must be up too.)
-fn expected_targets() -> Vec<(&'static str, usize)> {
-    vec![(CHART_NAME, 2)]
+/// The targets the chart's monitors must give Prometheus: by `job` label,
+/// how many, and the scrape pool they come from (`None`: the pool the
+/// caller names). Both operator replicas, through the ServiceMonitor or the
+/// PodMonitor; every member's exporter (3 shards x 1 replica), through the
+/// members' PodMonitor.
+fn expected_targets() -> Vec<(String, usize, Option<String>)> {
+    vec![
+        (CHART_NAME.to_string(), 2, None),
+        (
+            format!("{CHART_NAME}-members"),
+            6,
+            Some(format!("podMonitor/{OPERATOR_NS}/{CHART_NAME}-members/")),
+        ),
+    ]
 }
 
 /// Waits until Prometheus scrapes at least the [`expected_targets`] and
@@ -518,10 +532,11 @@ fn wait_targets_up(
             .map(|t| format!("{} {} {}", t["scrapeUrl"], t["health"], t["lastError"]))
             .collect();
         ensure!(down.is_empty(), "targets not up: {down:?}");
-        for (job, want) in expected_targets() {
+        for (job, want, own_pool) in expected_targets() {
+            let pool = own_pool.as_deref().unwrap_or(pool);
             let got = targets
                 .iter()
-                .filter(|t| t["labels"]["job"] == job)
+                .filter(|t| t["labels"]["job"] == job.as_str())
                 .filter(|t| {
                     t["scrapePool"]
                         .as_str()
@@ -548,6 +563,7 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
     let jobs = generated.job_names();
     ensure!(
         jobs.contains(&format!("serviceMonitor/{OPERATOR_NS}/{CHART_NAME}/0"))
+            && jobs.contains(&format!("podMonitor/{OPERATOR_NS}/{CHART_NAME}-members/0"))
             && !jobs
                 .iter()
                 .any(|j| j.starts_with(&format!("podMonitor/{OPERATOR_NS}/{CHART_NAME}/"))),
@@ -568,9 +584,13 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    // `promtool check metrics` on a live scrape of each replica, at the URL
-    // Prometheus scrapes, as a client that asks for no format in particular.
-    for t in targets.iter().filter(|t| t["labels"]["job"] == CHART_NAME) {
+    // `promtool check metrics` on a live scrape of each replica and each
+    // member's exporter, at the URL Prometheus scrapes, as a client that asks
+    // for no format in particular.
+    let members_job = format!("{CHART_NAME}-members");
+    for t in targets.iter().filter(|t| {
+        t["labels"]["job"] == CHART_NAME || t["labels"]["job"] == members_job.as_str()
+    }) {
         let url = t["scrapeUrl"]
             .as_str()
             .context("a target without scrapeUrl")?;
@@ -578,10 +598,19 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let (code, body) = http_get(authority, path, "")?;
         ensure!(code == 200, "GET {url}: {code}");
-        ensure!(
-            body.contains("valkey_operator_build_info"),
-            "{url} has no build_info:\n{body}"
-        );
+        let member = t["labels"]["job"] == members_job.as_str();
+        let want = if member {
+            "valkey_up 1"
+        } else {
+            "valkey_operator_build_info"
+        };
+        ensure!(body.contains(want), "{url} has no {want}:\n{body}");
+        if member {
+            ensure!(
+                t["labels"]["cluster"] == CLUSTER && t["labels"]["namespace"] == ns,
+                "a member target without its cluster's labels: {t}"
+            );
+        }
         promtool(&["check", "metrics"], &body).with_context(|| format!("scrape of {url}"))?;
         let samples = body.lines().filter(|l| !l.starts_with('#')).count();
         println!("operator_incluster: promtool check metrics: {url} ({samples} samples) passes");
@@ -738,7 +767,10 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
     );
     println!(
         "operator_incluster: the PodMonitor (pod role) scrapes the {} replicas instead, all up",
-        targets.len()
+        targets
+            .iter()
+            .filter(|t| t["labels"]["job"] == CHART_NAME)
+            .count()
     );
 
     // ValkeyOperatorDown for real: no replica left.

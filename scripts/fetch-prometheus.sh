@@ -36,7 +36,7 @@ deb=$(ls prometheus_*.deb)
 got=$(dpkg-deb -f "$deb" Version)
 if [[ $got != "$version+"* ]]; then
   echo "prometheus: the package is $got, not upstream $version (update version= here and" \
-    "PROMETHEUS_VERSION in tests/e2e/src/prometheus.rs together)" >&2
+    "PROMETHEUS_VERSION in tests/e2e/src/prometheus/mod.rs together)" >&2
   exit 1
 fi
 dpkg-deb -x "$deb" root

@@ -73,7 +73,10 @@ pub fn respond(
         Format::OpenMetrics => openmetrics,
         Format::Text => openmetrics_to_text(&openmetrics),
     };
-    ([(axum::http::header::CONTENT_TYPE, format.content_type())], body)
+    (
+        [(axum::http::header::CONTENT_TYPE, format.content_type())],
+        body,
+    )
 }
 
 /// Rewrites an OpenMetrics text exposition as the Prometheus text format

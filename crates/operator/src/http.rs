@@ -9,7 +9,7 @@ use crate::exposition;
 use crate::metrics::Metrics;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use std::net::SocketAddr;

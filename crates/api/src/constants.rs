@@ -29,6 +29,9 @@ pub const LABEL_PREFIX: &str = "valkey.rs/";
 /// Annotation on a ValkeyCluster: `"true"` pauses its reconciles (for
 /// maintenance); the status says so with the condition `Paused`.
 pub const ANNOTATION_PAUSED: &str = "valkey.rs/paused";
+/// Annotation on a ValkeyCluster: a new value (any text, e.g. a date)
+/// rotates the operator's CA of a TLS cluster without `secretName` once.
+pub const ANNOTATION_ROTATE_CA: &str = "valkey.rs/rotate-ca";
 
 /// The one field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "valkey-operator";

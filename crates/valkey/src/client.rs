@@ -104,6 +104,22 @@ pub struct ConnectOptions {
     /// While the password rotates: the one the nodes had before, tried when
     /// `password` is not accepted (yet).
     pub previous_password: Option<String>,
+    /// TLS: a certificate and key to present to the node (a node that gets
+    /// one it does not trust refuses the connection). `None`: none.
+    pub tls_identity: Option<TlsIdentity>,
+}
+
+/// A client certificate and its private key, PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsIdentity {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsIdentity").finish_non_exhaustive()
+    }
 }
 
 impl Default for ConnectOptions {
@@ -115,6 +131,7 @@ impl Default for ConnectOptions {
             command_timeout: Duration::from_secs(5),
             tls_ca_pem: None,
             previous_password: None,
+            tls_identity: None,
         }
     }
 }
@@ -129,6 +146,7 @@ fn tls_client(
     port: u16,
     redis: RedisConnectionInfo,
     ca_pem: &[u8],
+    identity: Option<&TlsIdentity>,
 ) -> Result<Client, redis::RedisError> {
     let addr = ConnectionAddr::TcpTls {
         host: ip.to_string(),
@@ -140,7 +158,10 @@ fn tls_client(
     let built = Client::build_with_tls(
         info,
         redis::TlsCertificates {
-            client_tls: None,
+            client_tls: identity.map(|i| redis::ClientTlsConfig {
+                client_cert: i.cert_pem.clone(),
+                client_key: i.key_pem.clone(),
+            }),
             root_cert: Some(ca_pem.to_vec()),
         },
     )?;
@@ -266,7 +287,9 @@ impl ValkeyAdmin {
                     .set_redis_settings(redis);
                 Client::open(info).map_err(connect_err)?
             }
-            Some(ca) => tls_client(ip, port, redis, ca).map_err(connect_err)?,
+            Some(ca) => {
+                tls_client(ip, port, redis, ca, opts.tls_identity.as_ref()).map_err(connect_err)?
+            }
         };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(opts.connect_timeout))

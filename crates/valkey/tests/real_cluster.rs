@@ -159,6 +159,7 @@ fn connect_options() -> ConnectOptions {
         command_timeout: Duration::from_secs(2),
         tls_ca_pem: None,
         previous_password: None,
+        tls_identity: None,
     }
 }
 

@@ -588,9 +588,10 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
     // member's exporter, at the URL Prometheus scrapes, as a client that asks
     // for no format in particular.
     let members_job = format!("{CHART_NAME}-members");
-    for t in targets.iter().filter(|t| {
-        t["labels"]["job"] == CHART_NAME || t["labels"]["job"] == members_job.as_str()
-    }) {
+    for t in targets
+        .iter()
+        .filter(|t| t["labels"]["job"] == CHART_NAME || t["labels"]["job"] == members_job.as_str())
+    {
         let url = t["scrapeUrl"]
             .as_str()
             .context("a target without scrapeUrl")?;

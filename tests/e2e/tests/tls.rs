@@ -14,6 +14,11 @@
 //!   there, then comes up on the user's certificate.
 //! - a rolling restart (a start-only setting) goes through over TLS and keeps
 //!   every key.
+//! - the operator's CA rotates (annotation `valkey.rs/rotate-ca`) while a
+//!   client writes whose CA file follows `secure-tls-ca`: the bundle of both
+//!   CAs first, then the new CA alone; afterwards every member presents a
+//!   certificate of the new CA, none verifies against the old one, and every
+//!   acknowledged write reads back.
 //! - `tls.enabled` cannot be flipped on a live cluster (the API refuses it).
 //! - every member's exporter sidecar (the operator's image, loaded into the
 //!   testbed first) reaches its member over TLS on 127.0.0.1 with the mounted
@@ -271,6 +276,85 @@ fn members_speak_only_tls_and_renew_their_certificate() {
             "keys after the rolling restart over TLS: {verified}"
         );
         println!("tls: rolled every member over TLS; every key reads back");
+
+        // CA rotation while a client writes. The client's CA file follows
+        // Secret secure-tls-ca, as a mounted Secret would: the bundle of
+        // both CAs, then the new CA alone. The members trust the new CA
+        // before it signs, and present its certificate before the old one
+        // is dropped, so no handshake fails on the way.
+        let old_ca_file = work.join("secure-ca-1.crt");
+        std::fs::write(&old_ca_file, &ca_pem)?;
+        let mut load = env.start_member_load(ns, "secure", &password, &work, "rotate", &[])?;
+        env.kubectl(&[
+            "annotate",
+            "valkeycluster",
+            "secure",
+            "-n",
+            ns,
+            "valkey.rs/rotate-ca=e2e-1",
+        ])?;
+        let started = std::time::Instant::now();
+        let mut published = ca_pem.clone();
+        let mut bundle_seen = false;
+        let mut reasons: Vec<String> = Vec::new();
+        wait_until(Duration::from_secs(240), Duration::from_millis(500), || {
+            let now = secret_key(env, ns, "secure-tls-ca", "ca.crt").unwrap_or_default();
+            if now.contains("BEGIN CERTIFICATE") && now != published {
+                let tmp = work.join("secure-ca.crt.new");
+                std::fs::write(&tmp, &now)?;
+                std::fs::rename(&tmp, &ca_file)?;
+                published = now;
+            }
+            let certs = published.matches("BEGIN CERTIFICATE").count();
+            bundle_seen |= certs == 2;
+            reasons = env
+                .object_events(ns, "ValkeyCluster", "secure")?
+                .into_iter()
+                .map(|e| e.reason)
+                .filter(|r| r.starts_with("CARotat"))
+                .collect();
+            Ok(bundle_seen
+                && certs == 1
+                && published != ca_pem
+                && reasons.iter().any(|r| r == "CARotated"))
+        })
+        .with_context(|| {
+            format!(
+                "the CA rotation did not finish: bundle seen {bundle_seen}, events {reasons:?}, secure-tls-ca holds {} certificates",
+                published.matches("BEGIN CERTIFICATE").count()
+            )
+        })?;
+        let took = started.elapsed().as_secs_f64();
+        for want in ["CARotationStarted", "CARotationSigning", "CARotated"] {
+            ensure!(
+                reasons.iter().any(|r| r == want),
+                "no {want} event: {reasons:?}"
+            );
+        }
+        // Every member presents a certificate of the new CA (naming its IP)
+        // and none verifies against the old CA alone.
+        // (The rolling restart gave the members new IPs.)
+        for ip in &env.member_ips(ns, "secure")? {
+            served_serial(ip, &ca_file, true)
+                .with_context(|| format!("{ip} against the new CA"))?;
+            ensure!(
+                served_serial(ip, &old_ca_file, false).is_err(),
+                "{ip} still serves a certificate of the old CA"
+            );
+        }
+        let summary = finish_load(&mut load, "writes across the CA rotation")?;
+        let verified =
+            env.verify_cluster_keys(ns, "secure", &password, &work.join("rotate.keys"))?;
+        ensure!(
+            verified["missing"] == 0,
+            "keys written across the CA rotation: {verified}"
+        );
+        // The shape, `--cluster check` included, over TLS with the new CA.
+        env.check_shape(ns, "secure", 3, 1)?;
+        println!(
+            "tls: CA rotated in {took:.1}s (bundle, new signer, new CA alone; events {reasons:?}) under load {summary}"
+        );
+        ca_pem = published;
 
         // tls.enabled is fixed at creation.
         let refused = env.patch_cluster(ns, "secure", r#"{"spec":{"tls":{"enabled":false}}}"#);

@@ -20,8 +20,21 @@
 //! files (`tls-auto-reload-interval`) once the kubelet has refreshed the
 //! Secret volume, and connections that are open stay open.
 //!
-//! Deciding *whether* to issue ([`issue_reason`]) is pure; issuing makes keys
-//! and so is not.
+//! The CA is rotated (when asked with the annotation `valkey.rs/rotate-ca`
+//! on the ValkeyCluster, or by itself in the last third of its life) in
+//! three steps, so no member and no client that follows `<cluster>-tls-ca`
+//! ever meets a certificate it does not trust ([`ca_step`]):
+//! 1. *trust*: a new CA is made (`next.crt`, `next.key` in
+//!    `<cluster>-tls-ca-key`); every member and `<cluster>-tls-ca` trust the
+//!    bundle of both; the members still present the old CA's certificate;
+//! 2. *sign*, once every member accepts a client certificate of the new CA:
+//!    the new CA signs a new serving certificate; the old one is still
+//!    trusted (`previous.crt`);
+//! 3. *done*, once every member presents the new CA's certificate: the old
+//!    CA is no longer trusted anywhere.
+//!
+//! Deciding *whether* to issue ([`issue_reason`]) and the rotation's next
+//! step ([`ca_step`]) are pure; issuing makes keys and so is not.
 
 use super::secret::secret_text;
 use super::{client_service_name, cluster_labels, headless_service_name};
@@ -48,9 +61,28 @@ pub const CA_PRIVATE_KEY: &str = "ca.key";
 pub const ANNOTATION_NOT_AFTER: &str = "valkey.rs/tls-not-after";
 /// Annotation on `<cluster>-tls`: the pod IPs its certificate names, comma-separated.
 pub const ANNOTATION_IPS: &str = "valkey.rs/tls-ips";
+/// Annotation on `<cluster>-tls`: the generation of the CA that signed it
+/// (absent: 1).
+pub const ANNOTATION_SIGNER: &str = "valkey.rs/tls-ca-generation";
+/// Annotation on `<cluster>-tls-ca-key`: the signing CA's generation
+/// (absent: 1, the first CA).
+pub const ANNOTATION_CA_GENERATION: &str = "valkey.rs/ca-generation";
+/// Annotation on `<cluster>-tls-ca-key`: when the signing CA ends (Unix
+/// seconds; absent: [`CA_LIFETIME`] after the Secret was made).
+pub const ANNOTATION_CA_NOT_AFTER: &str = "valkey.rs/ca-not-after";
+/// Annotation on `<cluster>-tls-ca-key`: when the next CA ends, mid-rotation.
+pub const ANNOTATION_NEXT_NOT_AFTER: &str = "valkey.rs/ca-next-not-after";
+/// Annotation on `<cluster>-tls-ca-key`: the value of the cluster's
+/// `valkey.rs/rotate-ca` the last rotation was made for.
+pub const ANNOTATION_ROTATION_REQUEST: &str = "valkey.rs/ca-rotation-request";
+/// Key of the next CA's certificate in `<cluster>-tls-ca-key` (rotation, step 1).
+pub const NEXT_CERT: &str = "next.crt";
+/// Key of the next CA's private key in `<cluster>-tls-ca-key`.
+pub const NEXT_KEY: &str = "next.key";
+/// Key of the previous CA's certificate in `<cluster>-tls-ca-key` (rotation, step 2).
+pub const PREVIOUS_CERT: &str = "previous.crt";
 
-/// How long the CA is valid: ten years. Renewing the CA (with a bundle of
-/// the old and the new one while clients move over) is not done yet.
+/// How long the CA is valid: ten years. It is rotated in the last third.
 pub const CA_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// How long a serving certificate is valid.
 pub const CERT_LIFETIME: Duration = Duration::from_secs(90 * 24 * 3600);
@@ -72,11 +104,15 @@ pub enum TlsError {
     Time(String),
 }
 
-/// A CA: its certificate and private key, PEM.
+/// A CA: its certificate and private key, PEM, its generation (1 for the
+/// cluster's first CA, one more for each rotation: it is in the CA's name, so
+/// two CAs trusted side by side never share a subject) and its end.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Ca {
     pub cert_pem: String,
     pub key_pem: String,
+    pub generation: u32,
+    pub not_after_unix: i64,
 }
 
 impl std::fmt::Debug for Ca {
@@ -85,13 +121,15 @@ impl std::fmt::Debug for Ca {
     }
 }
 
-/// A serving certificate and its key, PEM, with what it names.
+/// A serving certificate and its key, PEM, with what it names and the
+/// generation of the CA that signed it.
 #[derive(Clone)]
 pub struct Issued {
     pub cert_pem: String,
     pub key_pem: String,
     pub not_after_unix: i64,
     pub ips: BTreeSet<IpAddr>,
+    pub ca_generation: u32,
 }
 
 /// What the existing `<cluster>-tls` Secret says about its certificate.
@@ -103,6 +141,8 @@ pub struct IssuedFacts {
     pub complete: bool,
     pub not_after_unix: Option<i64>,
     pub ips: BTreeSet<IpAddr>,
+    /// The generation of the CA that signed it.
+    pub ca_generation: u32,
 }
 
 impl IssuedFacts {
@@ -124,14 +164,21 @@ impl IssuedFacts {
                         .collect()
                 })
                 .unwrap_or_default(),
+            ca_generation: annotations
+                .get(ANNOTATION_SIGNER)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
         }
     }
 }
 
-/// Why the serving certificate must be issued (again), or `None` to keep it.
+/// Why the serving certificate must be issued (again), or `None` to keep it:
+/// `trust_pem` is what the members must trust, `signer` the generation of
+/// the CA that must have signed it.
 pub fn issue_reason(
     existing: Option<&IssuedFacts>,
-    ca_pem: &str,
+    trust_pem: &str,
+    signer: u32,
     member_ips: &BTreeSet<IpAddr>,
     now_unix: i64,
 ) -> Option<&'static str> {
@@ -141,8 +188,11 @@ pub fn issue_reason(
     if !e.complete {
         return Some("the Secret lacks tls.crt or tls.key");
     }
-    if e.ca_pem.as_deref() != Some(ca_pem) {
-        return Some("the CA changed");
+    if e.ca_generation != signer {
+        return Some("a new CA signs");
+    }
+    if e.ca_pem.as_deref() != Some(trust_pem) {
+        return Some("the trusted CAs changed");
     }
     let renew_before = i64::try_from(CERT_LIFETIME.as_secs() / 3).unwrap_or(i64::MAX);
     match e.not_after_unix {
@@ -178,17 +228,23 @@ fn random_serial() -> SerialNumber {
     SerialNumber::from_slice(&bytes)
 }
 
-/// The CA's identity: the same every time, so a certificate signed with the
-/// stored key names the stored CA certificate as its issuer.
-fn ca_params(cluster: &ValidatedCluster) -> Result<CertificateParams, TlsError> {
+/// The CA's identity: the same every time for a generation, so a
+/// certificate signed with the stored key names the stored CA certificate
+/// as its issuer. The first CA is "valkey-operator CA", the later ones carry
+/// their generation.
+fn ca_params(cluster: &ValidatedCluster, generation: u32) -> Result<CertificateParams, TlsError> {
     let mut p =
         CertificateParams::new(Vec::<String>::new()).map_err(|source| TlsError::Generate {
             what: "CA certificate",
             source,
         })?;
     p.distinguished_name = rcgen::DistinguishedName::new();
-    p.distinguished_name
-        .push(DnType::CommonName, "valkey-operator CA");
+    let name = if generation <= 1 {
+        "valkey-operator CA".to_string()
+    } else {
+        format!("valkey-operator CA {generation}")
+    };
+    p.distinguished_name.push(DnType::CommonName, name);
     p.distinguished_name.push(
         DnType::OrganizationName,
         format!("{}/{}", cluster.namespace, cluster.name),
@@ -202,14 +258,15 @@ fn ca_params(cluster: &ValidatedCluster) -> Result<CertificateParams, TlsError> 
     Ok(p)
 }
 
-/// A new CA for `cluster`, valid from an hour before `now_unix` for
-/// [`CA_LIFETIME`].
-pub fn new_ca(cluster: &ValidatedCluster, now_unix: i64) -> Result<Ca, TlsError> {
+/// A new CA of `generation` for `cluster`, valid from an hour before
+/// `now_unix` for [`CA_LIFETIME`].
+pub fn new_ca(cluster: &ValidatedCluster, generation: u32, now_unix: i64) -> Result<Ca, TlsError> {
     let key = generate_key("CA key")?;
-    let mut p = ca_params(cluster)?;
+    let mut p = ca_params(cluster, generation)?;
     p.serial_number = Some(random_serial());
+    let not_after = now_unix.saturating_add(secs(CA_LIFETIME));
     p.not_before = offset(now_unix - secs(BACKDATE))?;
-    p.not_after = offset(now_unix.saturating_add(secs(CA_LIFETIME)))?;
+    p.not_after = offset(not_after)?;
     let cert = p.self_signed(&key).map_err(|source| TlsError::Generate {
         what: "CA certificate",
         source,
@@ -217,6 +274,8 @@ pub fn new_ca(cluster: &ValidatedCluster, now_unix: i64) -> Result<Ca, TlsError>
     Ok(Ca {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
+        generation,
+        not_after_unix: not_after,
     })
 }
 
@@ -249,7 +308,7 @@ pub fn issue(
         message,
     };
     let ca_key = KeyPair::from_pem(&ca.key_pem).map_err(|e| bad_ca(e.to_string()))?;
-    let issuer = Issuer::new(ca_params(cluster)?, ca_key);
+    let issuer = Issuer::new(ca_params(cluster, ca.generation)?, ca_key);
     let key = generate_key("serving key")?;
     let mut p =
         CertificateParams::new(dns_names(cluster)).map_err(|source| TlsError::Generate {
@@ -289,6 +348,7 @@ pub fn issue(
         key_pem: key.serialize_pem(),
         not_after_unix: not_after,
         ips: ips.clone(),
+        ca_generation: ca.generation,
     })
 }
 
@@ -318,14 +378,42 @@ fn owned_secret(
     }
 }
 
-/// `<cluster>-tls-ca-key`: the CA with its key.
-pub fn ca_key_secret(cluster: &ValidatedCluster, owner: &OwnerReference, ca: &Ca) -> Secret {
+/// `<cluster>-tls-ca-key`: the CA with its key, and a rotation in flight.
+pub fn ca_key_secret(cluster: &ValidatedCluster, owner: &OwnerReference, set: &CaSet) -> Secret {
+    let mut annotations = BTreeMap::from([
+        (
+            ANNOTATION_CA_GENERATION.to_string(),
+            set.signer.generation.to_string(),
+        ),
+        (
+            ANNOTATION_CA_NOT_AFTER.to_string(),
+            set.signer.not_after_unix.to_string(),
+        ),
+    ]);
+    if let Some(request) = &set.handled_request {
+        annotations.insert(ANNOTATION_ROTATION_REQUEST.to_string(), request.clone());
+    }
+    let mut data = vec![
+        (TLS_CA_KEY, set.signer.cert_pem.as_str()),
+        (CA_PRIVATE_KEY, set.signer.key_pem.as_str()),
+    ];
+    if let Some(next) = &set.next {
+        annotations.insert(
+            ANNOTATION_NEXT_NOT_AFTER.to_string(),
+            next.not_after_unix.to_string(),
+        );
+        data.push((NEXT_CERT, &next.cert_pem));
+        data.push((NEXT_KEY, &next.key_pem));
+    }
+    if let Some(previous) = &set.previous_pem {
+        data.push((PREVIOUS_CERT, previous));
+    }
     owned_secret(
         cluster,
         owner,
         tls_ca_key_secret_name(&cluster.name),
-        BTreeMap::new(),
-        vec![(TLS_CA_KEY, &ca.cert_pem), (CA_PRIVATE_KEY, &ca.key_pem)],
+        annotations,
+        data,
     )
 }
 
@@ -354,6 +442,10 @@ pub fn serving_secret(
             issued.not_after_unix.to_string(),
         ),
         (ANNOTATION_IPS.to_string(), ips.join(",")),
+        (
+            ANNOTATION_SIGNER.to_string(),
+            issued.ca_generation.to_string(),
+        ),
     ]);
     let name = cluster
         .tls
@@ -373,12 +465,195 @@ pub fn serving_secret(
     )
 }
 
-/// The CA of `<cluster>-tls-ca-key`, when both keys are there.
-pub fn ca_of(secret: &Secret) -> Option<Ca> {
-    Some(Ca {
-        cert_pem: secret_text(secret, TLS_CA_KEY)?,
-        key_pem: secret_text(secret, CA_PRIVATE_KEY)?,
-    })
+/// The operator's CA as `<cluster>-tls-ca-key` holds it: the CA that
+/// signs, and mid-rotation the next one (step 1) or the previous one
+/// (step 2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaSet {
+    pub signer: Ca,
+    /// Rotation, step 1: the CA that signs next, trusted beside the signer.
+    pub next: Option<Ca>,
+    /// Rotation, step 2: the certificate of the CA that signed before,
+    /// trusted until every member presents the signer's certificate.
+    pub previous_pem: Option<String>,
+    /// The `valkey.rs/rotate-ca` value the last rotation was made for.
+    pub handled_request: Option<String>,
+}
+
+/// Where a rotation of the operator's CA stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaPhase {
+    /// One CA, trusted and signing.
+    Steady,
+    /// Step 1: the next CA is trusted beside the signer; the members must
+    /// all trust it before it signs.
+    Trusting,
+    /// Step 2: the new CA signs; the previous one is trusted until every
+    /// member presents the new CA's certificate.
+    Signing,
+}
+
+impl CaSet {
+    /// A set of one CA.
+    pub fn of_one(ca: Ca) -> CaSet {
+        CaSet {
+            signer: ca,
+            next: None,
+            previous_pem: None,
+            handled_request: None,
+        }
+    }
+
+    /// Reads `<cluster>-tls-ca-key`; `None` when the signer's certificate or
+    /// key is missing. A next CA without its key is ignored.
+    pub fn of(secret: &Secret) -> Option<CaSet> {
+        let annotations = secret.metadata.annotations.clone().unwrap_or_default();
+        let number = |k: &str| annotations.get(k).and_then(|v| v.parse::<i64>().ok());
+        let generation = number(ANNOTATION_CA_GENERATION)
+            .and_then(|g| u32::try_from(g).ok())
+            .unwrap_or(1);
+        // A CA made before its end was recorded: it ends CA_LIFETIME after
+        // its Secret was made.
+        let made = secret
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second())
+            .unwrap_or(0);
+        let signer = Ca {
+            cert_pem: secret_text(secret, TLS_CA_KEY)?,
+            key_pem: secret_text(secret, CA_PRIVATE_KEY)?,
+            generation,
+            not_after_unix: number(ANNOTATION_CA_NOT_AFTER)
+                .unwrap_or_else(|| made.saturating_add(secs(CA_LIFETIME))),
+        };
+        let next = match (
+            secret_text(secret, NEXT_CERT),
+            secret_text(secret, NEXT_KEY),
+        ) {
+            (Some(cert_pem), Some(key_pem)) => Some(Ca {
+                cert_pem,
+                key_pem,
+                generation: generation.saturating_add(1),
+                not_after_unix: number(ANNOTATION_NEXT_NOT_AFTER).unwrap_or(i64::MAX),
+            }),
+            _ => None,
+        };
+        Some(CaSet {
+            signer,
+            previous_pem: secret_text(secret, PREVIOUS_CERT).filter(|_| next.is_none()),
+            next,
+            handled_request: annotations.get(ANNOTATION_ROTATION_REQUEST).cloned(),
+        })
+    }
+
+    pub fn phase(&self) -> CaPhase {
+        if self.next.is_some() {
+            CaPhase::Trusting
+        } else if self.previous_pem.is_some() {
+            CaPhase::Signing
+        } else {
+            CaPhase::Steady
+        }
+    }
+
+    /// What the members and clients trust: the signer, and the next or the
+    /// previous CA mid-rotation (PEM, one after the other).
+    pub fn trust_pem(&self) -> String {
+        let mut pem = pem_line_ended(&self.signer.cert_pem);
+        if let Some(next) = &self.next {
+            pem.push_str(&pem_line_ended(&next.cert_pem));
+        }
+        if let Some(previous) = &self.previous_pem {
+            pem.push_str(&pem_line_ended(previous));
+        }
+        pem
+    }
+}
+
+fn pem_line_ended(pem: &str) -> String {
+    let mut s = pem.to_string();
+    if !s.ends_with('\n') {
+        s.push('\n');
+    }
+    s
+}
+
+/// The next step of the CA's rotation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaStep {
+    /// Make the next CA and trust it beside the signer (step 1); `reason`
+    /// says why.
+    Start { reason: String },
+    /// Every member trusts the next CA: it signs from now on, the old one
+    /// stays trusted (step 2).
+    Sign,
+    /// Every member presents the new CA's certificate: the old CA is no
+    /// longer trusted (done).
+    Finish,
+}
+
+/// The next step of the rotation, or `None` to stay. `request` is the
+/// cluster's `valkey.rs/rotate-ca` annotation (a value not yet handled
+/// starts a rotation); `members_ready` whether every member passed this
+/// phase's check (step 1: it accepts a client certificate of the next CA;
+/// step 2: it presents a certificate of the signer); `None` when not checked.
+pub fn ca_step(
+    set: &CaSet,
+    request: Option<&str>,
+    now_unix: i64,
+    members_ready: Option<bool>,
+) -> Option<CaStep> {
+    match set.phase() {
+        CaPhase::Trusting => (members_ready == Some(true)).then_some(CaStep::Sign),
+        CaPhase::Signing => (members_ready == Some(true)).then_some(CaStep::Finish),
+        CaPhase::Steady => {
+            let request = request.map(str::trim).filter(|r| !r.is_empty());
+            if let Some(r) = request
+                && set.handled_request.as_deref() != Some(r)
+            {
+                return Some(CaStep::Start {
+                    reason: format!("asked with valkey.rs/rotate-ca={r:?}"),
+                });
+            }
+            let rotate_before = secs(CA_LIFETIME) / 3;
+            (set.signer.not_after_unix.saturating_sub(rotate_before) <= now_unix).then(|| {
+                CaStep::Start {
+                    reason: "the CA is in the last third of its life".to_string(),
+                }
+            })
+        }
+    }
+}
+
+/// The set after `step`; `next` is the new CA for [`CaStep::Start`] (made
+/// by the caller, as making keys is not pure), `request` the annotation's
+/// value a start records.
+pub fn after_step(set: &CaSet, step: &CaStep, next: Option<Ca>, request: Option<&str>) -> CaSet {
+    match step {
+        CaStep::Start { .. } => CaSet {
+            next,
+            previous_pem: None,
+            handled_request: request
+                .map(|r| r.trim().to_string())
+                .filter(|r| !r.is_empty())
+                .or_else(|| set.handled_request.clone()),
+            ..set.clone()
+        },
+        CaStep::Sign => match &set.next {
+            Some(next) => CaSet {
+                signer: next.clone(),
+                next: None,
+                previous_pem: Some(set.signer.cert_pem.clone()),
+                handled_request: set.handled_request.clone(),
+            },
+            None => set.clone(),
+        },
+        CaStep::Finish => CaSet {
+            previous_pem: None,
+            ..set.clone()
+        },
+    }
 }
 
 #[cfg(test)]
@@ -398,6 +673,7 @@ mod tests {
             complete: true,
             not_after_unix: Some(end),
             ips: ips(named),
+            ca_generation: 1,
         }
     }
 
@@ -405,7 +681,7 @@ mod tests {
     fn a_certificate_is_issued_first_then_kept_while_it_is_young_and_names_every_member() {
         let members = ips(&["10.0.0.1", "10.0.0.2"]);
         assert_eq!(
-            issue_reason(None, "CA", &members, NOW),
+            issue_reason(None, "CA", 1, &members, NOW),
             Some("first certificate")
         );
         let young = facts(
@@ -413,7 +689,7 @@ mod tests {
             NOW + 80 * 24 * 3600,
             &["10.0.0.1", "10.0.0.2", "10.0.0.9"],
         );
-        assert_eq!(issue_reason(Some(&young), "CA", &members, NOW), None);
+        assert_eq!(issue_reason(Some(&young), "CA", 1, &members, NOW), None);
     }
 
     #[test]
@@ -421,27 +697,27 @@ mod tests {
         let members = ips(&["10.0.0.1", "10.0.0.2"]);
         let ok = facts("CA", NOW + 80 * 24 * 3600, &["10.0.0.1", "10.0.0.2"]);
         assert_eq!(
-            issue_reason(Some(&ok), "OTHER", &members, NOW),
-            Some("the CA changed")
+            issue_reason(Some(&ok), "OTHER", 1, &members, NOW),
+            Some("the trusted CAs changed")
         );
         let missing_ip = facts("CA", NOW + 80 * 24 * 3600, &["10.0.0.1"]);
-        assert!(issue_reason(Some(&missing_ip), "CA", &members, NOW).is_some());
+        assert!(issue_reason(Some(&missing_ip), "CA", 1, &members, NOW).is_some());
         let old = facts("CA", NOW + 29 * 24 * 3600, &["10.0.0.1", "10.0.0.2"]);
         assert_eq!(
-            issue_reason(Some(&old), "CA", &members, NOW),
+            issue_reason(Some(&old), "CA", 1, &members, NOW),
             Some("renewal: in the last third of its life")
         );
         let broken = IssuedFacts {
             complete: false,
             ..ok
         };
-        assert!(issue_reason(Some(&broken), "CA", &members, NOW).is_some());
+        assert!(issue_reason(Some(&broken), "CA", 1, &members, NOW).is_some());
     }
 
     #[test]
     fn issued_secrets_carry_what_the_next_reconcile_reads_back() -> Result<(), TlsError> {
         let c = cluster("cache", 3, 1);
-        let ca = new_ca(&c, NOW)?;
+        let ca = new_ca(&c, 1, NOW)?;
         let members = ips(&["10.0.0.1"]);
         let issued = issue(&c, &ca, &members, NOW)?;
         let s = serving_secret(&c, &owner(), &ca.cert_pem, &issued);
@@ -449,8 +725,12 @@ mod tests {
         let read = IssuedFacts::of(&s);
         assert_eq!(read.ips, members);
         assert_eq!(read.not_after_unix, Some(issued.not_after_unix));
-        assert_eq!(issue_reason(Some(&read), &ca.cert_pem, &members, NOW), None);
-        assert_eq!(ca_of(&ca_key_secret(&c, &owner(), &ca)), Some(ca.clone()));
+        assert_eq!(
+            issue_reason(Some(&read), &ca.cert_pem, 1, &members, NOW),
+            None
+        );
+        let set = CaSet::of_one(ca.clone());
+        assert_eq!(CaSet::of(&ca_key_secret(&c, &owner(), &set)), Some(set));
         let public = ca_secret(&c, &owner(), &ca.cert_pem);
         assert_eq!(public.metadata.name.as_deref(), Some("cache-tls-ca"));
         assert_eq!(secret_text(&public, "ca.crt"), Some(ca.cert_pem.clone()));
@@ -468,5 +748,120 @@ mod tests {
                 .any(|n| n.starts_with("*.") && n.ends_with(".svc.cluster.local"))
         );
         assert!(names.iter().any(|n| n.ends_with(".svc")));
+    }
+
+    #[test]
+    fn a_new_signer_means_a_new_certificate_and_old_secrets_count_as_generation_1() {
+        let members = ips(&["10.0.0.1"]);
+        let ok = facts("CA", NOW + 80 * 24 * 3600, &["10.0.0.1"]);
+        assert_eq!(issue_reason(Some(&ok), "CA", 1, &members, NOW), None);
+        assert_eq!(
+            issue_reason(Some(&ok), "CA", 2, &members, NOW),
+            Some("a new CA signs")
+        );
+        let unannotated = Secret {
+            data: Some(
+                [TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY]
+                    .into_iter()
+                    .map(|k| (k.to_string(), ByteString(b"x".to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(IssuedFacts::of(&unannotated).ca_generation, 1);
+    }
+
+    fn set_of(signer_end: i64) -> CaSet {
+        CaSet::of_one(Ca {
+            cert_pem: "CA1".into(),
+            key_pem: "KEY1".into(),
+            generation: 1,
+            not_after_unix: signer_end,
+        })
+    }
+
+    #[test]
+    fn a_rotation_starts_when_asked_once_or_in_the_cas_last_third() {
+        let young = set_of(NOW + 9 * 365 * 24 * 3600);
+        assert_eq!(ca_step(&young, None, NOW, None), None);
+        assert_eq!(ca_step(&young, Some("  "), NOW, None), None);
+        assert!(matches!(
+            ca_step(&young, Some("2026-12-05"), NOW, None),
+            Some(CaStep::Start { .. })
+        ));
+        // The same request, once handled, starts nothing again.
+        let handled = CaSet {
+            handled_request: Some("2026-12-05".into()),
+            ..young.clone()
+        };
+        assert_eq!(ca_step(&handled, Some("2026-12-05"), NOW, None), None);
+        assert!(ca_step(&handled, Some("again"), NOW, None).is_some());
+        let old = set_of(NOW + 3 * 365 * 24 * 3600);
+        assert!(matches!(
+            ca_step(&old, None, NOW, None),
+            Some(CaStep::Start { reason }) if reason.contains("last third")
+        ));
+    }
+
+    #[test]
+    fn a_rotation_trusts_then_signs_then_forgets_the_old_ca_each_after_every_member_passed() {
+        let set = set_of(NOW + 9 * 365 * 24 * 3600);
+        let next = Ca {
+            cert_pem: "CA2\n".into(),
+            key_pem: "KEY2".into(),
+            generation: 2,
+            not_after_unix: NOW + 10 * 365 * 24 * 3600,
+        };
+        let start = CaStep::Start {
+            reason: "asked".into(),
+        };
+        let trusting = after_step(&set, &start, Some(next.clone()), Some("r1"));
+        assert_eq!(trusting.phase(), CaPhase::Trusting);
+        assert_eq!(trusting.trust_pem(), "CA1\nCA2\n");
+        assert_eq!(trusting.handled_request.as_deref(), Some("r1"));
+        // A request while rotating starts nothing; members not all ready: stay.
+        assert_eq!(ca_step(&trusting, Some("r2"), NOW, Some(false)), None);
+        assert_eq!(ca_step(&trusting, None, NOW, None), None);
+        assert_eq!(
+            ca_step(&trusting, None, NOW, Some(true)),
+            Some(CaStep::Sign)
+        );
+        let signing = after_step(&trusting, &CaStep::Sign, None, None);
+        assert_eq!(signing.phase(), CaPhase::Signing);
+        assert_eq!(signing.signer, next);
+        assert_eq!(signing.trust_pem(), "CA2\nCA1\n");
+        assert_eq!(ca_step(&signing, None, NOW, Some(false)), None);
+        assert_eq!(
+            ca_step(&signing, None, NOW, Some(true)),
+            Some(CaStep::Finish)
+        );
+        let done = after_step(&signing, &CaStep::Finish, None, None);
+        assert_eq!(done.phase(), CaPhase::Steady);
+        assert_eq!(done.trust_pem(), "CA2\n");
+        assert_eq!(done.handled_request.as_deref(), Some("r1"));
+        assert_eq!(ca_step(&done, Some("r1"), NOW, None), None);
+    }
+
+    #[test]
+    fn every_phase_of_a_rotation_survives_its_secret() -> Result<(), TlsError> {
+        let c = cluster("cache", 3, 1);
+        let first = new_ca(&c, 1, NOW)?;
+        let second = new_ca(&c, 2, NOW)?;
+        let steady = CaSet::of_one(first.clone());
+        let start = CaStep::Start {
+            reason: "asked".into(),
+        };
+        let trusting = after_step(&steady, &start, Some(second.clone()), Some("r"));
+        let signing = after_step(&trusting, &CaStep::Sign, None, None);
+        let done = after_step(&signing, &CaStep::Finish, None, None);
+        for set in [steady, trusting, signing, done] {
+            let secret = ca_key_secret(&c, &owner(), &set);
+            assert_eq!(CaSet::of(&secret), Some(set));
+        }
+        // The second CA has its own name and signs certificates that say so.
+        let issued = issue(&c, &second, &ips(&["10.0.0.1"]), NOW)?;
+        assert_eq!(issued.ca_generation, 2);
+        assert_ne!(first.cert_pem, second.cert_pem);
+        Ok(())
     }
 }

@@ -29,6 +29,9 @@ pub mod reason {
     pub const TLS_SECRET_MISSING: &str = "TLSSecretMissing";
     pub const CA_CREATED: &str = "CertificateAuthorityCreated";
     pub const CERTIFICATE_ISSUED: &str = "CertificateIssued";
+    pub const CA_ROTATION_STARTED: &str = "CARotationStarted";
+    pub const CA_SIGNING: &str = "CARotationSigning";
+    pub const CA_ROTATED: &str = "CARotated";
     pub const USER_SECRET_MISSING: &str = "UserSecretMissing";
     pub const PASSWORD_ROTATED: &str = "PasswordRotated";
     pub const AUTH_ENABLED: &str = "AuthEnabled";

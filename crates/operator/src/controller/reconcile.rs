@@ -192,6 +192,24 @@ async fn run(
             .await?;
         }
         act::users::sync(ctx, &valkey.session, &users, memory, events).await;
+        act::tls::advance_rotation(
+            ctx,
+            &cluster,
+            &owner,
+            (&tls, &kube),
+            act::tls::RotationInputs {
+                opts: &valkey.opts,
+                request: vc
+                    .meta()
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(api::constants::ANNOTATION_ROTATE_CA))
+                    .map(String::as_str),
+                now_unix: target.now.0.as_second(),
+            },
+            events,
+        )
+        .await?;
     }
 
     // 4. report
@@ -201,7 +219,8 @@ async fn run(
     report::publish(ctx, &target, status, events).await?;
     ctx.metrics
         .observe_cluster(&cluster.namespace, &cluster.name, &gauges);
-    let converging = report::converging(&facts, &placement, &decision, &done, replaced);
+    let converging =
+        report::converging(&facts, &placement, &decision, &done, replaced) || tls.rotating();
     ctx.pulse.record(
         ObjectRef::from_obj(vc),
         !converging && !blocked,

@@ -49,6 +49,7 @@ pub fn connect_options(
         command_timeout: t.command,
         tls_ca_pem: tls_ca_pem.map(<[u8]>::to_vec),
         previous_password: previous_password.map(str::to_string),
+        tls_identity: None,
     }
 }
 

@@ -23,8 +23,8 @@
 pub mod sample;
 
 use crate::builders::statefulset::PASSWORD_ENV;
-use crate::{exposition, http};
 use crate::run::{self, LogFormat};
+use crate::{exposition, http};
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -140,6 +140,7 @@ impl Scraper {
             command_timeout: self.timeout,
             tls_ca_pem,
             previous_password: None,
+            tls_identity: None,
         };
         Ok(ValkeyAdmin::connect(self.addr.ip(), self.addr.port(), &opts).await?)
     }

@@ -2,16 +2,19 @@
 //! when it connects to the members.
 //!
 //! Without `secretName` the operator runs the CA ([`crate::builders::tls`]):
-//! it creates `<cluster>-tls-ca-key` once (never overwritten: every issued
-//! certificate chains to it), keeps `<cluster>-tls-ca` equal to its
-//! certificate, and (re)issues `<cluster>-tls` when [`tls::issue_reason`]
-//! says so. With `secretName` it only reads the user's Secret; a missing
-//! Secret or key is a condition the cluster waits in (`TLSSecretMissing`),
-//! like a missing password.
+//! it creates `<cluster>-tls-ca-key` once, keeps `<cluster>-tls-ca` equal to
+//! what the members trust, and (re)issues `<cluster>-tls` when
+//! [`tls::issue_reason`] says so ([`ensure`], before the members are
+//! observed). The CA changes only by a rotation ([`advance_rotation`], after
+//! they are observed): each step is written to `<cluster>-tls-ca-key` with
+//! the resourceVersion it was read at, once every member passed the check of
+//! the step before. With `secretName` it only reads the user's Secret; a
+//! missing Secret or key is a condition the cluster waits in
+//! (`TLSSecretMissing`), like a missing password.
 
 use super::secrets;
 use crate::builders::secret::secret_text;
-use crate::builders::tls::{self, IssuedFacts};
+use crate::builders::tls::{self, CaPhase, CaSet, CaStep, IssuedFacts};
 use crate::controller::events::{Events, reason};
 use crate::controller::observe::kube::KubeView;
 use crate::controller::observe::pods::PodFacts;
@@ -26,12 +29,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, PostParams};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use valkey::client::{ConnectOptions, TlsIdentity, ValkeyAdmin};
 
 /// Whether the members speak TLS, and the CA to trust when they do.
 pub enum TlsState {
     Off,
-    /// The CA certificates (PEM) the members' certificate chains to.
-    Ready(Vec<u8>),
+    /// The CA certificates (PEM) the members' certificate chains to, and the
+    /// operator's CA when it runs one.
+    Ready(Vec<u8>, Option<CaSet>),
     /// The user's Secret (or one of its keys) is missing; the message says which.
     Missing(String),
 }
@@ -39,9 +44,24 @@ pub enum TlsState {
 impl TlsState {
     pub fn ca_pem(&self) -> Option<&[u8]> {
         match self {
-            TlsState::Ready(ca) => Some(ca.as_slice()),
+            TlsState::Ready(ca, _) => Some(ca.as_slice()),
             _ => None,
         }
+    }
+
+    /// The operator's CA, when it runs one.
+    pub fn operator_ca(&self) -> Option<&CaSet> {
+        match self {
+            TlsState::Ready(_, set) => set.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Whether a rotation of the operator's CA is in flight (the cluster is
+    /// reconciled often meanwhile).
+    pub fn rotating(&self) -> bool {
+        self.operator_ca()
+            .is_some_and(|set| set.phase() != CaPhase::Steady)
     }
 
     /// What keeps the cluster from converging, as (reason, message).
@@ -79,25 +99,28 @@ pub async fn ensure(
     if !settings.operator_managed {
         return user_secret(&api, &settings.secret_name).await;
     }
-    let ca = ensure_ca(ctx, cluster, owner, &api, now_unix, events).await?;
+    let set = ensure_ca(ctx, cluster, owner, &api, now_unix, events).await?;
+    let trust = set.trust_pem();
     let public = secrets::read(&api, &tls_ca_secret_name(&cluster.name)).await?;
     if public
         .as_ref()
         .and_then(|s| secret_text(s, TLS_CA_KEY))
         .as_deref()
-        != Some(ca.cert_pem.as_str())
+        != Some(trust.as_str())
     {
-        secrets::apply(ctx, &api, &tls::ca_secret(cluster, owner, &ca.cert_pem)).await?;
+        secrets::apply(ctx, &api, &tls::ca_secret(cluster, owner, &trust)).await?;
     }
     let existing = secrets::read(&api, &settings.secret_name).await?;
     let facts = existing.as_ref().map(IssuedFacts::of);
     let ips = member_ips(view);
-    if let Some(why) = tls::issue_reason(facts.as_ref(), &ca.cert_pem, &ips, now_unix) {
-        let issued = tls::issue(cluster, &ca, &ips, now_unix).map_err(Error::Tls)?;
+    let signer = &set.signer;
+    if let Some(why) = tls::issue_reason(facts.as_ref(), &trust, signer.generation, &ips, now_unix)
+    {
+        let issued = tls::issue(cluster, signer, &ips, now_unix).map_err(Error::Tls)?;
         secrets::apply(
             ctx,
             &api,
-            &tls::serving_secret(cluster, owner, &ca.cert_pem, &issued),
+            &tls::serving_secret(cluster, owner, &trust, &issued),
         )
         .await?;
         events
@@ -112,10 +135,10 @@ pub async fn ensure(
             )
             .await;
     }
-    Ok(TlsState::Ready(ca.cert_pem.into_bytes()))
+    Ok(TlsState::Ready(trust.into_bytes(), Some(set)))
 }
 
-/// Reads the CA, creating it when absent (never overwriting it).
+/// Reads the CA, creating it when absent (a rotation alone changes it).
 async fn ensure_ca(
     ctx: &Context,
     cluster: &ValidatedCluster,
@@ -123,17 +146,17 @@ async fn ensure_ca(
     api: &Api<Secret>,
     now_unix: i64,
     events: &Events<'_>,
-) -> Result<tls::Ca, Error> {
+) -> Result<CaSet, Error> {
     let name = tls_ca_key_secret_name(&cluster.name);
     if let Some(secret) = secrets::read(api, &name).await? {
-        return tls::ca_of(&secret).ok_or_else(|| {
+        return CaSet::of(&secret).ok_or_else(|| {
             Error::Tls(tls::TlsError::BadCa {
                 secret: name.clone(),
                 message: format!("it lacks {TLS_CA_KEY} or {}", tls::CA_PRIVATE_KEY),
             })
         });
     }
-    let ca = tls::new_ca(cluster, now_unix).map_err(Error::Tls)?;
+    let ca = CaSet::of_one(tls::new_ca(cluster, 1, now_unix).map_err(Error::Tls)?);
     ctx.metrics.api_write("Secret", "create");
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -156,7 +179,7 @@ async fn ensure_ca(
         // Created meanwhile (another reconcile, a restart): use that one.
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let secret = secrets::read(api, &name).await?;
-            secret.as_ref().and_then(tls::ca_of).ok_or_else(|| {
+            secret.as_ref().and_then(CaSet::of).ok_or_else(|| {
                 Error::Tls(tls::TlsError::BadCa {
                     secret: name.clone(),
                     message: "created concurrently but unreadable".into(),
@@ -182,10 +205,169 @@ async fn user_secret(api: &Api<Secret>, name: &str) -> Result<TlsState, Error> {
         }
     }
     match secret_text(&secret, TLS_CA_KEY) {
-        Some(ca) => Ok(TlsState::Ready(ca.into_bytes())),
+        Some(ca) => Ok(TlsState::Ready(ca.into_bytes(), None)),
         None => Ok(TlsState::Missing(format!(
             "Secret {name} named by spec.tls.secretName has no key {TLS_CA_KEY:?} \
              (the CA members and clients verify each other with)"
         ))),
     }
+}
+
+/// Whether every member pod answers with `opts` (a TLS handshake and a
+/// command); a pod without an IP does not.
+async fn every_member_answers(view: &KubeView, opts: &ConnectOptions) -> bool {
+    let pods: Vec<Option<IpAddr>> = view
+        .members
+        .values()
+        .chain(view.surges.values())
+        .map(|p| PodFacts::of(p).ip)
+        .collect();
+    if pods.is_empty() {
+        return false;
+    }
+    let answers = futures::future::join_all(pods.into_iter().map(|ip| async move {
+        let Some(ip) = ip else { return false };
+        match ValkeyAdmin::connect(ip, api::constants::VALKEY_PORT, opts).await {
+            // A member that does not trust the client's certificate refuses
+            // it after the handshake: only a reply proves it was accepted.
+            Ok(admin) => valkey::client::Admin::info(&admin, "server").await.is_ok(),
+            Err(_) => false,
+        }
+    }))
+    .await;
+    answers.into_iter().all(|ok| ok)
+}
+
+/// The check of the rotation's current step, over `opts` (how the members
+/// were observed): step 1, every member accepts a client certificate of the
+/// next CA; step 2, every member presents a certificate the new CA signed
+/// (trusting it alone). `None` when no step is in flight.
+async fn members_ready(
+    cluster: &ValidatedCluster,
+    set: &CaSet,
+    view: &KubeView,
+    opts: &ConnectOptions,
+    now_unix: i64,
+) -> Result<Option<bool>, Error> {
+    match (set.phase(), &set.next) {
+        (CaPhase::Trusting, Some(next)) => {
+            let client =
+                tls::issue(cluster, next, &BTreeSet::new(), now_unix).map_err(Error::Tls)?;
+            let opts = ConnectOptions {
+                tls_identity: Some(TlsIdentity {
+                    cert_pem: client.cert_pem.into_bytes(),
+                    key_pem: client.key_pem.into_bytes(),
+                }),
+                ..opts.clone()
+            };
+            Ok(Some(every_member_answers(view, &opts).await))
+        }
+        (CaPhase::Signing, _) => {
+            let opts = ConnectOptions {
+                tls_ca_pem: Some(set.signer.cert_pem.clone().into_bytes()),
+                ..opts.clone()
+            };
+            Ok(Some(every_member_answers(view, &opts).await))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Where a rotation step is written and what it is checked with.
+pub struct RotationInputs<'a> {
+    /// How the members were observed (password, trusted CAs).
+    pub opts: &'a ConnectOptions,
+    /// The cluster's `valkey.rs/rotate-ca` annotation.
+    pub request: Option<&'a str>,
+    pub now_unix: i64,
+}
+
+/// Moves a rotation of the operator's CA on by one step when
+/// [`tls::ca_step`] says so (or starts one): the new state goes to
+/// `<cluster>-tls-ca-key` (a replace at the resourceVersion read, so two
+/// reconciles never both step), and the next reconcile's [`ensure`] hands it
+/// to the members.
+pub async fn advance_rotation(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    owner: &OwnerReference,
+    (tls_state, view): (&TlsState, &KubeView),
+    inputs: RotationInputs<'_>,
+    events: &Events<'_>,
+) -> Result<(), Error> {
+    let Some(set) = tls_state.operator_ca() else {
+        return Ok(());
+    };
+    let ready = members_ready(cluster, set, view, inputs.opts, inputs.now_unix).await?;
+    let Some(step) = tls::ca_step(set, inputs.request, inputs.now_unix, ready) else {
+        return Ok(());
+    };
+    let next = match &step {
+        CaStep::Start { .. } => Some(
+            tls::new_ca(
+                cluster,
+                set.signer.generation.saturating_add(1),
+                inputs.now_unix,
+            )
+            .map_err(Error::Tls)?,
+        ),
+        _ => None,
+    };
+    let after = tls::after_step(set, &step, next, inputs.request);
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let name = tls_ca_key_secret_name(&cluster.name);
+    let Some(current) = secrets::read(&api, &name).await? else {
+        return Ok(());
+    };
+    // Stepped meanwhile (another reconcile): the next reconcile sees it.
+    if CaSet::of(&current).as_ref() != Some(set) {
+        return Ok(());
+    }
+    let mut body = tls::ca_key_secret(cluster, owner, &after);
+    body.metadata.resource_version = current.metadata.resource_version.clone();
+    ctx.metrics.api_write("Secret", "replace");
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.replace(&name, &pp, &body).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+        Err(source) => {
+            return Err(Error::Apply {
+                kind: "Secret",
+                name,
+                source,
+            });
+        }
+    }
+    let public = tls_ca_secret_name(&cluster.name);
+    let (reason, text) = match &step {
+        CaStep::Start { reason } => (
+            reason::CA_ROTATION_STARTED,
+            format!(
+                "rotating the cluster's CA ({reason}): the members and Secret {public} trust CA {} beside CA {} first",
+                after.signer.generation.saturating_add(1),
+                after.signer.generation
+            ),
+        ),
+        CaStep::Sign => (
+            reason::CA_SIGNING,
+            format!(
+                "every member trusts CA {}: it signs the members' certificate from now on; CA {} stays trusted until every member presents the new certificate",
+                after.signer.generation, set.signer.generation
+            ),
+        ),
+        CaStep::Finish => (
+            reason::CA_ROTATED,
+            format!(
+                "every member presents a certificate of CA {}: the previous CA is trusted no more; Secret {public} holds CA {} alone",
+                after.signer.generation, after.signer.generation
+            ),
+        ),
+    };
+    events
+        .normal(reason, "RotateCertificateAuthority", text)
+        .await;
+    Ok(())
 }

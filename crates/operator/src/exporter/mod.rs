@@ -354,7 +354,8 @@ mod tests {
         let answer = get(addr, "/metrics").await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(answer.contains("\nvalkey_up 0\n"), "{answer}");
-        assert!(answer.contains("application/openmetrics-text"), "{answer}");
+        // A client that asks for no format gets the Prometheus text format.
+        assert!(answer.contains("text/plain; version=0.0.4"), "{answer}");
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         let _ = stop.send(());
     }

@@ -371,9 +371,16 @@ mod tests {
     #[test]
     fn a_primary_reports_its_replicas_offsets_keys_and_counters() {
         // A second database, as Valkey lists it with `cluster-databases` > 1.
+        let eol = if PRIMARY_INFO.contains("\r\n") {
+            "\r\n"
+        } else {
+            "\n"
+        };
         let text = PRIMARY_INFO.replace(
-            "# Keyspace\r\n",
-            "# Keyspace\r\ndb3:keys=7,expires=1,avg_ttl=0,keys_with_volatile_items=0\r\n",
+            &format!("# Keyspace{eol}"),
+            &format!(
+                "# Keyspace{eol}db3:keys=7,expires=1,avg_ttl=0,keys_with_volatile_items=0{eol}"
+            ),
         );
         let info = Info::parse(&text);
         let s = sample_of(&text);

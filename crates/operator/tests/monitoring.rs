@@ -354,7 +354,7 @@ fn the_exporter_contract_names_are_exported() {
         "valkey_memory_max_bytes",
         "valkey_connected_clients",
         "valkey_commands_processed_total",
-        "valkey_instantaneous_ops_per_sec",
+        "valkey_instantaneous_ops_per_second",
         "valkey_keyspace_keys",
         "valkey_evicted_keys_total",
         "valkey_expired_keys_total",

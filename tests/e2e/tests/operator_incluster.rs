@@ -389,7 +389,9 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     );
 
     // 4. the user's cluster.
-    let m = cluster_manifest(CLUSTER, 3, 1);
+    // A memory limit, as production clusters set one: the dashboard's
+    // memory panel shows `maxmemory` only where it is set.
+    let m = cluster_manifest(CLUSTER, 3, 1).extra_spec("  config:\n    maxmemory: 64mb\n");
     env.create_cluster(ns, &m, Duration::from_secs(300))
         .with_context(|| {
             format!(
@@ -774,7 +776,14 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
             .count()
     );
 
-    // ValkeyOperatorDown for real: no replica left.
+    // ValkeyOperatorDown for real: no replica left. A fresh Prometheus (its
+    // own data folder, the same configuration): the ServiceMonitor's `up`
+    // series, dropped by the reload without staleness markers, would
+    // otherwise answer `up == 1` for another 5 minutes.
+    drop(prom);
+    let fresh = env.work_dir("operator_incluster-prometheus-down")?;
+    let prom = Prometheus::start(env, &fresh, &generated.config)?;
+    wait_targets_up(env, &generated, &prom, "podMonitor/")?;
     let (_, down_expr) = generated
         .alerts
         .iter()
@@ -789,17 +798,25 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
         OPERATOR_NS,
         "--replicas=0",
     ])?;
+    let mut seen = String::new();
     let alert = poll(Duration::from_secs(120), Duration::from_secs(1), || {
         refresh_discovery(env, &generated)?;
-        if prom.query(down_expr)?.is_empty() {
+        let up = prom.query(&format!(
+            "up{{job=\"{CHART_NAME}\", namespace=\"{OPERATOR_NS}\"}}"
+        ))?;
+        let found = prom.query(down_expr)?;
+        let alerts = prom.alerts()?;
+        seen = format!("up {up:?}; {down_expr}: {found:?}; alerts {alerts:?}");
+        if found.is_empty() {
             return Ok(None);
         }
-        Ok(prom
-            .alerts()?
+        Ok(alerts
             .into_iter()
             .find(|a| a["labels"]["alertname"] == "ValkeyOperatorDown"))
     })
-    .context("ValkeyOperatorDown did not become active with the operator scaled to 0")?;
+    .with_context(|| {
+        format!("ValkeyOperatorDown did not become active with the operator scaled to 0: {seen}")
+    })?;
     let summary = alert["annotations"]["summary"].as_str().unwrap_or_default();
     ensure!(
         alert["labels"]["severity"] == "critical" && summary.contains(OPERATOR_NS),

@@ -179,7 +179,7 @@ pub fn registry(sample: Option<&Sample>) -> Registry {
     );
     gauge(
         &mut r,
-        "instantaneous_ops_per_sec",
+        "instantaneous_ops_per_second",
         "Commands per second, Valkey's own recent average",
         signed(s.ops_per_sec),
     );
@@ -422,7 +422,7 @@ mod tests {
             Some(field("total_commands_processed"))
         );
         assert_eq!(
-            value(&text, "valkey_instantaneous_ops_per_sec"),
+            value(&text, "valkey_instantaneous_ops_per_second"),
             Some(field("instantaneous_ops_per_sec"))
         );
         assert_eq!(

@@ -388,10 +388,15 @@ impl Prometheus {
             Ok(self.reloads()? > before)
         })
         .with_context(|| format!("prometheus did not reload:\n{}", self.log_tail(20)))?;
-        let ok = self.query("prometheus_config_last_reload_successful")?;
+        // Read from its own /metrics: a query would need a scrape of itself.
+        let (_, body) = http_get(&self.authority, "/metrics", "")?;
+        let ok = body
+            .lines()
+            .find_map(|l| l.strip_prefix("prometheus_config_last_reload_successful "))
+            .map(str::trim);
         ensure!(
-            ok.first().map(|s| s["value"][1] == "1") == Some(true),
-            "the reload failed:\n{}",
+            ok == Some("1"),
+            "the reload failed ({ok:?}):\n{}",
             self.log_tail(20)
         );
         Ok(())

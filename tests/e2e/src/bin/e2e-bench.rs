@@ -10,7 +10,9 @@
 //! - one operator, many clusters (issue 13, goal 4): on a testbed of its own
 //!   (5 zones x 10 nodes), 50 ValkeyClusters of 3x1 created at once: time to
 //!   all Ready, then steady-state RSS, CPU, API writes per reconcile and the
-//!   reconcile time's p50/p99. `--many N` sets the count, `--many 0` skips it.
+//!   reconcile time's p50/p99. `--many N` sets the count, `--many 0` skips it;
+//!   `--many-only` skips the figures before it; `--operator-arg A` (repeated)
+//!   passes A to its operator (e.g. `--operator-arg --pulse-seconds=0`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use anyhow::{Context, Result, bail};
@@ -22,6 +24,23 @@ use std::time::{Duration, Instant};
 fn main() -> Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let root = root.canonicalize()?;
+    let args: Vec<String> = std::env::args().collect();
+    let many = args
+        .iter()
+        .position(|a| a == "--many")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse::<u32>().context("--many N"))
+        .transpose()?
+        .unwrap_or(50);
+    let operator_args: Vec<String> = args
+        .windows(2)
+        .filter(|w| w[0] == "--operator-arg")
+        .map(|w| w[1].clone())
+        .collect();
+    if args.iter().any(|a| a == "--many-only") {
+        let testbed = root.join("target/release/testbed");
+        return many_clusters(&root, &testbed, many, &operator_args);
+    }
     let dir = root.join(".testbed-bench");
     let testbed = root.join("target/release/testbed");
     let dir_s = dir.to_string_lossy().to_string();
@@ -50,23 +69,20 @@ fn main() -> Result<()> {
         .args(["down", "--dir", &dir_s])
         .status();
     result?;
-    let args: Vec<String> = std::env::args().collect();
-    let many = args
-        .iter()
-        .position(|a| a == "--many")
-        .and_then(|i| args.get(i + 1))
-        .map(|n| n.parse::<u32>().context("--many N"))
-        .transpose()?
-        .unwrap_or(50);
     if many > 0 {
-        many_clusters(&root, &testbed, many)?;
+        many_clusters(&root, &testbed, many, &operator_args)?;
     }
     Ok(())
 }
 
 /// Goal 4: one operator, `count` clusters of 3x1 created at once on 5 zones x
 /// 10 nodes.
-fn many_clusters(root: &std::path::Path, testbed: &std::path::Path, count: u32) -> Result<()> {
+fn many_clusters(
+    root: &std::path::Path,
+    testbed: &std::path::Path,
+    count: u32,
+    operator_args: &[String],
+) -> Result<()> {
     let dir = root.join(".testbed-bench-many");
     let dir_s = dir.to_string_lossy().to_string();
     let _ = Command::new(testbed)
@@ -91,7 +107,7 @@ fn many_clusters(root: &std::path::Path, testbed: &std::path::Path, count: u32) 
         bail!("testbed up failed (logs in {}/logs)", dir.display());
     }
     let env = Env::for_testbed(root, &dir);
-    let result = many_figures(&env, count);
+    let result = many_figures(&env, count, operator_args);
     let _ = Command::new(testbed)
         .args(["down", "--dir", &dir_s])
         .status();
@@ -143,13 +159,15 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks / 100.0)
 }
 
-fn many_figures(env: &Env, count: u32) -> Result<()> {
+fn many_figures(env: &Env, count: u32, operator_args: &[String]) -> Result<()> {
     env.install_crd()?;
     let ns = env.namespace("many")?;
-    let operator = env.start_operator_with(
-        "many",
-        &["--http-addr", METRICS_ADDR, "--resync-seconds", "30"],
-    )?;
+    let mut args = vec!["--http-addr", METRICS_ADDR, "--resync-seconds", "30"];
+    args.extend(operator_args.iter().map(String::as_str));
+    if !operator_args.is_empty() {
+        println!("operator: extra flags {operator_args:?}");
+    }
+    let operator = env.start_operator_with("many", &args)?;
     let names: Vec<String> = (0..count).map(|i| format!("c{i:02}")).collect();
     let all: String = names
         .iter()

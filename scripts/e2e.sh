@@ -16,6 +16,11 @@ cleanup() { "$tb" down --dir "$dir" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 "$tb" down --dir "$dir" >/dev/null 2>&1 || true
 "$tb" up --dir "$dir"
+# The operator's image, as `make image` wrote it: member pods run it as their
+# exporter sidecar (spec.exporter, on by default), and operator_incluster
+# installs it. Without it the sidecar cannot start and no member pod is Ready.
+version=$("$OPERATOR_BIN" --version | awk '{print $2}')
+"$tb" image load --dir "$dir" "$root/target/image/valkey-operator-$version.oci.tar"
 export TESTBED_DIR=$dir
 export KUBECONFIG=$dir/kubeconfig
 cd "$root"

@@ -77,6 +77,12 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 30)]
     pub resync_seconds: u64,
 
+    /// Milliseconds between reconciles of a cluster that converges
+    /// (bootstrap, a scale, a rolling restart, a failover, a CA rotation):
+    /// each step follows the one before as soon as Valkey is done with it.
+    #[arg(long, default_value_t = 1000)]
+    pub converging_poll_ms: u64,
+
     /// Seconds between looks at a steady cluster's members (INFO replication
     /// over kept connections, no API request): a change Valkey made on its
     /// own (a failover, a lost link, a silent member) is reconciled at once
@@ -230,6 +236,7 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
 
     let settings = Settings {
         slow_requeue: Duration::from_secs(args.resync_seconds.max(1)),
+        fast_requeue: Duration::from_millis(args.converging_poll_ms.clamp(50, 60_000)),
         concurrency: args.concurrency.max(1),
         namespaces: args
             .namespace

@@ -23,7 +23,9 @@ pub fn image_archive(env: &Env) -> std::path::PathBuf {
 }
 
 /// Loads the operator's image into the testbed, so member pods started from
-/// now on run the real exporter (an image not loaded runs a placeholder).
+/// now on run the real exporter (`scripts/e2e.sh` loads it once for every
+/// suite; without it the exporter container cannot start and no member pod
+/// is Ready). Loading it again is harmless.
 pub fn load_image(env: &Env) -> Result<String> {
     let archive = image_archive(env);
     ensure!(

@@ -391,7 +391,8 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     // 4. the user's cluster.
     // A memory limit, as production clusters set one: the dashboard's
     // memory panel shows `maxmemory` only where it is set.
-    let m = cluster_manifest(CLUSTER, 3, 1).extra_spec("  config:\n    maxmemory: 64mb\n");
+    let m = cluster_manifest(CLUSTER, 3, 1)
+        .extra_spec("  config:\n    maxmemory: 64mb\n  exporter:\n    enabled: true\n");
     env.create_cluster(ns, &m, Duration::from_secs(300))
         .with_context(|| {
             format!(

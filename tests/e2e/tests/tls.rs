@@ -144,7 +144,7 @@ fn members_speak_only_tls_and_renew_their_certificate() {
         // The member pods' exporter runs the operator's image: loaded before
         // the members start, or they run a placeholder.
         exporter::load_image(env)?;
-        let tls_spec = "  tls:\n    enabled: true\n";
+        let tls_spec = "  tls:\n    enabled: true\n  exporter:\n    enabled: true\n";
         let secure = cluster_manifest("secure", 3, 1).extra_spec(tls_spec);
         env.apply(ns, &secure.yaml())?;
 

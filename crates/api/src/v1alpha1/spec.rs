@@ -222,12 +222,14 @@ pub struct ValkeyClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<SecurityContext>,
 
-    /// A Prometheus exporter beside Valkey in every member pod: the container
-    /// `exporter` runs the operator's own image (`valkey-operator exporter`)
-    /// and serves the member's INFO and CLUSTER INFO as `valkey_*` metrics on
-    /// port `metrics` (9121), path `/metrics`. It has no probes: pod readiness
-    /// stays Valkey's. Turning it on or off, or changing its resources, rolls
-    /// the members one at a time (replicas first, primaries after a failover).
+    /// A Prometheus exporter beside Valkey in every member pod (off unless
+    /// `enabled: true`): the container `exporter` runs the operator's own
+    /// image (`valkey-operator exporter`) and serves the member's INFO and
+    /// CLUSTER INFO as `valkey_*` metrics on port `metrics` (9121), path
+    /// `/metrics`. It has no probes, but a pod is Ready only while every
+    /// container runs: the nodes must be able to pull the operator's image.
+    /// Turning it on or off, or changing its resources, rolls the members one
+    /// at a time (replicas first, primaries after a failover).
     #[serde(default)]
     pub exporter: Exporter,
 }
@@ -236,8 +238,8 @@ pub struct ValkeyClusterSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Exporter {
-    /// Run the exporter in every member pod (default true).
-    #[serde(default = "defaults::enabled")]
+    /// Run the exporter in every member pod (default false).
+    #[serde(default)]
     pub enabled: bool,
 
     /// CPU and memory of the exporter container. When unset: requests cpu
@@ -251,7 +253,7 @@ pub struct Exporter {
 impl Default for Exporter {
     fn default() -> Self {
         Self {
-            enabled: true,
+            enabled: false,
             resources: None,
         }
     }

@@ -1607,12 +1607,24 @@ mod tests {
             ])),
             ..Default::default()
         };
+        // Off by default.
+        assert_eq!(
+            validate(&cluster(ValkeyClusterSpec::default()))
+                .unwrap()
+                .exporter,
+            None
+        );
+        let on = Exporter {
+            enabled: true,
+            resources: None,
+        };
         let v = validate(&cluster(ValkeyClusterSpec {
             resources: Some(valkey),
+            exporter: on.clone(),
             ..Default::default()
         }))
         .unwrap();
-        // On by default, with its default requests (10m, 16Mi) added.
+        // On, with its default requests (10m, 16Mi) added.
         let exporter = v.exporter.unwrap();
         assert_eq!(exporter.resources, default_exporter_resources());
         assert_eq!(exporter.image, defaults::EXPORTER_IMAGE);
@@ -1624,7 +1636,11 @@ mod tests {
             }
         );
         // Valkey without requests: the exporter's alone are what the pod asks.
-        let v = validate(&cluster(ValkeyClusterSpec::default())).unwrap();
+        let v = validate(&cluster(ValkeyClusterSpec {
+            exporter: on,
+            ..Default::default()
+        }))
+        .unwrap();
         assert_eq!(
             v.member_request,
             MemberRequest {

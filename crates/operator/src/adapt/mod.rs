@@ -247,6 +247,7 @@ mod tests {
                - {topologyKey: zone, maxReplicas: 1, mode: Required}
                - {topologyKey: node, maxReplicas: 1}
              resources: {requests: {cpu: 500m, memory: 1Gi}}
+             exporter: {enabled: true}
              scheduling: {nodeSelector: {pool: valkey}}",
         );
         let p = problem(&c, &[ready_node("n2", "b"), ready_node("n1", "a")], &[]).unwrap();

@@ -179,6 +179,25 @@ pub(crate) mod test_support {
         api::v1alpha1::validate(&vc).unwrap()
     }
 
+    /// [`cluster`] with `spec.exporter.enabled: true`.
+    pub fn cluster_with_exporter(name: &str, shards: i32, replicas: i32) -> ValidatedCluster {
+        let mut vc = ValkeyCluster::new(
+            name,
+            ValkeyClusterSpec {
+                shards,
+                replicas,
+                exporter: api::v1alpha1::Exporter {
+                    enabled: true,
+                    resources: None,
+                },
+                ..Default::default()
+            },
+        );
+        vc.metadata.namespace = Some("ns".into());
+        vc.metadata.uid = Some("uid-1".into());
+        api::v1alpha1::validate(&vc).unwrap()
+    }
+
     pub fn cluster_with_persistence(
         name: &str,
         shards: i32,

@@ -623,7 +623,7 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::test_support::{cluster, owner};
+    use crate::builders::test_support::{cluster, cluster_with_exporter, owner};
     use api::constants::{LABEL_CLUSTER, LABEL_MEMBER, LABEL_ROLE, LABEL_SHARD};
 
     fn build(c: &ValidatedCluster, placement: &MemberPlacement) -> StatefulSet {
@@ -1087,7 +1087,7 @@ mod tests {
 
     #[test]
     fn the_exporter_runs_beside_valkey_restricted_and_without_probes() {
-        let c = cluster("cache", 3, 1);
+        let c = cluster_with_exporter("cache", 3, 1);
         let all = containers(&c);
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].name, CONTAINER, "Valkey stays the first container");
@@ -1136,7 +1136,7 @@ mod tests {
 
     #[test]
     fn the_exporter_logs_in_as_default_with_the_secret_and_speaks_tls_with_the_ca() {
-        let mut c = cluster("cache", 3, 1);
+        let mut c = cluster_with_exporter("cache", 3, 1);
         let e = &containers(&c)[1];
         let env = e.env.clone().unwrap();
         assert_eq!(env.len(), 1);
@@ -1172,7 +1172,7 @@ mod tests {
 
     #[test]
     fn turning_the_exporter_off_leaves_valkey_alone_and_restarts_the_members() {
-        let on = cluster("cache", 3, 1);
+        let on = cluster_with_exporter("cache", 3, 1);
         let mut off = on.clone();
         off.exporter = None;
         let (with, without) = (containers(&on), containers(&off));
@@ -1190,7 +1190,7 @@ mod tests {
 
     #[test]
     fn an_operator_upgrade_changes_the_exporter_image_but_restarts_nothing() {
-        let old = cluster("cache", 3, 1);
+        let old = cluster_with_exporter("cache", 3, 1);
         let mut new = old.clone();
         if let Some(e) = new.exporter.as_mut() {
             e.image = "valkey-operator:9.9.9".into();

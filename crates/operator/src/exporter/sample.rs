@@ -60,15 +60,6 @@ pub struct Sample {
     pub cluster: Option<ClusterInfo>,
 }
 
-fn required<T: std::str::FromStr>(
-    info: &Info,
-    section: &'static str,
-    field: &'static str,
-) -> Result<T, ParseError> {
-    info.parsed(field)?
-        .ok_or(ParseError::MissingInfoField { section, field })
-}
-
 impl Sample {
     /// The sample of a member's `INFO` (the default sections) and, in
     /// cluster mode, its `CLUSTER INFO`. A field every Valkey prints that is
@@ -77,18 +68,18 @@ impl Sample {
         let replication = ReplicationInfo::from_info(info)?;
         let link = replication.primary_link.as_ref();
         Ok(Sample {
-            memory_used_bytes: required(info, "memory", "used_memory")?,
-            memory_max_bytes: required(info, "memory", "maxmemory")?,
-            connected_clients: required(info, "clients", "connected_clients")?,
-            blocked_clients: required(info, "clients", "blocked_clients")?,
-            commands_processed: required(info, "stats", "total_commands_processed")?,
-            ops_per_sec: required(info, "stats", "instantaneous_ops_per_sec")?,
-            keyspace_hits: required(info, "stats", "keyspace_hits")?,
-            keyspace_misses: required(info, "stats", "keyspace_misses")?,
-            evicted_keys: required(info, "stats", "evicted_keys")?,
-            expired_keys: required(info, "stats", "expired_keys")?,
+            memory_used_bytes: info.required("memory", "used_memory")?,
+            memory_max_bytes: info.required("memory", "maxmemory")?,
+            connected_clients: info.required("clients", "connected_clients")?,
+            blocked_clients: info.required("clients", "blocked_clients")?,
+            commands_processed: info.required("stats", "total_commands_processed")?,
+            ops_per_sec: info.required("stats", "instantaneous_ops_per_sec")?,
+            keyspace_hits: info.required("stats", "keyspace_hits")?,
+            keyspace_misses: info.required("stats", "keyspace_misses")?,
+            evicted_keys: info.required("stats", "evicted_keys")?,
+            expired_keys: info.required("stats", "expired_keys")?,
             keys_by_db: info.keys_by_db()?,
-            uptime_seconds: required(info, "server", "uptime_in_seconds")?,
+            uptime_seconds: info.required("server", "uptime_in_seconds")?,
             role: replication.role,
             replication_offset: link.map_or(replication.repl_offset, |l| l.repl_offset),
             connected_replicas: replication.connected_replicas,

@@ -55,23 +55,15 @@ impl ClusterInfo {
                 });
             }
         };
-        fn number<T: std::str::FromStr>(
-            info: &Info,
-            section: &'static str,
-            field: &'static str,
-        ) -> Result<T, ParseError> {
-            info.parsed(field)?
-                .ok_or(ParseError::MissingInfoField { section, field })
-        }
         Ok(ClusterInfo {
             state_ok,
-            slots_assigned: number(info, section, "cluster_slots_assigned")?,
-            slots_ok: number(info, section, "cluster_slots_ok")?,
-            slots_pfail: number(info, section, "cluster_slots_pfail")?,
-            slots_fail: number(info, section, "cluster_slots_fail")?,
-            known_nodes: number(info, section, "cluster_known_nodes")?,
-            size: number(info, section, "cluster_size")?,
-            current_epoch: number(info, section, "cluster_current_epoch")?,
+            slots_assigned: info.required(section, "cluster_slots_assigned")?,
+            slots_ok: info.required(section, "cluster_slots_ok")?,
+            slots_pfail: info.required(section, "cluster_slots_pfail")?,
+            slots_fail: info.required(section, "cluster_slots_fail")?,
+            known_nodes: info.required(section, "cluster_known_nodes")?,
+            size: info.required(section, "cluster_size")?,
+            current_epoch: info.required(section, "cluster_current_epoch")?,
         })
     }
 }

@@ -50,6 +50,17 @@ impl Info {
         self.get(field).map(|v| parse_field(field, v)).transpose()
     }
 
+    /// A field of `section` parsed as `T`; an error naming the field when it
+    /// is absent or does not parse.
+    pub fn required<T: FromStr>(
+        &self,
+        section: &'static str,
+        field: &'static str,
+    ) -> Result<T, ParseError> {
+        self.parsed(field)?
+            .ok_or(ParseError::MissingInfoField { section, field })
+    }
+
     /// The keys of every database, from the keyspace section (`dbN:keys=K,...`
     /// lines). Valkey 9 has several databases in cluster mode too, so DBSIZE
     /// (the selected database only) can call a member empty that is not.

@@ -64,7 +64,9 @@ fn main() -> Result<()> {
     );
 
     let env = Env::for_testbed(&root, &dir);
-    let result = measure(&env);
+    // Member pods run the operator's image as their exporter sidecar.
+    e2e::exporter::load_image(&env)?;
+    let result = measure(&env, &operator_args);
     let _ = Command::new(&testbed)
         .args(["down", "--dir", &dir_s])
         .status();
@@ -107,7 +109,8 @@ fn many_clusters(
         bail!("testbed up failed (logs in {}/logs)", dir.display());
     }
     let env = Env::for_testbed(root, &dir);
-    let result = many_figures(&env, count, operator_args);
+    let result =
+        e2e::exporter::load_image(&env).and_then(|_| many_figures(&env, count, operator_args));
     let _ = Command::new(testbed)
         .args(["down", "--dir", &dir_s])
         .status();
@@ -246,7 +249,7 @@ fn many_figures(env: &Env, count: u32, operator_args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn measure(env: &Env) -> Result<()> {
+fn measure(env: &Env, operator_args: &[String]) -> Result<()> {
     let ns = env.namespace("bench")?;
     let pod = "apiVersion: v1
 kind: Pod
@@ -286,7 +289,7 @@ spec:
         );
     }
     env.kubectl(&["delete", "pod", "bench-pod", "-n", &ns.name, "--wait=false"])?;
-    operator_figures(env, &ns.name)
+    operator_figures(env, &ns.name, operator_args)
 }
 
 const METRICS_ADDR: &str = "127.0.0.1:18181";
@@ -333,19 +336,42 @@ fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn operator_figures(env: &Env, ns: &str) -> Result<()> {
+/// Runs of apply -> Ready for 3x2, one after the other.
+const READY_RUNS: usize = 3;
+
+fn operator_figures(env: &Env, ns: &str, operator_args: &[String]) -> Result<()> {
     env.install_crd()?;
-    let operator = env.start_operator_with(
-        "bench",
-        &["--http-addr", METRICS_ADDR, "--resync-seconds", "10"],
-    )?;
-    let started = Instant::now();
-    env.apply(ns, &cluster_yaml("bench", 3, 2))?;
-    env.wait_condition(ns, "bench", "Ready", "True", Duration::from_secs(300))?;
+    let mut args = vec!["--http-addr", METRICS_ADDR, "--resync-seconds", "10"];
+    args.extend(operator_args.iter().map(String::as_str));
+    let operator = env.start_operator_with("bench", &args)?;
+    let mut took = Vec::new();
+    for run in 0..READY_RUNS {
+        let name = if run == 0 {
+            "bench".to_string()
+        } else {
+            format!("ready{run}")
+        };
+        let started = Instant::now();
+        env.apply(ns, &cluster_yaml(&name, 3, 2))?;
+        env.wait_condition(ns, &name, "Ready", "True", Duration::from_secs(300))?;
+        took.push(started.elapsed().as_secs_f64());
+    }
+    let words: Vec<String> = took.iter().map(|t| format!("{t:.1}")).collect();
     println!(
-        "operator: apply -> Ready for 3x2 (16384 slots assigned, every replica in sync): {:.1} s",
-        started.elapsed().as_secs_f64()
+        "operator: apply -> Ready for 3x2 (16384 slots assigned, every replica in sync), {READY_RUNS} runs: {} s",
+        words.join(", ")
     );
+    // The extra runs' clusters go, so the figures below are of ten clusters.
+    for run in 1..READY_RUNS {
+        env.kubectl(&[
+            "delete",
+            "valkeycluster",
+            &format!("ready{run}"),
+            "-n",
+            ns,
+            "--timeout=120s",
+        ])?;
+    }
 
     // Nine more clusters, so the operator manages ten.
     for i in 1..10 {

@@ -235,7 +235,7 @@ pub struct ValkeyClusterSpec {
 }
 
 /// The per-member metrics exporter.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Exporter {
     /// Run the exporter in every member pod (default false).
@@ -248,15 +248,6 @@ pub struct Exporter {
     /// Valkey container's against each node's allocatable room.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
-}
-
-impl Default for Exporter {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            resources: None,
-        }
-    }
 }
 
 /// When the kubelet pulls the image.

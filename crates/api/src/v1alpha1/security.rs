@@ -64,20 +64,13 @@ pub const EXPORTER_UID: i64 = 65532;
 /// file), so the image's own user does.
 pub fn exporter_security_context() -> SecurityContext {
     SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            add: None,
-        }),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
         run_as_user: Some(EXPORTER_UID),
         run_as_group: Some(EXPORTER_UID),
         seccomp_profile: Some(SeccompProfile {
             type_: "RuntimeDefault".into(),
             localhost_profile: None,
         }),
-        ..Default::default()
+        ..default_security_context()
     }
 }
 

@@ -99,6 +99,34 @@ pub struct RunArgs {
         default_value = api::v1alpha1::defaults::EXPORTER_IMAGE
     )]
     pub exporter_image: String,
+
+    /// Keep a NetworkPolicy over the member pods of every cluster whose
+    /// `spec.networkPolicy.enabled` is unset (the Helm chart's
+    /// `networkPolicy.members`).
+    #[arg(long)]
+    pub member_network_policy: bool,
+
+    /// Labels that select this operator's own pods (`key=value`, repeat or
+    /// separate with commas), in its namespace (POD_NAMESPACE or the service
+    /// account's): the members' NetworkPolicy admits them. The Helm chart
+    /// passes its selector labels; unset (an operator outside the cluster),
+    /// no rule names the operator.
+    #[arg(long, value_delimiter = ',', value_parser = parse_label)]
+    pub operator_pod_labels: Vec<(String, String)>,
+}
+
+/// `key=value` with a valid label key and value.
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not key=value"))?;
+    if !api::v1alpha1::validation::is_label_key(key) {
+        return Err(format!("{key:?} is not a label key"));
+    }
+    if !api::v1alpha1::validation::is_label_value(value) {
+        return Err(format!("{value:?} is not a label value"));
+    }
+    Ok((key.to_string(), value.to_string()))
 }
 
 /// Why the operator stopped with an error.
@@ -247,6 +275,13 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
         instance: Some(identity()),
         pulse: (args.pulse_seconds > 0).then(|| Duration::from_secs(args.pulse_seconds)),
         exporter_image: args.exporter_image.clone(),
+        member_network_policy: args.member_network_policy,
+        operator_pods: (!args.operator_pod_labels.is_empty()).then(|| {
+            api::v1alpha1::OperatorPods {
+                namespace: own_namespace(),
+                labels: args.operator_pod_labels.iter().cloned().collect(),
+            }
+        }),
         ..Settings::default()
     };
 

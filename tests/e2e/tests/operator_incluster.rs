@@ -283,6 +283,7 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
         &member_timeout,
         "monitoring.prometheusRule.enabled=true",
         "monitoring.dashboard.enabled=true",
+        "networkPolicy.members=true",
     ] {
         install.extend(["--set", value]);
     }
@@ -471,6 +472,9 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
         rss.iter().max().unwrap_or(&0)
     );
 
+    // The members' NetworkPolicy (`networkPolicy.members=true`).
+    member_network_policy(env, ns)?;
+
     // 6. monitoring, with a real Prometheus.
     monitoring(env, ns, &chart)?;
 
@@ -496,6 +500,144 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     }
     println!(
         "operator_incluster: uninstalled; the CRD, the ValkeyCluster, its pods and its keys stay"
+    );
+    Ok(())
+}
+
+/// The rules of the NetworkPolicy `<cluster>-members` as (ports, sources),
+/// `None` when there is none.
+fn policy_rules(env: &Env, ns: &str) -> Result<Option<Vec<(Vec<i64>, Value)>>> {
+    let name = format!("{CLUSTER}-members");
+    let out = env
+        .kubectl_cmd()
+        .args(["get", "networkpolicy", &name, "-n", ns, "-o", "json"])
+        .output()?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            err.contains("NotFound"),
+            "kubectl get networkpolicy {name}: {err}"
+        );
+        return Ok(None);
+    }
+    let policy: Value = serde_json::from_slice(&out.stdout)?;
+    let rules = policy["spec"]["ingress"]
+        .as_array()
+        .context("the policy has no ingress rules")?
+        .iter()
+        .map(|r| {
+            let ports = r["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["port"].as_i64())
+                .collect();
+            (ports, r["from"].clone())
+        })
+        .collect();
+    Ok(Some(rules))
+}
+
+/// Issue 10: the operator keeps `<cluster>-members` (the chart's
+/// `networkPolicy.members=true`): clients on 6379 from anywhere, peers on
+/// 6379 and the bus, the operator's own pods (its namespace, the chart's
+/// selector labels, which the chart hands it) on 6379, the exporter's port
+/// from anywhere. The API server admits it; the cluster is Ready under it.
+/// A cluster's `clientsFrom` narrows the client rule, and
+/// `spec.networkPolicy.enabled: false` removes the policy; neither restarts a
+/// member. The testbed enforces no NetworkPolicy (no CNI): what is shown is
+/// the object, not packets dropped.
+fn member_network_policy(env: &Env, ns: &str) -> Result<()> {
+    let rules = poll(Duration::from_secs(30), Duration::from_millis(500), || {
+        policy_rules(env, ns)
+    })?;
+    let ports: Vec<&Vec<i64>> = rules.iter().map(|(p, _)| p).collect();
+    ensure!(
+        ports == [&vec![6379], &vec![6379, 16379], &vec![6379], &vec![9121]],
+        "the members' NetworkPolicy has ports {ports:?}"
+    );
+    ensure!(
+        rules[0].1.is_null() && rules[3].1.is_null(),
+        "clients and scrapers are not open to every source: {rules:?}"
+    );
+    ensure!(
+        rules[1].1[0]["podSelector"]["matchLabels"]["valkey.rs/cluster"] == CLUSTER,
+        "the peer rule does not select the cluster's pods: {}",
+        rules[1].1
+    );
+    let operator = &rules[2].1[0];
+    ensure!(
+        operator["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == OPERATOR_NS
+            && operator["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == CHART_NAME
+            && operator["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == RELEASE,
+        "the operator rule does not name the operator's pods: {operator}"
+    );
+    // The operator's pods carry the labels the rule selects.
+    let selector =
+        format!("app.kubernetes.io/name={CHART_NAME},app.kubernetes.io/instance={RELEASE}");
+    let running = env.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        OPERATOR_NS,
+        "-l",
+        &selector,
+        "-o",
+        "name",
+    ])?;
+    ensure!(
+        running.lines().count() == 2,
+        "the operator rule's selector matches {running:?}"
+    );
+    let uids = || {
+        env.kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("valkey.rs/cluster={CLUSTER}"),
+            "-o",
+            "jsonpath={.items[*].metadata.uid}",
+        ])
+    };
+    let before = uids()?;
+
+    env.kubectl(&[
+        "patch", "vkc", CLUSTER, "-n", ns, "--type", "merge", "-p",
+        r#"{"spec":{"networkPolicy":{"clientsFrom":[{"podSelector":{"matchLabels":{"app":"web"}}}]}}}"#,
+    ])?;
+    poll(Duration::from_secs(30), Duration::from_millis(500), || {
+        let rules = policy_rules(env, ns)?.unwrap_or_default();
+        Ok(rules
+            .first()
+            .filter(|(_, from)| from[0]["podSelector"]["matchLabels"]["app"] == "web")
+            .map(|_| ()))
+    })
+    .context("clientsFrom did not reach the policy's client rule")?;
+    env.kubectl(&[
+        "patch",
+        "vkc",
+        CLUSTER,
+        "-n",
+        ns,
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"networkPolicy":{"enabled":false,"clientsFrom":null}}}"#,
+    ])?;
+    wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+        Ok(policy_rules(env, ns)?.is_none())
+    })
+    .context("spec.networkPolicy.enabled: false left the policy")?;
+    env.wait_condition(ns, CLUSTER, "Ready", "True", Duration::from_secs(60))?;
+    ensure!(
+        before == uids()?,
+        "a NetworkPolicy change restarted members"
+    );
+    println!(
+        "operator_incluster: NetworkPolicy {CLUSTER}-members admitted with clients, peers (6379, 16379), \
+         the operator's pods and the exporter; clientsFrom narrowed it, enabled: false removed it, no member restarted"
     );
     Ok(())
 }

@@ -15,6 +15,7 @@ pub mod validation;
 pub use spec::*;
 pub use status::*;
 pub use validation::{
-    FieldError, MemberRequest, ResolvedSpreadConstraint, ValidatedCluster, ValidatedExporter,
-    ValidatedTls, ValidatedUser, ValidationError, default_exporter_resources, validate,
+    FieldError, MemberRequest, OperatorPods, ResolvedSpreadConstraint, ValidatedCluster,
+    ValidatedExporter, ValidatedNetworkPolicy, ValidatedTls, ValidatedUser, ValidationError,
+    default_exporter_resources, validate,
 };

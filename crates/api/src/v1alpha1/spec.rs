@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, LocalObjectReference, PodSecurityContext, ResourceRequirements, SecurityContext,
     Toleration,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -232,6 +233,40 @@ pub struct ValkeyClusterSpec {
     /// at a time (replicas first, primaries after a failover).
     #[serde(default)]
     pub exporter: Exporter,
+
+    /// A NetworkPolicy `<cluster>-members` over the member pods: the client
+    /// port (6379) from `clientsFrom` (every source when empty), the client
+    /// port and the cluster bus (16379) from the cluster's own members, the
+    /// client port from the operator's pods, the exporter's port (9121) from
+    /// `metricsFrom` (every source when empty). It admits nothing else. It
+    /// changes no pod, so turning it on or off restarts no member.
+    #[serde(default)]
+    pub network_policy: MemberNetworkPolicy,
+}
+
+/// The members' NetworkPolicy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberNetworkPolicy {
+    /// Keep the NetworkPolicy `<cluster>-members` (true) or none (false).
+    /// When unset, the operator's default: the Helm chart's
+    /// `networkPolicy.members` (`valkey-operator run --member-network-policy`),
+    /// off unless set there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+
+    /// Who may connect to the client port, as NetworkPolicy peers (pod and
+    /// namespace selectors, IP blocks). Empty: any source. The cluster's own
+    /// members and the operator may always.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub clients_from: Vec<NetworkPolicyPeer>,
+
+    /// Who may scrape the exporter's port (`spec.exporter`), likewise. Empty:
+    /// any source.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub metrics_from: Vec<NetworkPolicyPeer>,
 }
 
 /// The per-member metrics exporter.
@@ -586,6 +621,7 @@ impl Default for ValkeyClusterSpec {
             pod_security_context: None,
             security_context: None,
             exporter: Exporter::default(),
+            network_policy: MemberNetworkPolicy::default(),
         }
     }
 }

@@ -19,7 +19,9 @@ use k8s_openapi::api::core::v1::{
     Affinity, LocalObjectReference, PodSecurityContext, ResourceRequirements, SecurityContext,
     Toleration,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -360,6 +362,34 @@ impl MemberRequest {
     }
 }
 
+/// `spec.networkPolicy`, checked.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ValidatedNetworkPolicy {
+    /// `spec.networkPolicy.enabled` as written; the controller replaces an
+    /// unset value with its own default (`--member-network-policy`).
+    pub enabled: Option<bool>,
+    pub clients_from: Vec<NetworkPolicyPeer>,
+    pub metrics_from: Vec<NetworkPolicyPeer>,
+    /// Not from the spec: the operator's own pods, which the controller sets
+    /// from its flags (`None` when the operator runs outside the cluster:
+    /// then no rule names it).
+    pub operator: Option<OperatorPods>,
+}
+
+impl ValidatedNetworkPolicy {
+    /// Whether the policy is kept (after the controller resolved the default).
+    pub fn wanted(&self) -> bool {
+        self.enabled == Some(true)
+    }
+}
+
+/// Where the operator's pods run and the labels that select them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OperatorPods {
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+}
+
 /// `spec.exporter` when enabled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedExporter {
@@ -483,6 +513,8 @@ pub struct ValidatedCluster {
     pub pod_security_context: PodSecurityContext,
     /// The Valkey container's security context, likewise.
     pub security_context: SecurityContext,
+    /// `spec.networkPolicy`, checked.
+    pub network_policy: ValidatedNetworkPolicy,
     /// Not from the spec: how many password rotations the controller has
     /// started (0 until the first). Part of the members' restart hash when
     /// above 0, so a rotation rolls the members onto the new password.
@@ -770,8 +802,136 @@ fn validate_spec(
         client_service: spec.client_service.clone(),
         pod_security_context,
         security_context,
+        network_policy: ValidatedNetworkPolicy {
+            enabled: spec.network_policy.enabled,
+            clients_from: validate_peers(
+                "spec.networkPolicy.clientsFrom",
+                &spec.network_policy.clients_from,
+                errors,
+            ),
+            metrics_from: validate_peers(
+                "spec.networkPolicy.metricsFrom",
+                &spec.network_policy.metrics_from,
+                errors,
+            ),
+            operator: None,
+        },
         auth_generation: 0,
     })
+}
+
+/// Checks NetworkPolicy peers as the API server would (so a bad one is
+/// named in the status instead of failing every apply): each names a pod
+/// selector, a namespace selector, or else an IP block alone; selectors
+/// are valid; CIDRs parse.
+fn validate_peers(
+    field: &str,
+    peers: &[NetworkPolicyPeer],
+    errors: &mut Errors,
+) -> Vec<NetworkPolicyPeer> {
+    for (i, peer) in peers.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let selectors = [
+            ("podSelector", peer.pod_selector.as_ref()),
+            ("namespaceSelector", peer.namespace_selector.as_ref()),
+        ];
+        match (&peer.ip_block, selectors.iter().any(|(_, s)| s.is_some())) {
+            (None, false) => errors.add(
+                &at,
+                "set podSelector, namespaceSelector or ipBlock (an empty peer is refused)",
+            ),
+            (Some(_), true) => errors.add(
+                &at,
+                "ipBlock cannot be combined with podSelector or namespaceSelector",
+            ),
+            (Some(block), false) => {
+                if !is_cidr(&block.cidr) {
+                    errors.add(
+                        format!("{at}.ipBlock.cidr"),
+                        format!("{:?} is not a CIDR such as 10.0.0.0/8", block.cidr),
+                    );
+                }
+                for (k, except) in block.except.iter().flatten().enumerate() {
+                    if !is_cidr(except) {
+                        errors.add(
+                            format!("{at}.ipBlock.except[{k}]"),
+                            format!("{except:?} is not a CIDR such as 10.0.0.0/24"),
+                        );
+                    }
+                }
+            }
+            (None, true) => {}
+        }
+        for (name, selector) in selectors {
+            if let Some(selector) = selector {
+                validate_selector(&format!("{at}.{name}"), selector, errors);
+            }
+        }
+    }
+    peers.to_vec()
+}
+
+/// `address/prefix` with an IPv4 or IPv6 address and a prefix that fits it.
+fn is_cidr(text: &str) -> bool {
+    let Some((address, prefix)) = text.split_once('/') else {
+        return false;
+    };
+    let Ok(prefix) = prefix.parse::<u8>() else {
+        return false;
+    };
+    match address.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => prefix <= 32,
+        Ok(std::net::IpAddr::V6(_)) => prefix <= 128,
+        Err(_) => false,
+    }
+}
+
+/// A label selector's keys, values and operators.
+fn validate_selector(field: &str, selector: &LabelSelector, errors: &mut Errors) {
+    for (key, value) in selector.match_labels.iter().flatten() {
+        if !is_label_key(key) {
+            errors.add(
+                format!("{field}.matchLabels[{key}]"),
+                "not a valid label key",
+            );
+        } else if !is_label_value(value) {
+            errors.add(
+                format!("{field}.matchLabels[{key}]"),
+                format!("{value:?} is not a valid label value"),
+            );
+        }
+    }
+    for (j, e) in selector.match_expressions.iter().flatten().enumerate() {
+        let at = format!("{field}.matchExpressions[{j}]");
+        if !is_label_key(&e.key) {
+            errors.add(format!("{at}.key"), "not a valid label key");
+        }
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                errors.add(format!("{at}.values"), "must not be empty with In or NotIn");
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                errors.add(
+                    format!("{at}.values"),
+                    "must be empty with Exists or DoesNotExist",
+                );
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => errors.add(
+                format!("{at}.operator"),
+                format!("{other:?} is not In, NotIn, Exists or DoesNotExist"),
+            ),
+        }
+        for (k, value) in values.iter().enumerate() {
+            if !is_label_value(value) {
+                errors.add(
+                    format!("{at}.values[{k}]"),
+                    format!("{value:?} is not a valid label value"),
+                );
+            }
+        }
+    }
 }
 
 fn non_negative(field: &str, value: i32, errors: &mut Errors) -> u64 {
@@ -1693,6 +1853,60 @@ mod tests {
             errs[0].starts_with("spec.exporter.resources.requests.cpu: "),
             "{errs:?}"
         );
+    }
+
+    #[test]
+    fn network_policy_peers_are_checked_and_named_by_field() {
+        let peers: Vec<NetworkPolicyPeer> = serde_json::from_value(serde_json::json!([
+            {"podSelector": {"matchLabels": {"app": "web"}}},
+            {},
+            {"ipBlock": {"cidr": "10.0.0.0/33", "except": ["10.1.0.0/16", "x"]}},
+            {"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}},
+            {"namespaceSelector": {"matchExpressions": [
+                {"key": "team", "operator": "In"},
+                {"key": "env", "operator": "Near", "values": ["a"]}
+            ]}}
+        ]))
+        .unwrap();
+        let errs = errors_of(ValkeyClusterSpec {
+            network_policy: MemberNetworkPolicy {
+                enabled: Some(true),
+                clients_from: peers.clone(),
+                metrics_from: peers[..1].to_vec(),
+            },
+            ..Default::default()
+        });
+        let fields: Vec<&str> = errs
+            .iter()
+            .map(|e| e.split(": ").next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.networkPolicy.clientsFrom[1]",
+                "spec.networkPolicy.clientsFrom[2].ipBlock.cidr",
+                "spec.networkPolicy.clientsFrom[2].ipBlock.except[1]",
+                "spec.networkPolicy.clientsFrom[3]",
+                "spec.networkPolicy.clientsFrom[4].namespaceSelector.matchExpressions[0].values",
+                "spec.networkPolicy.clientsFrom[4].namespaceSelector.matchExpressions[1].operator",
+            ],
+            "{errs:?}"
+        );
+        // Good peers pass through as written; unset `enabled` stays unset
+        // for the controller's default.
+        let v = validate(&cluster(ValkeyClusterSpec {
+            network_policy: MemberNetworkPolicy {
+                enabled: None,
+                clients_from: peers[..1].to_vec(),
+                metrics_from: Vec::new(),
+            },
+            ..Default::default()
+        }))
+        .unwrap();
+        assert_eq!(v.network_policy.clients_from, peers[..1].to_vec());
+        assert_eq!(v.network_policy.enabled, None);
+        assert!(!v.network_policy.wanted());
+        assert!(is_cidr("fd00::/64") && !is_cidr("fd00::/129") && !is_cidr("10.0.0.1"));
     }
 
     #[test]

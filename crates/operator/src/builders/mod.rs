@@ -6,10 +6,12 @@
 //! - [`scheduling`]: the plan as pod affinity rules;
 //! - [`config`]: valkey.conf, and which keys go in live;
 //! - [`tls`]: the operator's CA and the members' serving certificate;
+//! - [`network_policy`]: who may connect to the members;
 //! - [`services`], [`pdb`], [`secret`]: the rest of what a cluster owns.
 
 pub mod config;
 pub mod hash;
+pub mod network_policy;
 pub mod pdb;
 pub mod scheduling;
 pub mod secret;
@@ -114,6 +116,8 @@ pub struct Desired {
     pub headless: Service,
     pub client: Service,
     pub pdbs: Vec<PodDisruptionBudget>,
+    /// `None` when the cluster keeps no NetworkPolicy.
+    pub network_policy: Option<k8s_openapi::api::networking::v1::NetworkPolicy>,
     pub statefulsets: Vec<StatefulSet>,
 }
 
@@ -154,6 +158,7 @@ pub fn desired<'a>(
         } else {
             Vec::new()
         },
+        network_policy: network_policy::network_policy(c, owner),
         statefulsets,
     }
 }

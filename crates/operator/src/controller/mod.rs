@@ -43,6 +43,7 @@ use api::constants::LABEL_CLUSTER;
 use futures::{FutureExt as _, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
@@ -79,6 +80,11 @@ pub struct Settings {
     pub pulse: Option<Duration>,
     /// The image of the member pods' exporter sidecar: the operator's own.
     pub exporter_image: String,
+    /// Whether a cluster that does not say keeps a NetworkPolicy over its
+    /// members.
+    pub member_network_policy: bool,
+    /// The operator's own pods, which the members' NetworkPolicy admits.
+    pub operator_pods: Option<api::v1alpha1::OperatorPods>,
 }
 
 impl Default for Settings {
@@ -92,6 +98,8 @@ impl Default for Settings {
             instance: None,
             pulse: Some(Duration::from_secs(2)),
             exporter_image: api::v1alpha1::defaults::EXPORTER_IMAGE.to_string(),
+            member_network_policy: false,
+            operator_pods: None,
         }
     }
 }
@@ -285,6 +293,7 @@ async fn watch_scope(
         .owns(scoped::<Service>(&client, ns), owned.clone())
         .owns(scoped::<ConfigMap>(&client, ns), owned.clone())
         .owns(scoped::<PodDisruptionBudget>(&client, ns), owned.clone())
+        .owns(scoped::<NetworkPolicy>(&client, ns), owned.clone())
         .owns(scoped::<Secret>(&client, ns), owned.clone())
         .watches(scoped::<Pod>(&client, ns), owned, |pod: Pod| {
             let cluster = pod.labels().get(LABEL_CLUSTER).cloned();

@@ -107,6 +107,10 @@ async fn run(
     if let Some(exporter) = cluster.exporter.as_mut() {
         exporter.image.clone_from(&ctx.settings.exporter_image);
     }
+    // So do the members' NetworkPolicy's default and the operator's pods.
+    let np = &mut cluster.network_policy;
+    np.enabled = Some(np.enabled.unwrap_or(ctx.settings.member_network_policy));
+    np.operator.clone_from(&ctx.settings.operator_pods);
     let owner = vc
         .controller_owner_ref(&())
         .ok_or(Error::MissingMetadata("uid"))?;
@@ -133,7 +137,10 @@ async fn run(
     .await?;
     let users = act::users::resolve(ctx, &cluster).await?;
     let desired = decide::objects(&cluster, &owner, &placement, &kube);
-    let orphaned = cleanup::orphaned_pdbs(&cluster, &desired, &kube);
+    let orphaned = cleanup::Orphans {
+        pdbs: cleanup::orphaned_pdbs(&cluster, &desired, &kube),
+        network_policy: cleanup::orphaned_network_policy(&desired, &kube),
+    };
     act::kube::apply_objects(ctx, &cluster, &desired, &kube, &orphaned, events).await?;
     let pending = cleanup::pending_pods_to_replace(&cluster, &desired, &kube);
     let replaced = act::kube::replace_pending_pods(ctx, &cluster, &pending, events).await?;

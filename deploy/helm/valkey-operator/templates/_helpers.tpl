@@ -20,6 +20,15 @@ app.kubernetes.io/name: {{ include "valkey-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- /* The selector labels as `key=value,...` (the operator's --operator-pod-labels). */ -}}
+{{- define "valkey-operator.selectorArg" -}}
+{{- $pairs := list -}}
+{{- range $k, $v := include "valkey-operator.selector" . | fromYaml -}}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
 {{- /* The namespaces to watch, comma-separated (empty: every namespace):
 watchNamespaces, plus watchNamespace (the older single-namespace value). */ -}}
 {{- define "valkey-operator.watchNamespaces" -}}

@@ -147,6 +147,7 @@ pub fn kind_name(kind: &str) -> &'static str {
         "Service" => "Service",
         "ConfigMap" => "ConfigMap",
         "PodDisruptionBudget" => "PodDisruptionBudget",
+        "NetworkPolicy" => "NetworkPolicy",
         "Secret" => "Secret",
         "Pod" => "Pod",
         "PersistentVolumeClaim" => "PersistentVolumeClaim",

@@ -5,7 +5,7 @@
 use super::Actor;
 use crate::builders::statefulset::{Ordinals, set_ordinals};
 use crate::builders::{Desired, secret};
-use crate::controller::decide::cleanup::{Doomed, Leaving};
+use crate::controller::decide::cleanup::{Doomed, Leaving, Orphans};
 use crate::controller::events::{Events, reason};
 use crate::controller::facts::claim_of;
 use crate::controller::memory::Announced;
@@ -15,6 +15,7 @@ use api::ValidatedCluster;
 use api::constants::{FIELD_MANAGER, LABEL_ROLE};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -113,13 +114,13 @@ pub async fn ensure_password(
 }
 
 /// Applies the owned objects that differ from `desired` and deletes the
-/// budgets `orphaned_pdbs` names.
+/// budgets and policies `orphans` names.
 pub async fn apply_objects(
     ctx: &Context,
     cluster: &ValidatedCluster,
     desired: &Desired,
     view: &KubeView,
-    orphaned_pdbs: &[String],
+    orphans: &Orphans,
     events: &Events<'_>,
 ) -> Result<(), Error> {
     let ns = &cluster.namespace;
@@ -135,8 +136,15 @@ pub async fn apply_objects(
     for p in &desired.pdbs {
         apply::apply(&pdbs, view.pdbs.get(&p.name_any()), p, m).await?;
     }
-    for name in orphaned_pdbs {
+    for name in &orphans.pdbs {
         delete(ctx, &pdbs, "PodDisruptionBudget", name, None).await?;
+    }
+    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+    if let Some(p) = &desired.network_policy {
+        apply::apply(&policies, view.network_policies.get(&p.name_any()), p, m).await?;
+    }
+    for name in &orphans.network_policy {
+        delete(ctx, &policies, "NetworkPolicy", name, None).await?;
     }
     let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
     let mut created = Vec::new();

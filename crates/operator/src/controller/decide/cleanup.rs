@@ -49,6 +49,26 @@ pub fn orphaned_pdbs(
         .collect()
 }
 
+/// The cluster's NetworkPolicies it no longer wants (all of them when it
+/// keeps none; any other name than the wanted one otherwise).
+pub fn orphaned_network_policy(desired: &Desired, view: &KubeView) -> Vec<String> {
+    let wanted = desired.network_policy.as_ref().map(ResourceExt::name_any);
+    view.network_policies
+        .keys()
+        .filter(|n| Some(*n) != wanted.as_ref())
+        .cloned()
+        .collect()
+}
+
+/// Owned objects to delete before anything else is applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Orphans {
+    /// PodDisruptionBudgets by name.
+    pub pdbs: Vec<String>,
+    /// NetworkPolicies by name.
+    pub network_policy: Vec<String>,
+}
+
 /// A leaving member to remove.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leaving {

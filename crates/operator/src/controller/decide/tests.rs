@@ -132,6 +132,34 @@ fn budgets_of_shards_without_pods_go_and_all_go_when_turned_off() {
 }
 
 #[test]
+fn the_members_network_policy_goes_when_turned_off_and_stays_while_wanted() {
+    let mut c = cluster("shards: 1\nreplicas: 1");
+    let mut v = view(vec![member(0, 0, 0, Some("n1"), true)], vec![], vec![]);
+    for name in ["cache-members", "cache-old"] {
+        let policy = k8s_openapi::api::networking::v1::NetworkPolicy {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        v.network_policies.insert(name.into(), policy);
+    }
+    c.network_policy.enabled = Some(true);
+    let desired = super::objects(&c, &owner(), &Placement::Failed("x".into()), &v);
+    assert_eq!(
+        cleanup::orphaned_network_policy(&desired, &v),
+        ["cache-old"]
+    );
+    c.network_policy.enabled = Some(false);
+    let desired = super::objects(&c, &owner(), &Placement::Failed("x".into()), &v);
+    assert_eq!(
+        cleanup::orphaned_network_policy(&desired, &v),
+        ["cache-members", "cache-old"]
+    );
+}
+
+#[test]
 fn a_leaving_member_goes_when_the_planner_says_so_or_when_it_never_joined_nor_ran() {
     let c = cluster("shards: 1\nreplicas: 0");
     // Shard 0 member 1 and shard 1 member 0 are leaving (scale-in).

@@ -15,6 +15,7 @@ use api::constants::LABEL_CLUSTER;
 use api::constants::member_name;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
@@ -44,6 +45,7 @@ pub struct KubeView {
     pub config_maps: BTreeMap<String, ConfigMap>,
     pub services: BTreeMap<String, Service>,
     pub pdbs: BTreeMap<String, PodDisruptionBudget>,
+    pub network_policies: BTreeMap<String, NetworkPolicy>,
     /// The members' volumes (listed only when persistence is on).
     pub pvcs: BTreeMap<String, PersistentVolumeClaim>,
     /// Nodes a member pod is bound to that have no Node object, with how long
@@ -153,6 +155,7 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
     let config_maps = list::<ConfigMap>(&ctx.client, ns, name).await?;
     let services = list::<Service>(&ctx.client, ns, name).await?;
     let pdbs = list::<PodDisruptionBudget>(&ctx.client, ns, name).await?;
+    let network_policies = list::<NetworkPolicy>(&ctx.client, ns, name).await?;
     let pvcs = if cluster.persistence.is_some() {
         list::<PersistentVolumeClaim>(&ctx.client, ns, name).await?
     } else {
@@ -173,6 +176,7 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
         config_maps,
         services,
         pdbs,
+        network_policies,
         pvcs,
         missing_nodes: BTreeMap::new(),
     })

@@ -82,6 +82,17 @@ pub fn tls_ca_key_secret_name(cluster: &str) -> String {
     format!("{cluster}-tls-ca-key")
 }
 
+/// Name of the Secret with the members' users file (key [`USERS_FILE_KEY`]):
+/// the `spec.users` the members took, as `user <name> <rules>` lines with
+/// password hashes, which every member loads at start. Written by the
+/// operator only.
+pub fn users_secret_name(cluster: &str) -> String {
+    format!("{cluster}-users")
+}
+
+/// Key of the users file in [`users_secret_name`].
+pub const USERS_FILE_KEY: &str = "users.acl";
+
 /// Key of the CA certificate in the TLS Secrets.
 pub const TLS_CA_KEY: &str = "ca.crt";
 /// Key of the certificate in the TLS Secret.

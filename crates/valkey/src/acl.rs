@@ -204,6 +204,78 @@ pub fn record(learned: &mut Learned, action: &AclAction) {
     }
 }
 
+/// First line of the users file.
+pub const USERS_FILE_HEADER: &str =
+    "# The users of spec.users the members took, written by valkey-operator: do not edit.";
+
+/// The users file every member loads at start (`--include`): one
+/// `user <name> reset on|off #<hash>... <rules>` line per user of the spec,
+/// sorted by name, and no `default` (its password is `requirepass`'s).
+///
+/// A line is written only once a member took that user with those rules
+/// (`learned`): Valkey refuses to start on a line it cannot parse, so a rule
+/// no member accepted never reaches the file. Until then, and for users
+/// `left_alone` (their Secret is missing), the line of `previous` stays.
+/// A user whose rules hold quotes, backslashes or whitespace outside a
+/// selector is never written (a config line splits and unquotes where
+/// `ACL SETUSER` arguments do not): it is set on the members only.
+pub fn users_file(
+    previous: &str,
+    desired: &[DesiredUser],
+    left_alone: &BTreeSet<String>,
+    learned: &Learned,
+) -> String {
+    let previous_lines: BTreeMap<&str, &str> = previous
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split(' ');
+            (words.next() == Some("user")).then_some(())?;
+            Some((words.next()?, l))
+        })
+        .collect();
+    let mut lines: BTreeMap<String, String> = BTreeMap::new();
+    for name in left_alone {
+        if let Some(line) = previous_lines.get(name.as_str()) {
+            lines.insert(name.clone(), (*line).to_string());
+        }
+    }
+    for user in desired {
+        if user.name == DEFAULT_USER || !fits_a_config_line(user) {
+            continue;
+        }
+        let taken = learned
+            .iter()
+            .any(|((_, name), applied)| name == &user.name && applied.rules == user.rules);
+        if taken {
+            lines.insert(
+                user.name.clone(),
+                format!("user {} {}", user.name, user.setuser_args().join(" ")),
+            );
+        } else if let Some(line) = previous_lines.get(user.name.as_str()) {
+            lines.insert(user.name.clone(), (*line).to_string());
+        }
+    }
+    let mut out = String::from(USERS_FILE_HEADER);
+    out.push('\n');
+    for line in lines.into_values() {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Whether a config line splits `user`'s arguments as `ACL SETUSER` got them.
+fn fits_a_config_line(user: &DesiredUser) -> bool {
+    let plain = |w: &str| !w.is_empty() && !w.contains(['"', '\'', '\\']);
+    plain(&user.name)
+        && !user.name.contains(char::is_whitespace)
+        && user.rules.iter().all(|r| {
+            plain(r)
+                && (!r.contains(char::is_whitespace) || (r.starts_with('(') && r.ends_with(')')))
+                && !r.contains(['\n', '\r'])
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +368,51 @@ mod tests {
         }
         .to_string();
         assert!(!shown.contains("aa "), "{shown}");
+    }
+
+    #[test]
+    fn the_users_file_holds_what_a_member_took_and_keeps_what_it_cannot_set_yet() {
+        let m0 = MemberRef::new(0, 0);
+        let mut learned = Learned::new();
+        let mut new_app = app(&["bb"]);
+        new_app.rules.push("+get".into());
+        record(
+            &mut learned,
+            &AclAction::SetUser {
+                on: m0,
+                user: app(&["aa"]),
+            },
+        );
+        let previous = format!(
+            "{USERS_FILE_HEADER}\nuser app reset on #old ~app:*\nuser gone reset on #g\nuser ops reset on #o +info\n"
+        );
+        let left_alone = BTreeSet::from(["ops".to_string()]);
+        // app taken with its rules: its line is the current one; ops keeps
+        // its line (Secret missing); gone is no longer in the spec.
+        let file = users_file(&previous, &[app(&["aa"])], &left_alone, &learned);
+        let lines: Vec<&str> = file.lines().collect();
+        assert_eq!(lines[0], USERS_FILE_HEADER);
+        assert_eq!(lines.len(), 3, "{file}");
+        assert!(lines[1].starts_with("user app reset on #aa "), "{file}");
+        assert_eq!(lines[2], "user ops reset on #o +info");
+        // New rules no member took yet: the previous line stays.
+        let file = users_file(&previous, &[new_app], &BTreeSet::new(), &learned);
+        assert_eq!(file.lines().nth(1), Some("user app reset on #old ~app:*"));
+        // Nothing before and nothing taken: the header alone.
+        assert_eq!(
+            users_file("", &[app(&["aa"])], &BTreeSet::new(), &Learned::new()),
+            format!("{USERS_FILE_HEADER}\n")
+        );
+    }
+
+    #[test]
+    fn rules_a_config_line_would_split_otherwise_are_never_written() {
+        let mut quoted = app(&["aa"]);
+        quoted.rules.push("~\"a b\"".into());
+        let mut selector = app(&["aa"]);
+        selector.rules.push("(~a* +get)".into());
+        assert!(!fits_a_config_line(&quoted));
+        assert!(fits_a_config_line(&selector));
+        assert!(fits_a_config_line(&app(&["aa"])));
     }
 }

@@ -295,14 +295,19 @@ impl Env {
             ),
             None => (format!("{cluster}-auth"), "password".to_string()),
         };
+        self.secret_text(ns, &secret, &key)
+    }
+
+    /// The text of `key` in Secret `secret` (base64-decoded).
+    pub fn secret_text(&self, ns: &str, secret: &str, key: &str) -> Result<String> {
         let b64 = self.kubectl(&[
             "get",
             "secret",
-            &secret,
+            secret,
             "-n",
             ns,
             "-o",
-            &format!("jsonpath={{.data.{key}}}"),
+            &format!("jsonpath={{.data.{}}}", key.replace('.', "\\.")),
         ])?;
         let out = Command::new("base64")
             .arg("-d")

@@ -73,6 +73,27 @@ fn logs_in(env: &Env, ips: &[String], user: &str, password: &str) -> Result<bool
     Ok(true)
 }
 
+/// SHA-256 of `text`, lower-case hex (how ACL lists a password).
+fn sha256_hex(text: &str) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write as _;
+            if let Some(mut i) = c.stdin.take() {
+                i.write_all(text.as_bytes())?;
+            }
+            c.wait_with_output()
+        })
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    out.split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn secret_yaml(pairs: &[(&str, &str)]) -> String {
     let mut y =
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app-pw\nstringData:\n".to_string();
@@ -223,6 +244,52 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
             "keys written across the rotation: {verify}"
         );
         println!("users: password rotated under a connected client {summary}");
+
+        // The members' users file (`acl-users`, loaded at start): a member
+        // that restarts while the operator stays away (the cluster paused)
+        // has app with its current password before anyone sets it.
+        let file = || env.secret_text(ns, "acl-users", "users.acl");
+        let new_hash = sha256_hex("new-secret-2");
+        let old_hash = sha256_hex("old-secret-1");
+        wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+            let f = file()?;
+            Ok(f.lines().any(|l| l.starts_with("user app ") && l.contains(&new_hash) && !l.contains(&old_hash)))
+        })
+        .with_context(|| format!("acl-users never held app with the new password alone: {:?}", file()))?;
+        let f = file()?;
+        ensure!(
+            !f.contains("ghost") && !f.contains("user default") && !f.contains("new-secret-2"),
+            "acl-users holds more than app's hashes: {f}"
+        );
+        let annotate = |value: &str| env.kubectl(&["annotate", "valkeycluster", "acl", "-n", ns, value]);
+        annotate("valkey.rs/paused=true")?;
+        env.wait_condition(ns, "acl", "Paused", "True", Duration::from_secs(30))?;
+        let victim = env
+            .members(ns, "acl")?
+            .into_iter()
+            .find(|m| m.role == "replica")
+            .context("no replica pod")?;
+        env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=true"])?;
+        let mut back = None;
+        wait_until(Duration::from_secs(120), Duration::from_millis(500), || {
+            back = env
+                .members(ns, "acl")?
+                .into_iter()
+                .find(|m| m.name == victim.name && m.ready && !m.deleting);
+            Ok(back.is_some())
+        })
+        .context("the deleted member pod did not come back Ready")?;
+        let back = back.context("no pod")?;
+        let pong = as_user(env, &back.ip, "app", "new-secret-2", &["ping"])?;
+        ensure!(pong == "PONG", "app on the restarted member (no operator since): {pong}");
+        let old = as_user(env, &back.ip, "app", "old-secret-1", &["ping"])?;
+        ensure!(old.contains("WRONGPASS"), "the old password on the restarted member: {old}");
+        let denied = as_user(env, &back.ip, "app", "new-secret-2", &["flushall"])?;
+        ensure!(denied.contains("NOPERM"), "FLUSHALL as app on the restarted member: {denied}");
+        annotate("valkey.rs/paused-")?;
+        env.wait_condition(ns, "acl", "Ready", "True", Duration::from_secs(120))?;
+        let ips = env.member_ips(ns, "acl")?;
+        println!("users: a member restarted with the operator paused has app (new password only, its limits) from the users file");
 
         // Users removed from the spec are deleted.
         env.patch_cluster(ns, "acl", r#"{"spec":{"users":null}}"#)?;

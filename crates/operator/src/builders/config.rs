@@ -35,6 +35,8 @@ pub const NODES_CONF: &str = "/data/nodes.conf";
 pub const CONFIG_DIR: &str = "/etc/valkey";
 /// Where the TLS Secret (`ca.crt`, `tls.crt`, `tls.key`) is mounted.
 pub const TLS_DIR: &str = "/etc/valkey-tls";
+/// Where the users Secret (`<cluster>-users`) is mounted.
+pub const USERS_DIR: &str = "/etc/valkey-users";
 /// Seconds between Valkey's checks of its TLS files: a renewed certificate
 /// is served this long after the kubelet has refreshed the Secret volume.
 pub const TLS_RELOAD_SECONDS: u32 = 10;

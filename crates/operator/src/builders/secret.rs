@@ -76,6 +76,26 @@ pub fn applied_secret(
     }
 }
 
+/// `<cluster>-users`: the members' users file (`valkey::acl::users_file`),
+/// mounted by every member pod, written by the operator only.
+pub fn users_secret(c: &ValidatedCluster, owner: &OwnerReference, file: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(api::constants::users_secret_name(&c.name)),
+            namespace: Some(c.namespace.clone()),
+            labels: Some(cluster_labels(&c.name)),
+            owner_references: Some(vec![owner.clone()]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            api::constants::USERS_FILE_KEY.to_string(),
+            k8s_openapi::ByteString(file.as_bytes().to_vec()),
+        )])),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    }
+}
+
 /// The key of the password in `<cluster>-auth-applied`.
 pub const APPLIED_KEY: &str = "password";
 /// The key of the number of rotations in `<cluster>-auth-applied`.

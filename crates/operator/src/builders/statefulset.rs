@@ -76,6 +76,8 @@ pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
 pub const CLI_ARGS_ENV: &str = "VALKEY_CLI_ARGS";
 /// Name of the volume of the TLS Secret.
 pub const TLS_VOLUME: &str = "tls";
+/// Name of the volume of the users Secret.
+pub const USERS_VOLUME: &str = "users";
 /// Name of the data volume (and of the PVC template: PVCs are `data-<pod>`).
 pub const DATA_VOLUME: &str = "data";
 
@@ -301,6 +303,14 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
         }),
         ..Default::default()
     }];
+    volumes.push(Volume {
+        name: USERS_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(api::constants::users_secret_name(&c.name)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
     if let Some(tls) = &c.tls {
         volumes.push(Volume {
             name: TLS_VOLUME.into(),
@@ -428,6 +438,12 @@ fn container(c: &ValidatedCluster) -> Container {
         // it from connection source addresses).
         "--cluster-announce-ip".into(),
         "$(POD_IP)".into(),
+        // The users of spec.users the members took, so a member that
+        // restarts has them before the operator sets them again (and when
+        // the operator is away). `default` is not in it: its password
+        // stays requirepass's.
+        "--include".into(),
+        format!("{}/{}", config::USERS_DIR, api::constants::USERS_FILE_KEY),
     ];
     if c.auth.enabled {
         env.push(password_env(c));
@@ -481,6 +497,12 @@ fn container(c: &ValidatedCluster) -> Container {
         VolumeMount {
             name: DATA_VOLUME.into(),
             mount_path: DATA_DIR.into(),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: USERS_VOLUME.into(),
+            mount_path: config::USERS_DIR.into(),
+            read_only: Some(true),
             ..Default::default()
         },
     ];

@@ -136,6 +136,8 @@ async fn run(
     )
     .await?;
     let users = act::users::resolve(ctx, &cluster).await?;
+    // Before the StatefulSets: member pods mount it.
+    act::users::ensure_file(ctx, &cluster, &owner, &users, memory).await?;
     let desired = decide::objects(&cluster, &owner, &placement, &kube);
     let orphaned = cleanup::Orphans {
         pdbs: cleanup::orphaned_pdbs(&cluster, &desired, &kube),
@@ -198,7 +200,9 @@ async fn run(
             )
             .await?;
         }
-        act::users::sync(ctx, &valkey.session, &users, memory, events).await;
+        if act::users::sync(ctx, &valkey.session, &users, memory, events).await > 0 {
+            act::users::ensure_file(ctx, &cluster, &owner, &users, memory).await?;
+        }
         act::tls::advance_rotation(
             ctx,
             &cluster,

@@ -18,6 +18,7 @@ use crate::controller::valkey_io::Session;
 use crate::controller::{Error, act::secrets};
 use api::ValidatedCluster;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -137,15 +138,49 @@ pub async fn resolve(ctx: &Context, cluster: &ValidatedCluster) -> Result<Users,
     Ok(users)
 }
 
+/// Keeps `<cluster>-users`, the users file every member pod mounts and loads
+/// at start (`--include`), at what the members took (see
+/// `valkey::acl::users_file`): created before any member pod needs it,
+/// written only when its text changes. Pods cannot start without it, so it
+/// is read on every call (a deleted one comes back at once).
+pub async fn ensure_file(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    owner: &OwnerReference,
+    users: &Users,
+    memory: &Memory,
+) -> Result<(), Error> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let name = api::constants::users_secret_name(&cluster.name);
+    let live = secrets::read(&api, &name).await?;
+    let previous = live
+        .as_ref()
+        .and_then(|s| crate::builders::secret::secret_text(s, api::constants::USERS_FILE_KEY));
+    let left_alone: BTreeSet<String> = users.unresolved.keys().cloned().collect();
+    let next = acl::users_file(
+        previous.as_deref().unwrap_or_default(),
+        &users.desired,
+        &left_alone,
+        &memory.acl,
+    );
+    if previous.as_deref() != Some(next.as_str()) {
+        let secret = crate::builders::secret::users_secret(cluster, owner, &next);
+        secrets::apply(ctx, &api, &secret).await?;
+        tracing::info!(secret = %name, users = next.lines().count() - 1, "users file written");
+    }
+    Ok(())
+}
+
 /// Brings the users of every connected member to the spec. Failures are
-/// logged and reported; the next reconcile tries again.
+/// logged and reported; the next reconcile tries again. Returns how many
+/// ACL commands went through.
 pub async fn sync(
     ctx: &Context,
     session: &Session,
     users: &Users,
     memory: &mut Memory,
     events: &Events<'_>,
-) {
+) -> usize {
     let missing = (!users.unresolved.is_empty()).then(|| {
         users
             .unresolved
@@ -239,6 +274,7 @@ pub async fn sync(
             )
             .await;
     }
+    applied
 }
 
 #[cfg(test)]

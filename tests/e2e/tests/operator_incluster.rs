@@ -504,9 +504,12 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// The rules of the NetworkPolicy `<cluster>-members` as (ports, sources),
-/// `None` when there is none.
-fn policy_rules(env: &Env, ns: &str) -> Result<Option<Vec<(Vec<i64>, Value)>>> {
+/// One ingress rule of a NetworkPolicy: its ports and its `from`.
+type Rule = (Vec<i64>, Value);
+
+/// The rules of the NetworkPolicy `<cluster>-members`, `None` when there is
+/// none.
+fn policy_rules(env: &Env, ns: &str) -> Result<Option<Vec<Rule>>> {
     let name = format!("{CLUSTER}-members");
     let out = env
         .kubectl_cmd()

@@ -20,6 +20,7 @@ use placement::{
     Capacity, Mode, NodeInfo, Problem, Resources, SpreadConstraint, TaintEffect, Toleration,
     TolerationOperator,
 };
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use thiserror::Error;
 
@@ -66,14 +67,14 @@ impl AdaptError {
 ///
 /// Nodes are sorted by name and running members by (shard, member), so the
 /// order of the input lists never changes the plan.
-pub fn problem(
+pub fn problem<N: Borrow<Node>, P: Borrow<Pod>>(
     cluster: &ValidatedCluster,
-    nodes: &[Node],
-    pods: &[Pod],
+    nodes: &[N],
+    pods: &[P],
 ) -> Result<Problem, AdaptError> {
     let mut infos: BTreeMap<String, NodeInfo> = BTreeMap::new();
     for node in nodes {
-        let info = nodes::node_info(node)?;
+        let info = nodes::node_info(node.borrow())?;
         if infos.contains_key(&info.name) {
             return Err(AdaptError::DuplicateNode { node: info.name });
         }
@@ -250,7 +251,12 @@ mod tests {
              exporter: {enabled: true}
              scheduling: {nodeSelector: {pool: valkey}}",
         );
-        let p = problem(&c, &[ready_node("n2", "b"), ready_node("n1", "a")], &[]).unwrap();
+        let p = problem(
+            &c,
+            &[ready_node("n2", "b"), ready_node("n1", "a")],
+            &[] as &[Pod],
+        )
+        .unwrap();
         assert_eq!((p.cluster.as_str(), p.shards, p.replicas), ("cache", 2, 2));
         assert_eq!(
             p.constraints,
@@ -287,7 +293,12 @@ mod tests {
     #[test]
     fn duplicate_node_names_are_refused() {
         let c = cluster("shards: 1");
-        let err = problem(&c, &[ready_node("n1", "a"), ready_node("n1", "b")], &[]).unwrap_err();
+        let err = problem(
+            &c,
+            &[ready_node("n1", "a"), ready_node("n1", "b")],
+            &[] as &[Pod],
+        )
+        .unwrap_err();
         assert_eq!(err, AdaptError::DuplicateNode { node: "n1".into() });
     }
 

@@ -17,9 +17,10 @@ use super::{AdaptError, add};
 use api::ValidatedCluster;
 use api::constants::{LABEL_CLUSTER, LABEL_MEMBER, LABEL_ROLE, LABEL_SHARD, ROLE_PRIMARY};
 use api::quantity;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use placement::{Capacity, MemberIndex, RunningMember, ShardIndex};
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 /// What the pods tell the planner.
@@ -89,7 +90,8 @@ fn pod_name(pod: &Pod) -> String {
 /// One pod's cpu (millicores) and memory (bytes) requests, as the scheduler
 /// counts them; `pods` is 1.
 pub fn effective_request(pod: &Pod) -> Result<Capacity, AdaptError> {
-    let spec = pod.spec.clone().unwrap_or_default();
+    let none = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&none);
     let err = |field: String, message: String| AdaptError::Pod {
         pod: pod_name(pod),
         field,
@@ -193,9 +195,14 @@ fn container_request(
 
 /// Sorts `pods` into this cluster's running members (and their live roles)
 /// and the room every other pod takes on its node.
-pub fn census(cluster: &ValidatedCluster, pods: &[Pod]) -> Result<Census, AdaptError> {
-    let mut ordered: Vec<&Pod> = pods.iter().collect();
-    ordered.sort_by_key(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()));
+pub fn census<P: Borrow<Pod>>(
+    cluster: &ValidatedCluster,
+    pods: &[P],
+) -> Result<Census, AdaptError> {
+    let mut ordered: Vec<&Pod> = pods.iter().map(Borrow::borrow).collect();
+    ordered.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
 
     let mut census = Census::default();
     // Per member, its bound, live pods in the spec's shape: the newest is

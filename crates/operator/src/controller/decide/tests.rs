@@ -89,8 +89,8 @@ fn view(pods: Vec<Pod>, statefulsets: Vec<StatefulSet>, nodes: Vec<Node>) -> Kub
         .collect();
     let sorted = crate::controller::observe::kube::sort_members(&c, &statefulsets, &pods);
     KubeView {
-        nodes,
-        all_pods: pods,
+        nodes: nodes.into_iter().map(std::sync::Arc::new).collect(),
+        all_pods: pods.into_iter().map(std::sync::Arc::new).collect(),
         members: sorted.members,
         surges: sorted.surges,
         condemned: sorted.condemned,

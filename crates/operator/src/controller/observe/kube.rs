@@ -20,6 +20,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -27,10 +28,10 @@ use std::sync::Arc;
 /// The Kubernetes side of one cluster, as of this reconcile.
 #[derive(Debug, Clone, Default)]
 pub struct KubeView {
-    /// Every Node (from the cache).
-    pub nodes: Vec<Node>,
-    /// Every Pod of every namespace (from the cache), for the planner.
-    pub all_pods: Vec<Pod>,
+    /// Every Node (from the cache, shared: not copied per reconcile).
+    pub nodes: Vec<Arc<Node>>,
+    /// Every Pod of every namespace (from the cache, shared), for the planner.
+    pub all_pods: Vec<Arc<Pod>>,
     /// This cluster's member pods by (shard, member), in or out of the spec's
     /// shape: the pod at its StatefulSet's `ordinals.start` (a live pod wins
     /// over a terminating one).
@@ -95,13 +96,14 @@ pub struct Sorted {
 /// Sorts `pods` of `cluster` by their ordinal against their member's live
 /// StatefulSet in `statefulsets`. A member whose StatefulSet is gone (scale-in)
 /// counts its lowest ordinal as the member.
-pub fn sort_members(
+pub fn sort_members<P: Borrow<Pod>>(
     cluster: &ValidatedCluster,
     statefulsets: &BTreeMap<String, StatefulSet>,
-    pods: &[Pod],
+    pods: &[P],
 ) -> Sorted {
     let mut by_member: BTreeMap<(u32, u32), Vec<&Pod>> = BTreeMap::new();
     for pod in pods {
+        let pod: &Pod = pod.borrow();
         if adapt::pods::is_finished(pod) {
             continue;
         }
@@ -162,9 +164,8 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
         BTreeMap::new()
     };
 
-    let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| Node::clone(n)).collect();
-    let pods: Vec<Arc<Pod>> = ctx.pods.state();
-    let all_pods: Vec<Pod> = pods.iter().map(|p| Pod::clone(p)).collect();
+    let nodes = ctx.nodes.state();
+    let all_pods = ctx.pods.state();
     let sorted = sort_members(cluster, &statefulsets, &all_pods);
     Ok(KubeView {
         nodes,

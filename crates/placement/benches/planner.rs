@@ -268,6 +268,17 @@ fn summary() {
             span(per_zone.values().map(|z| z.1).collect()),
             span(per_node.values().copied().collect()),
         );
+        if name == "crossing_100x3_on_60" {
+            // Issue 13, goal 3: the proven optimum in under 1 s.
+            let proven = plan_with(&p, &PlanOptions::default()).unwrap().optimal;
+            let median = times[times.len() / 2];
+            let met = proven && median < Duration::from_secs(1);
+            println!(
+                "  {:<22} [goal proven optimal in < 1 s: {}] (proven optimal {proven})",
+                "",
+                if met { "met" } else { "MISSED" }
+            );
+        }
     }
 }
 

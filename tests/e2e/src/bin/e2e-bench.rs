@@ -201,10 +201,11 @@ fn many_figures(env: &Env, count: u32, operator_args: &[String]) -> Result<()> {
     })?;
     let at = |q: f64| ready_after[((ready_after.len() - 1) as f64 * q) as usize];
     println!(
-        "operator: {count} clusters of 3x1 ({members} members) on 5 zones x 10 nodes, created at once -> all Ready: {:.1} s (first {:.1} s, half {:.1} s)",
+        "operator: {count} clusters of 3x1 ({members} members) on 5 zones x 10 nodes, created at once -> all Ready: {:.1} s (first {:.1} s, half {:.1} s) {}",
         at(1.0),
         at(0.0),
-        at(0.5)
+        at(0.5),
+        goal("< 180 s", at(1.0) < 180.0)
     );
     // Steady state: let the bootstrap's status writes settle, then two
     // resync periods.
@@ -224,26 +225,29 @@ fn many_figures(env: &Env, count: u32, operator_args: &[String]) -> Result<()> {
     let p50 = quantile(&before, &after, family, 0.5);
     let p99 = quantile(&before, &after, family, 0.99);
     println!(
-        "operator, steady with {count} clusters: {reconciles} reconciles and {writes} API writes in {} s ({:.2} writes per reconcile); reconcile time p50 <= {} s, p99 <= {} s (histogram bucket bounds)",
+        "operator, steady with {count} clusters: {reconciles} reconciles and {writes} API writes in {} s ({:.2} writes per reconcile) {}; reconcile time p50 <= {} s, p99 <= {} s (histogram bucket bounds; goal: report)",
         window.as_secs(),
         if reconciles > 0.0 {
             writes / reconciles
         } else {
             f64::NAN
         },
+        goal("0 writes", writes == 0.0),
         p50.map_or("-".into(), |v| format!("{v}")),
         p99.map_or("-".into(), |v| format!("{v}")),
     );
     if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
+        let cpu = (b - a) / window.as_secs_f64() * 100.0;
         println!(
-            "operator, steady with {count} clusters: CPU {:.2}% of a core",
-            (b - a) / window.as_secs_f64() * 100.0
+            "operator, steady with {count} clusters: CPU {cpu:.2}% of a core {}",
+            goal("< 2%", cpu < 2.0)
         );
     }
     if let Some(kib) = rss_kib(pid) {
+        let mb = kib as f64 / 1024.0;
         println!(
-            "operator, steady with {count} clusters: resident memory {:.1} MB",
-            kib as f64 / 1024.0
+            "operator, steady with {count} clusters: resident memory {mb:.1} MB {}",
+            goal("< 30 MB", mb < 30.0)
         );
     }
     Ok(())
@@ -336,6 +340,11 @@ fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// `[goal <what>: met|MISSED]`, printed beside a figure.
+fn goal(what: &str, met: bool) -> String {
+    format!("[goal {what}: {}]", if met { "met" } else { "MISSED" })
+}
+
 /// Runs of apply -> Ready for 3x2, one after the other.
 const READY_RUNS: usize = 3;
 
@@ -358,8 +367,9 @@ fn operator_figures(env: &Env, ns: &str, operator_args: &[String]) -> Result<()>
     }
     let words: Vec<String> = took.iter().map(|t| format!("{t:.1}")).collect();
     println!(
-        "operator: apply -> Ready for 3x2 (16384 slots assigned, every replica in sync), {READY_RUNS} runs: {} s",
-        words.join(", ")
+        "operator: apply -> Ready for 3x2 (16384 slots assigned, every replica in sync), {READY_RUNS} runs: {} s {}",
+        words.join(", "),
+        goal("< 5 s in every run", took.iter().all(|t| *t < 5.0))
     );
     // The extra runs' clusters go, so the figures below are of ten clusters.
     for run in 1..READY_RUNS {
@@ -397,20 +407,26 @@ fn operator_figures(env: &Env, ns: &str, operator_args: &[String]) -> Result<()>
     let reconciles = metric_sum(&after, "valkey_operator_reconciles_total")
         - metric_sum(&before, "valkey_operator_reconciles_total");
     println!(
-        "operator: API writes per resync of a steady cluster: {:.2} ({} writes over {} reconciles of 10 steady clusters)",
+        "operator: API writes per resync of a steady cluster: {:.2} ({} writes over {} reconciles of 10 steady clusters) {}",
         if reconciles > 0.0 {
             writes / reconciles
         } else {
             f64::NAN
         },
         writes,
-        reconciles
+        reconciles,
+        goal("0", writes == 0.0)
     );
     if let Some(kib) = operator.pid().and_then(rss_kib) {
+        let mb = kib as f64 / 1024.0;
         println!(
-            "operator: resident memory managing 10 clusters (33 members): {:.1} MB",
-            kib as f64 / 1024.0
+            "operator: resident memory managing 10 clusters (33 members): {mb:.1} MB {}",
+            goal("< 30 MB", mb < 30.0)
         );
     }
+    // Issue 13, goal 5: the official operator cannot be built here.
+    println!(
+        "official valkey-io/valkey-operator side by side (3x1, 3x2 apply -> Ready, RSS as ratios) [goal: ours <= 1/4 of its time, <= 1/3 of its memory: not measured: the Go module proxy refuses github.com/valkey-io/valkey-operator (see docs/benchmarks.md)]"
+    );
     Ok(())
 }

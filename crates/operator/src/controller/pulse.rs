@@ -1,6 +1,7 @@
 //! Between the resyncs of a steady cluster, a cheap look at its members:
-//! every `--pulse-seconds` each member is asked `INFO replication` over a
-//! connection kept open for it. A failover Valkey made on its own, a replica
+//! every `--pulse-seconds` each member is asked `ROLE` (a few words, where
+//! `INFO replication` is a page to parse) over a connection kept open for
+//! it. A failover Valkey made on its own, a replica
 //! whose link went down or came back, a member that stopped answering or
 //! answers again: anything that differs from what the last reconcile saw
 //! triggers a reconcile of that cluster at once, so status, conditions and
@@ -20,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use valkey::client::{Admin, ConnectOptions, ValkeyAdmin};
 use valkey::model::{MemberAddr, MemberState};
-use valkey::parse::{ReplicationInfo, Role};
+use valkey::parse::{ReplicationInfo, Role, RoleReply};
 
 /// What a member said about its replication, reduced to what the status
 /// shows: its role, whom it follows and whether its link is up; `None`
@@ -38,6 +39,23 @@ pub fn beat(info: &ReplicationInfo) -> String {
             if link.link_up { "up" } else { "down" }
         ),
         (Role::Replica, None) => "replica".to_string(),
+    }
+}
+
+/// The beat of one member's `ROLE`: the same text as [`beat`] of its `INFO
+/// replication` (a replica's link is up exactly when ROLE says `connected`).
+pub fn beat_of_role(role: &RoleReply) -> String {
+    match role {
+        RoleReply::Primary { .. } => "primary".to_string(),
+        RoleReply::Replica {
+            primary_ip,
+            primary_port,
+            state,
+            ..
+        } => format!(
+            "replica of {primary_ip}:{primary_port} link {}",
+            if state == "connected" { "up" } else { "down" }
+        ),
     }
 }
 
@@ -192,10 +210,9 @@ async fn ask(
             Err(_) => return (None, None),
         },
     };
-    let info = admin.info("replication").await;
-    match info.ok().and_then(|i| ReplicationInfo::from_info(&i).ok()) {
-        Some(r) => (Some(beat(&r)), Some(admin)),
-        None => (None, None),
+    match admin.role().await {
+        Ok(role) => (Some(beat_of_role(&role)), Some(admin)),
+        Err(_) => (None, None),
     }
 }
 
@@ -239,6 +256,34 @@ mod tests {
         p.role = Role::Primary;
         p.primary_link = None;
         assert_eq!(beat(&p), "primary");
+    }
+
+    #[test]
+    fn role_and_info_replication_give_the_same_beat() {
+        let role = |state: &str| RoleReply::Replica {
+            primary_ip: "10.0.0.1".into(),
+            primary_port: 6379,
+            state: state.into(),
+            offset: 10,
+        };
+        assert_eq!(
+            beat_of_role(&role("connected")),
+            beat(&replica("10.0.0.1", true))
+        );
+        for state in ["connect", "connecting", "sync", "handshake"] {
+            assert_eq!(
+                beat_of_role(&role(state)),
+                beat(&replica("10.0.0.1", false))
+            );
+        }
+        let primary = RoleReply::Primary {
+            offset: 5,
+            replicas: vec![("10.0.0.2".into(), 6379, 5)],
+        };
+        let mut p = replica("x", true);
+        p.role = Role::Primary;
+        p.primary_link = None;
+        assert_eq!(beat_of_role(&primary), beat(&p));
     }
 
     #[test]

@@ -170,6 +170,7 @@ fn many_figures(env: &Env, count: u32, operator_args: &[String]) -> Result<()> {
     if !operator_args.is_empty() {
         println!("operator: extra flags {operator_args:?}");
     }
+    metrics_port_free()?;
     let operator = env.start_operator_with("many", &args)?;
     let names: Vec<String> = (0..count).map(|i| format!("c{i:02}")).collect();
     let all: String = names
@@ -236,6 +237,12 @@ fn many_figures(env: &Env, count: u32, operator_args: &[String]) -> Result<()> {
         p50.map_or("-".into(), |v| format!("{v}")),
         p99.map_or("-".into(), |v| format!("{v}")),
     );
+    if writes > 0.0 {
+        println!(
+            "operator, steady with {count} clusters: the writes by kind: {}",
+            writes_by_kind(&before, &after)
+        );
+    }
     if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
         let cpu = (b - a) / window.as_secs_f64() * 100.0;
         println!(
@@ -298,6 +305,18 @@ spec:
 
 const METRICS_ADDR: &str = "127.0.0.1:18181";
 
+/// Refuses to measure while something else holds [`METRICS_ADDR`]: the
+/// operator of an earlier bench that was killed outlives it, and its
+/// metrics would be read instead of this run's operator's.
+fn metrics_port_free() -> Result<()> {
+    std::net::TcpListener::bind(METRICS_ADDR).map(drop).with_context(|| {
+        format!(
+            "{METRICS_ADDR} is taken, likely by the operator of an earlier bench that was \
+             killed: stop it (`pkill -f 'valkey-operator run'`) and run again"
+        )
+    })
+}
+
 fn cluster_yaml(name: &str, shards: u32, replicas: u32) -> String {
     format!(
         "apiVersion: valkey.rs/v1alpha1
@@ -312,6 +331,29 @@ spec:
     - {{topologyKey: zone, maxReplicas: 1, mode: Required}}
 "
     )
+}
+
+/// The API writes between two scrapes, by their `kind` and `verb` labels.
+fn writes_by_kind(before: &str, after: &str) -> String {
+    let family = "valkey_operator_api_writes_total{";
+    let samples = |text: &str| -> std::collections::BTreeMap<String, f64> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(family))
+            .filter_map(|l| {
+                let (labels, value) = l.rsplit_once(' ')?;
+                Some((labels.trim_end_matches('}').to_string(), value.parse().ok()?))
+            })
+            .collect()
+    };
+    let was = samples(before);
+    samples(after)
+        .into_iter()
+        .filter_map(|(labels, v)| {
+            let d = v - was.get(&labels).copied().unwrap_or(0.0);
+            (d > 0.0).then(|| format!("{labels}: {d}"))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Sum of every sample of a metric family in Prometheus text.
@@ -352,6 +394,7 @@ fn operator_figures(env: &Env, ns: &str, operator_args: &[String]) -> Result<()>
     env.install_crd()?;
     let mut args = vec!["--http-addr", METRICS_ADDR, "--resync-seconds", "10"];
     args.extend(operator_args.iter().map(String::as_str));
+    metrics_port_free()?;
     let operator = env.start_operator_with("bench", &args)?;
     let mut took = Vec::new();
     for run in 0..READY_RUNS {

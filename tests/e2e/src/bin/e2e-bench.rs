@@ -208,9 +208,11 @@ fn many_figures(env: &Env, count: u32, operator_args: &[String]) -> Result<()> {
         at(0.5),
         goal("< 180 s", at(1.0) < 180.0)
     );
-    // Steady state: let the bootstrap's status writes settle, then two
-    // resync periods.
-    std::thread::sleep(Duration::from_secs(30));
+    // Steady state: let the bootstrap's status writes settle and the
+    // primaries' balancing across zones run (it waits for 60 s without a
+    // disturbance, `primaryBalancing.quietPeriodSeconds`), then two resync
+    // periods.
+    std::thread::sleep(Duration::from_secs(75));
     let pid = operator.pid().context("operator pid")?;
     let before = metrics()?;
     let cpu_before = cpu_seconds(pid);

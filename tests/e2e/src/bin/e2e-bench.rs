@@ -311,12 +311,14 @@ const METRICS_ADDR: &str = "127.0.0.1:18181";
 /// operator of an earlier bench that was killed outlives it, and its
 /// metrics would be read instead of this run's operator's.
 fn metrics_port_free() -> Result<()> {
-    std::net::TcpListener::bind(METRICS_ADDR).map(drop).with_context(|| {
-        format!(
-            "{METRICS_ADDR} is taken, likely by the operator of an earlier bench that was \
+    std::net::TcpListener::bind(METRICS_ADDR)
+        .map(drop)
+        .with_context(|| {
+            format!(
+                "{METRICS_ADDR} is taken, likely by the operator of an earlier bench that was \
              killed: stop it (`pkill -f 'valkey-operator run'`) and run again"
-        )
-    })
+            )
+        })
 }
 
 fn cluster_yaml(name: &str, shards: u32, replicas: u32) -> String {
@@ -343,7 +345,10 @@ fn writes_by_kind(before: &str, after: &str) -> String {
             .filter_map(|l| l.strip_prefix(family))
             .filter_map(|l| {
                 let (labels, value) = l.rsplit_once(' ')?;
-                Some((labels.trim_end_matches('}').to_string(), value.parse().ok()?))
+                Some((
+                    labels.trim_end_matches('}').to_string(),
+                    value.parse().ok()?,
+                ))
             })
             .collect()
     };

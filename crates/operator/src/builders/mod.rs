@@ -64,6 +64,18 @@ pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// The metadata of an object `c` owns: `name` in the cluster's namespace,
+/// the cluster's labels, `owner` as its controller.
+pub fn owned_meta(c: &ValidatedCluster, owner: &OwnerReference, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(c.namespace.clone()),
+        labels: Some(cluster_labels(&c.name)),
+        owner_references: Some(vec![owner.clone()]),
+        ..Default::default()
+    }
+}
+
 /// Selects every member pod of a cluster.
 pub fn cluster_selector(cluster: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(LABEL_CLUSTER.to_string(), cluster.to_string())])
@@ -93,13 +105,7 @@ pub fn member_labels(cluster: &str, shard: u32, member: u32) -> BTreeMap<String,
 /// The ConfigMap holding valkey.conf.
 pub fn config_map(c: &ValidatedCluster, owner: &OwnerReference) -> ConfigMap {
     ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(config_map_name(&c.name)),
-            namespace: Some(c.namespace.clone()),
-            labels: Some(cluster_labels(&c.name)),
-            owner_references: Some(vec![owner.clone()]),
-            ..Default::default()
-        },
+        metadata: owned_meta(c, owner, config_map_name(&c.name)),
         data: Some(BTreeMap::from([(
             config::CONFIG_FILE.to_string(),
             config::render(c),

@@ -14,14 +14,15 @@
 //! Egress is left alone: members dial only their peers and, for DNS, the
 //! cluster's resolver, and a policy there would have to name the resolver.
 
-use super::{cluster_labels, cluster_selector};
+use super::cluster_selector;
+use super::owned_meta;
 use api::ValidatedCluster;
 use api::constants::{CLUSTER_BUS_PORT, EXPORTER_PORT, VALKEY_PORT};
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 
@@ -98,13 +99,7 @@ pub fn network_policy(c: &ValidatedCluster, owner: &OwnerReference) -> Option<Ne
         });
     }
     Some(NetworkPolicy {
-        metadata: ObjectMeta {
-            name: Some(network_policy_name(&c.name)),
-            namespace: Some(c.namespace.clone()),
-            labels: Some(cluster_labels(&c.name)),
-            owner_references: Some(vec![owner.clone()]),
-            ..Default::default()
-        },
+        metadata: owned_meta(c, owner, network_policy_name(&c.name)),
         spec: Some(NetworkPolicySpec {
             pod_selector: selector(cluster_selector(&c.name)),
             policy_types: Some(vec!["Ingress".to_string()]),

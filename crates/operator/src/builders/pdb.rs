@@ -2,22 +2,17 @@
 //! eviction never takes two members of one shard at once (the operator's own
 //! deletions are not evictions and follow its rolling order instead).
 
-use super::{cluster_labels, pdb_name, shard_selector};
+use super::owned_meta;
+use super::{pdb_name, shard_selector};
 use api::ValidatedCluster;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// The PDB of shard `shard`.
 pub fn pdb(c: &ValidatedCluster, owner: &OwnerReference, shard: u32) -> PodDisruptionBudget {
     PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some(pdb_name(&c.name, shard)),
-            namespace: Some(c.namespace.clone()),
-            labels: Some(cluster_labels(&c.name)),
-            owner_references: Some(vec![owner.clone()]),
-            ..Default::default()
-        },
+        metadata: owned_meta(c, owner, pdb_name(&c.name, shard)),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
             selector: Some(LabelSelector {

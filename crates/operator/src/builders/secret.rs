@@ -4,10 +4,10 @@
 //! overwrites or deletes it (clients may have read the password), and a
 //! Secret the user named is never touched at all.
 
-use super::cluster_labels;
+use super::owned_meta;
 use api::ValidatedCluster;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use rand::RngExt as _;
 use std::collections::BTreeMap;
 
@@ -29,13 +29,7 @@ pub fn auth_secret(c: &ValidatedCluster, owner: &OwnerReference, password: &str)
         return None;
     }
     Some(Secret {
-        metadata: ObjectMeta {
-            name: Some(c.auth.secret_name.clone()),
-            namespace: Some(c.namespace.clone()),
-            labels: Some(cluster_labels(&c.name)),
-            owner_references: Some(vec![owner.clone()]),
-            ..Default::default()
-        },
+        metadata: owned_meta(c, owner, c.auth.secret_name.clone()),
         string_data: Some(BTreeMap::from([(
             c.auth.secret_key.clone(),
             password.to_string(),
@@ -54,13 +48,7 @@ pub fn applied_secret(
     generation: u64,
 ) -> Secret {
     Secret {
-        metadata: ObjectMeta {
-            name: Some(api::constants::auth_applied_secret_name(&c.name)),
-            namespace: Some(c.namespace.clone()),
-            labels: Some(cluster_labels(&c.name)),
-            owner_references: Some(vec![owner.clone()]),
-            ..Default::default()
-        },
+        metadata: owned_meta(c, owner, api::constants::auth_applied_secret_name(&c.name)),
         data: Some(BTreeMap::from([
             (
                 APPLIED_KEY.to_string(),
@@ -80,13 +68,7 @@ pub fn applied_secret(
 /// mounted by every member pod, written by the operator only.
 pub fn users_secret(c: &ValidatedCluster, owner: &OwnerReference, file: &str) -> Secret {
     Secret {
-        metadata: ObjectMeta {
-            name: Some(api::constants::users_secret_name(&c.name)),
-            namespace: Some(c.namespace.clone()),
-            labels: Some(cluster_labels(&c.name)),
-            owner_references: Some(vec![owner.clone()]),
-            ..Default::default()
-        },
+        metadata: owned_meta(c, owner, api::constants::users_secret_name(&c.name)),
         data: Some(BTreeMap::from([(
             api::constants::USERS_FILE_KEY.to_string(),
             k8s_openapi::ByteString(file.as_bytes().to_vec()),

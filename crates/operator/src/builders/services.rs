@@ -2,7 +2,8 @@
 //! client Service (where cluster clients connect first; any member redirects
 //! them to the right shard).
 
-use super::{client_service_name, cluster_labels, cluster_selector, headless_service_name};
+use super::owned_meta;
+use super::{client_service_name, cluster_selector, headless_service_name};
 use api::ValidatedCluster;
 use api::constants::{CLUSTER_BUS_PORT, VALKEY_PORT};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
@@ -23,13 +24,7 @@ fn port(name: &str, p: u16) -> ServicePort {
 /// find each other (and the operator them) before they are Ready.
 pub fn headless(c: &ValidatedCluster, owner: &OwnerReference) -> Service {
     Service {
-        metadata: ObjectMeta {
-            name: Some(headless_service_name(&c.name)),
-            namespace: Some(c.namespace.clone()),
-            labels: Some(cluster_labels(&c.name)),
-            owner_references: Some(vec![owner.clone()]),
-            ..Default::default()
-        },
+        metadata: owned_meta(c, owner, headless_service_name(&c.name)),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
@@ -48,13 +43,9 @@ pub fn headless(c: &ValidatedCluster, owner: &OwnerReference) -> Service {
 pub fn client(c: &ValidatedCluster, owner: &OwnerReference) -> Service {
     Service {
         metadata: ObjectMeta {
-            name: Some(client_service_name(&c.name)),
-            namespace: Some(c.namespace.clone()),
-            labels: Some(cluster_labels(&c.name)),
             annotations: (!c.client_service.annotations.is_empty())
                 .then(|| c.client_service.annotations.clone()),
-            owner_references: Some(vec![owner.clone()]),
-            ..Default::default()
+            ..owned_meta(c, owner, client_service_name(&c.name))
         },
         spec: Some(ServiceSpec {
             type_: Some(c.client_service.type_.as_str().into()),

@@ -37,7 +37,7 @@
 //! step ([`ca_step`]) are pure; issuing makes keys and so is not.
 
 use super::secret::secret_text;
-use super::{client_service_name, cluster_labels, headless_service_name};
+use super::{client_service_name, headless_service_name};
 use api::ValidatedCluster;
 use api::constants::{
     TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, tls_ca_key_secret_name, tls_ca_secret_name,
@@ -361,12 +361,8 @@ fn owned_secret(
 ) -> Secret {
     Secret {
         metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(cluster.namespace.clone()),
-            labels: Some(cluster_labels(&cluster.name)),
             annotations: (!annotations.is_empty()).then_some(annotations),
-            owner_references: Some(vec![owner.clone()]),
-            ..Default::default()
+            ..super::owned_meta(cluster, owner, name)
         },
         data: Some(
             data.into_iter()

@@ -24,13 +24,13 @@ use super::decide::{self, cleanup, placement::Placement};
 use super::events::{Events, reason};
 use super::facts::Facts;
 use super::report::{self, Target};
-use super::{Context, Error, Memory, observe};
+use super::{Context, Error, Memory, Settings, observe};
 use crate::metrics;
 use api::{ValidatedCluster, ValkeyCluster};
 use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The reconcile: runs the pipeline with what is remembered about the
 /// cluster, and remembers what it learnt.
@@ -238,9 +238,47 @@ async fn run(
         &valkey,
         valkey.opts.clone(),
     );
-    Ok(if converging {
-        Action::requeue(ctx.settings.fast_requeue)
-    } else {
-        Action::requeue(ctx.settings.slow_requeue)
-    })
+    Ok(Action::requeue(next_look(
+        converging,
+        decision.wake_in,
+        &ctx.settings,
+    )))
+}
+
+/// When to reconcile again without a change: soon while converging, else at
+/// the resync, or earlier when something waits on time alone (a quiet
+/// period ending).
+fn next_look(converging: bool, wake_in: Option<Duration>, settings: &Settings) -> Duration {
+    if converging {
+        return settings.fast_requeue;
+    }
+    match wake_in {
+        // A moment past the end, so the wait has surely ended.
+        Some(w) => (w + Duration::from_millis(100)).min(settings.slow_requeue),
+        None => settings.slow_requeue,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_steady_cluster_waiting_on_a_quiet_period_is_looked_at_when_it_ends() {
+        let s = Settings::default();
+        assert_eq!(next_look(true, None, &s), s.fast_requeue);
+        assert_eq!(
+            next_look(true, Some(Duration::from_secs(7)), &s),
+            s.fast_requeue
+        );
+        assert_eq!(next_look(false, None, &s), s.slow_requeue);
+        assert_eq!(
+            next_look(false, Some(Duration::from_secs(7)), &s),
+            Duration::from_millis(7100)
+        );
+        assert_eq!(
+            next_look(false, Some(Duration::from_secs(600)), &s),
+            s.slow_requeue
+        );
+    }
 }

@@ -14,7 +14,7 @@ use crate::controller::facts::Facts;
 use crate::controller::report::status::BalanceState;
 use api::v1alpha1::BalancingMode;
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The domain values of one member's node, by topology key (absent key: the
 /// node lacks that label; such nodes share one domain, as in the planner).
@@ -176,16 +176,18 @@ pub fn best_move(shards: &[ShardView], keys: &[String]) -> Option<Move> {
 
 /// Primary balancing: after the quiet period, one shard at a time, only
 /// while the cluster is Ready, move one primary to an in-sync replica in a
-/// better domain. Returns where balancing stands and the failover to make
-/// now (shard, to member), if any.
+/// better domain. Returns where balancing stands, the failover to make
+/// now (shard, to member), if any, and, while the quiet period holds a
+/// failover back, how long it still does (the reconcile looks again then,
+/// not only at the next resync).
 pub fn balancing(
     f: &Facts<'_>,
     cluster_ready: bool,
     last_disturbance: Option<Instant>,
     now: Instant,
-) -> (BalanceState, Option<(u32, u32)>) {
+) -> (BalanceState, Option<(u32, u32)>, Option<Duration>) {
     let Some(mv) = best_move(&f.shards, &f.keys) else {
-        return (BalanceState::Aligned, None);
+        return (BalanceState::Aligned, None, None);
     };
     let what = format!(
         "shard {}: primary should move from member {} to member {}",
@@ -196,17 +198,20 @@ pub fn balancing(
         return (
             BalanceState::Off(format!("{what} (primaryBalancing.mode is Off)")),
             None,
+            None,
         );
     }
     if !mv.ready {
         return (
             BalanceState::Impossible(format!("{what}, but that replica is not in sync")),
             None,
+            None,
         );
     }
     if !cluster_ready {
         return (
             BalanceState::Pending(format!("{what} once the cluster is Ready")),
+            None,
             None,
         );
     }
@@ -222,12 +227,14 @@ pub fn balancing(
                     quiet.as_secs()
                 )),
                 None,
+                Some(quiet - elapsed),
             );
         }
     }
     (
         BalanceState::Pending(format!("{what}: failing over")),
         Some((mv.shard, mv.to)),
+        None,
     )
 }
 
@@ -270,6 +277,38 @@ mod tests {
             shard(1, primaries[1], &[("b2", "b"), ("c2", "c"), ("a2", "a")]),
             shard(2, primaries[2], &[("c3", "c"), ("a3", "a"), ("b3", "b")]),
         ]
+    }
+
+    #[test]
+    fn the_quiet_period_says_how_long_it_still_holds_a_failover_back() {
+        let c = crate::adapt::fixtures::cluster(
+            "shards: 3\nreplicas: 2\nprimaryBalancing: {quietPeriodSeconds: 10}",
+        );
+        let kube = crate::controller::observe::kube::KubeView::default();
+        let valkey = valkey::model::ObservedCluster::default();
+        let f = Facts {
+            cluster: &c,
+            kube: &kube,
+            valkey: &valkey,
+            now: "2026-01-01T00:00:00Z".parse().unwrap(),
+            keys: keys(),
+            primaries: BTreeMap::new(),
+            shards: spread_cluster([1, 0, 0]),
+        };
+        let now = Instant::now();
+        let disturbed = now - Duration::from_secs(4);
+        let (state, failover, wake) = balancing(&f, true, Some(disturbed), now);
+        assert!(matches!(state, BalanceState::Pending(_)), "{state:?}");
+        assert_eq!(failover, None);
+        assert_eq!(wake, Some(Duration::from_secs(6)));
+        // Once it has passed: the failover, and nothing to wait for.
+        let later = disturbed + Duration::from_secs(10);
+        let (_, failover, wake) = balancing(&f, true, Some(disturbed), later);
+        assert_eq!(failover, Some((0, 0)));
+        assert_eq!(wake, None);
+        // Not Ready: no failover and no wake (a change will reconcile it).
+        let (_, failover, wake) = balancing(&f, false, Some(disturbed), now);
+        assert_eq!((failover, wake), (None, None));
     }
 
     #[test]

@@ -39,7 +39,7 @@ use api::ValidatedCluster;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use placement::Placement;
 use rolling::{Roll, RollStep};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use surge::{Surge, SurgeStep};
 
 /// The owned objects as they should be: the plan's placement, the live
@@ -89,6 +89,9 @@ pub struct Decision {
     pub valkey: Plan,
     /// What to do about members on lost nodes.
     pub heal: Vec<heal::Heal>,
+    /// When something waits on time alone (the balancing's quiet period):
+    /// look again after this, even if nothing changes before.
+    pub wake_in: Option<Duration>,
 }
 
 /// Decides the Valkey side. `blocked`: nobody can be asked (the password is
@@ -124,14 +127,16 @@ pub fn next(
     // copies of moves in flight as extra replicas.
     let mut topology = valkey::with_surges(&members, f, &surges);
     let mut balance = BalanceState::Aligned;
+    let mut wake_in = None;
     match &roll.step {
         RollStep::Failover { shard, to } => {
             valkey::set_primary(&mut topology, *shard, MemberIndex::Member(*to));
         }
         RollStep::Done => {
-            let (state, failover) =
+            let (state, failover, wait) =
                 balance::balancing(f, cluster_ready, memory.last_disturbance, now);
             balance = state;
+            wake_in = wait;
             if let Some((shard, to)) = failover {
                 valkey::set_primary(&mut topology, shard, MemberIndex::Member(to));
             }
@@ -165,6 +170,7 @@ pub fn next(
         balance,
         valkey: plan,
         heal,
+        wake_in,
     })
 }
 

@@ -14,6 +14,9 @@
 //! - `valkey_operator_api_writes_total{kind,verb}`: every create, apply,
 //!   patch and delete it sent to the API server. A steady cluster adds zero
 //!   per resync: writes happen only when something differs.
+//! - `valkey_operator_api_requests_total{verb}`: every request its client
+//!   sent to the API server, reads and watches too (`get`, `post`, `patch`,
+//!   `put`, `delete`, and `watch` for a GET that opens a watch).
 //! - `valkey_operator_valkey_commands_total{command}`: state-changing Valkey
 //!   commands (MEET, ADDSLOTSRANGE, REPLICATE, FAILOVER, FORGET, CONFIG SET...).
 //! - `valkey_operator_build_info{version}` 1.
@@ -83,6 +86,31 @@ pub struct ErrorLabels {
 pub struct WriteLabels {
     pub kind: String,
     pub verb: String,
+}
+
+/// Label of API requests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: &'static str,
+}
+
+/// The verb of an API request, as `valkey_operator_api_requests_total`
+/// labels it: the HTTP method in lower case, `watch` for a GET with
+/// `watch=true` (or `watch=1`) in its query.
+pub fn request_verb(method: &::http::Method, query: Option<&str>) -> &'static str {
+    let watch = query.is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv == "watch=true" || kv == "watch=1")
+    });
+    match *method {
+        ::http::Method::GET if watch => "watch",
+        ::http::Method::GET => "get",
+        ::http::Method::POST => "post",
+        ::http::Method::PATCH => "patch",
+        ::http::Method::PUT => "put",
+        ::http::Method::DELETE => "delete",
+        _ => "other",
+    }
 }
 
 /// Label of Valkey commands.
@@ -224,6 +252,7 @@ pub struct Metrics {
     pub failovers: Counter,
     pub slot_migrations: Counter,
     pub api_writes: Family<WriteLabels, Counter>,
+    pub api_requests: Family<RequestLabels, Counter>,
     pub valkey_commands: Family<CommandLabels, Counter>,
     cluster_shards: Family<StateLabels, Gauge>,
     cluster_members: Family<StateLabels, Gauge>,
@@ -268,6 +297,7 @@ impl Metrics {
         let failovers = Counter::default();
         let slot_migrations = Counter::default();
         let api_writes = Family::<WriteLabels, Counter>::default();
+        let api_requests = Family::<RequestLabels, Counter>::default();
         let valkey_commands = Family::<CommandLabels, Counter>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
@@ -294,6 +324,11 @@ impl Metrics {
             "api_writes",
             "Writes sent to the Kubernetes API server, by kind and verb",
             api_writes.clone(),
+        );
+        registry.register(
+            "api_requests",
+            "Requests sent to the Kubernetes API server (reads, watches and writes), by verb",
+            api_requests.clone(),
         );
         registry.register(
             "valkey_commands",
@@ -404,6 +439,7 @@ impl Metrics {
             failovers,
             slot_migrations,
             api_writes,
+            api_requests,
             valkey_commands,
         }
     }
@@ -449,6 +485,15 @@ impl Metrics {
             .get_or_create(&WriteLabels {
                 kind: kind.to_string(),
                 verb: verb.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one request to the API server.
+    pub fn api_request(&self, method: &::http::Method, query: Option<&str>) {
+        self.api_requests
+            .get_or_create(&RequestLabels {
+                verb: request_verb(method, query),
             })
             .inc();
     }
@@ -723,6 +768,27 @@ impl Collector for ProcessCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_is_labelled_by_its_verb_and_a_watch_is_told_apart() {
+        use ::http::Method;
+        assert_eq!(request_verb(&Method::GET, None), "get");
+        assert_eq!(request_verb(&Method::GET, Some("labelSelector=a")), "get");
+        assert_eq!(
+            request_verb(&Method::GET, Some("labelSelector=a&watch=true&resourceVersion=1")),
+            "watch"
+        );
+        assert_eq!(request_verb(&Method::GET, Some("watch=1")), "watch");
+        assert_eq!(request_verb(&Method::GET, Some("allowWatchBookmarks=true")), "get");
+        assert_eq!(request_verb(&Method::PATCH, Some("fieldManager=x")), "patch");
+        assert_eq!(request_verb(&Method::DELETE, None), "delete");
+        let m = Metrics::new();
+        m.api_request(&Method::GET, Some("watch=true"));
+        assert!(
+            m.encode()
+                .contains("valkey_operator_api_requests_total{verb=\"watch\"} 1")
+        );
+    }
 
     #[test]
     fn metrics_are_exposed_under_the_names_dashboards_use() {

@@ -221,11 +221,27 @@ fn identity() -> String {
     format!("{base}-{}", std::process::id())
 }
 
-async fn run_async(args: RunArgs) -> Result<(), RunError> {
-    let client = kube::Client::try_default()
+/// The API client, every request of which `valkey_operator_api_requests_total`
+/// counts (a layer on kube's tower stack).
+async fn counted_client(metrics: Arc<Metrics>) -> Result<kube::Client, RunError> {
+    let config = kube::Config::infer()
         .await
-        .map_err(RunError::Client)?;
+        .map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
+    let count = tower::util::MapRequestLayer::new(
+        move |request: ::http::Request<kube::client::Body>| {
+            metrics.api_request(request.method(), request.uri().query());
+            request
+        },
+    );
+    Ok(kube::client::ClientBuilder::try_from(config)
+        .map_err(RunError::Client)?
+        .with_layer(&count)
+        .build())
+}
+
+async fn run_async(args: RunArgs) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::new());
+    let client = counted_client(metrics.clone()).await?;
     metrics.count_errors_from_zero(&crate::controller::Error::CATEGORIES);
     let health = Arc::new(Health::default());
 

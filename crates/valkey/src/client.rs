@@ -689,7 +689,15 @@ pub struct Target {
     pub addr: Option<MemberAddr>,
     /// The id recorded for it before (see [`ObservedMember::known_node_id`]).
     pub known_node_id: Option<NodeId>,
+    /// It did not answer a moment ago (a cheap probe timed out): it gets
+    /// [`SILENT_DEADLINE`] to connect and answer instead of the full
+    /// timeouts, so a member that stopped answering is reported so in about
+    /// a second, not after the command timeout.
+    pub silent: bool,
 }
+
+/// How long a member that was just found silent gets to answer again.
+pub const SILENT_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Connections to the reachable members, by member.
 pub type Connections = BTreeMap<MemberRef, ValkeyAdmin>;
@@ -706,6 +714,17 @@ pub async fn observe_cluster(
     let results = futures::future::join_all(targets.iter().map(|t| async move {
         let Some(addr) = t.addr else {
             return (t, Err("no address yet".to_string()));
+        };
+        let short;
+        let opts = if t.silent {
+            short = ConnectOptions {
+                connect_timeout: opts.connect_timeout.min(SILENT_DEADLINE),
+                command_timeout: opts.command_timeout.min(SILENT_DEADLINE),
+                ..opts.clone()
+            };
+            &short
+        } else {
+            opts
         };
         let admin = match ValkeyAdmin::connect_member(addr, opts).await {
             Ok(admin) => admin,

@@ -246,6 +246,7 @@ impl Harness {
                 member: *m,
                 addr: Some(s.addr),
                 known_node_id: self.recorded.get(m).cloned(),
+                silent: false,
             })
             .collect();
         let keys = self.desired.config_keys();

@@ -15,9 +15,9 @@
 use crate::controller::observe::valkey::ValkeyObservation;
 use api::v1alpha1::ValkeyCluster;
 use kube::runtime::reflector::ObjectRef;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 use valkey::client::{Admin, ConnectOptions, ValkeyAdmin};
 use valkey::model::{MemberAddr, MemberState};
@@ -75,11 +75,21 @@ struct Watched {
 /// Where to send a reconcile of a cluster.
 type Trigger = UnboundedSender<ObjectRef<ValkeyCluster>>;
 
+/// How long a member has to answer `ROLE` (a few bytes; a member that
+/// takes longer is as good as silent for the status).
+pub const DEADLINE: Duration = Duration::from_secs(1);
+
+/// How long a member that did not answer counts as silent for the
+/// reconciles that follow (see [`Pulse::silent`]).
+const SILENT_FOR: Duration = Duration::from_secs(10);
+
 /// The steady clusters to look at, and where to send a reconcile.
 pub struct Pulse {
     watched: Mutex<HashMap<ObjectRef<ValkeyCluster>, Watched>>,
     /// The trigger of each controller scope (`None`: every namespace).
     triggers: Mutex<Vec<(Option<String>, Trigger)>>,
+    /// Members that did not answer their last look, and when.
+    silent: Mutex<HashMap<MemberAddr, Instant>>,
 }
 
 impl Pulse {
@@ -87,6 +97,33 @@ impl Pulse {
         Pulse {
             watched: Mutex::new(HashMap::new()),
             triggers: Mutex::new(Vec::new()),
+            silent: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The members that did not answer the pulse in the last [`SILENT_FOR`]:
+    /// the reconcile gives them a short deadline
+    /// ([`valkey::client::SILENT_DEADLINE`]) instead of the full timeouts.
+    pub fn silent(&self) -> BTreeSet<MemberAddr> {
+        let now = Instant::now();
+        self.silent
+            .lock()
+            .map(|s| {
+                s.iter()
+                    .filter(|(_, at)| now.duration_since(**at) < SILENT_FOR)
+                    .map(|(a, _)| *a)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn note(&self, addr: MemberAddr, answered: bool) {
+        if let Ok(mut s) = self.silent.lock() {
+            if answered {
+                s.remove(&addr);
+            } else {
+                s.insert(addr, Instant::now());
+            }
         }
     }
 
@@ -146,7 +183,9 @@ impl Pulse {
     }
 
     /// Looks at every steady cluster every `every`, forever (the caller
-    /// drops the task when it stops leading).
+    /// drops the task when it stops leading). Every cluster's members are
+    /// asked at once, so a member that does not answer holds back nobody
+    /// else's look beyond [`DEADLINE`].
     pub async fn run(&self, every: Duration) {
         let mut conns: HashMap<MemberAddr, ValkeyAdmin> = HashMap::new();
         loop {
@@ -164,21 +203,30 @@ impl Pulse {
             };
             // Connections of members no longer looked at are closed.
             conns.retain(|addr, _| watched.iter().any(|(_, seen, _)| seen.contains_key(addr)));
-            for (cluster, seen, opts) in watched {
-                // The members of one cluster are asked at once.
-                let asked = futures::future::join_all(seen.keys().map(|addr| {
-                    let kept = conns.remove(addr);
-                    let opts = &opts;
-                    async move { (*addr, ask(kept, *addr, opts).await) }
+            let asks = watched.iter().flat_map(|(_, seen, opts)| {
+                seen.keys()
+                    .map(|addr| (*addr, conns.remove(addr), opts))
+                    .collect::<Vec<_>>()
+            });
+            let answers: HashMap<MemberAddr, Beat> =
+                futures::future::join_all(asks.map(|(addr, kept, opts)| async move {
+                    (addr, ask(kept, addr, opts).await)
                 }))
-                .await;
-                let mut now = BTreeMap::new();
-                for (addr, (b, kept)) in asked {
+                .await
+                .into_iter()
+                .map(|(addr, (b, kept))| {
                     if let Some(admin) = kept {
                         conns.insert(addr, admin);
                     }
-                    now.insert(addr, b);
-                }
+                    self.note(addr, b.is_some());
+                    (addr, b)
+                })
+                .collect();
+            for (cluster, seen, _) in watched {
+                let now: BTreeMap<MemberAddr, Beat> = seen
+                    .keys()
+                    .filter_map(|a| answers.get(a).map(|b| (*a, b.clone())))
+                    .collect();
                 if changed(&seen, &now) {
                     tracing::debug!(cluster = %cluster, "a member changed between reconciles");
                     // Not looked at again until the reconcile records it.
@@ -203,16 +251,17 @@ async fn ask(
     addr: MemberAddr,
     opts: &ConnectOptions,
 ) -> (Beat, Option<ValkeyAdmin>) {
-    let admin = match kept {
-        Some(a) => a,
-        None => match ValkeyAdmin::connect_member(addr, opts).await {
-            Ok(a) => a,
-            Err(_) => return (None, None),
-        },
+    let look = async {
+        let admin = match kept {
+            Some(a) => a,
+            None => ValkeyAdmin::connect_member(addr, opts).await.ok()?,
+        };
+        let role = admin.role().await.ok()?;
+        Some((beat_of_role(&role), admin))
     };
-    match admin.role().await {
-        Ok(role) => (Some(beat_of_role(&role)), Some(admin)),
-        Err(_) => (None, None),
+    match tokio::time::timeout(DEADLINE, look).await {
+        Ok(Some((beat, admin))) => (Some(beat), Some(admin)),
+        _ => (None, None),
     }
 }
 

@@ -48,6 +48,7 @@ fn targets(
     view: &KubeView,
     old_status: Option<&ValkeyClusterStatus>,
     enabled: bool,
+    silent: &BTreeSet<MemberAddr>,
 ) -> Vec<Target> {
     let mut refs: BTreeSet<(u32, u32)> = desired_members(cluster).collect();
     refs.extend(view.members.keys().copied());
@@ -63,14 +64,16 @@ fn targets(
                 })
                 .and_then(|x| x.node_id.as_deref())
                 .and_then(|id| id.parse::<NodeId>().ok());
+            // Without the password nobody can be asked.
+            let addr = view
+                .members
+                .get(&(s, m))
+                .and_then(pod_addr)
+                .filter(|_| enabled);
             Target {
                 member: MemberRef::new(s, m),
-                // Without the password nobody can be asked.
-                addr: view
-                    .members
-                    .get(&(s, m))
-                    .and_then(pod_addr)
-                    .filter(|_| enabled),
+                silent: addr.is_some_and(|a| silent.contains(&a)),
+                addr,
                 known_node_id,
             }
         })
@@ -83,6 +86,7 @@ fn targets(
         },
         addr: pod_addr(pod).filter(|_| enabled),
         known_node_id: None,
+        silent: false,
     }));
     targets
 }
@@ -104,7 +108,7 @@ pub async fn members(
         ctx.settings.timeouts,
     );
     let (observed, session) = valkey_io::observe(
-        &targets(cluster, view, old_status, enabled),
+        &targets(cluster, view, old_status, enabled, &ctx.pulse.silent()),
         &opts,
         &config_keys(cluster),
     )

@@ -241,11 +241,24 @@ fn many_figures(env: &Env, count: u32, operator_args: &[String]) -> Result<()> {
         at(0.5),
         goal("< 180 s", at(1.0) < 180.0)
     );
-    // Steady state: let the bootstrap's status writes settle and the
-    // primaries' balancing across zones run (it waits for 60 s without a
-    // disturbance, `primaryBalancing.quietPeriodSeconds`), then two resync
-    // periods.
-    std::thread::sleep(Duration::from_secs(75));
+    // Steady state: the primaries' balancing across zones done (one shard
+    // at a time, each after 60 s without a disturbance,
+    // `primaryBalancing.quietPeriodSeconds`: minutes for some clusters),
+    // then the status writes of its last failovers settled.
+    let settled = Instant::now();
+    let aligned = wait_until(Duration::from_secs(600), Duration::from_secs(2), || {
+        let list = env.kubectl_json(&["get", "valkeyclusters", "-n", &ns.name])?;
+        Ok(list["items"].as_array().into_iter().flatten().all(|c| {
+            e2e::cluster::condition_status(c, "PrimaryPlacementAligned").as_deref()
+                == Some("True")
+        }))
+    });
+    println!(
+        "operator, {count} clusters: every one's primaries balanced (PrimaryPlacementAligned True) {:.0} s after the last was Ready{}",
+        settled.elapsed().as_secs_f64(),
+        if aligned.is_err() { " (not all within 600 s)" } else { "" }
+    );
+    std::thread::sleep(Duration::from_secs(15));
     let pid = operator.pid().context("operator pid")?;
     let before = metrics()?;
     let cpu_before = cpu_seconds(pid);
@@ -278,6 +291,7 @@ fn many_figures(env: &Env, count: u32, operator_args: &[String]) -> Result<()> {
             writes_by_kind(&before, &after)
         );
     }
+    print_requests(&format!("steady with {count} clusters"), &before, &after, reconciles);
     if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
         let cpu = (b - a) / window.as_secs_f64() * 100.0;
         println!(
@@ -394,6 +408,32 @@ fn writes_by_kind(before: &str, after: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// API requests (reads, watches, writes) between two scrapes, per reconcile
+/// and by verb.
+fn print_requests(what: &str, before: &str, after: &str, reconciles: f64) {
+    let family = "valkey_operator_api_requests_total";
+    let requests = metric_sum(after, family) - metric_sum(before, family);
+    let by_verb = |text: &str, verb: &str| {
+        metric_sum(text, &format!("{family}{{verb=\"{verb}\"}}"))
+    };
+    let verbs: Vec<String> = ["get", "watch", "post", "patch", "put", "delete"]
+        .iter()
+        .filter_map(|v| {
+            let d = by_verb(after, v) - by_verb(before, v);
+            (d > 0.0).then(|| format!("{v} {d}"))
+        })
+        .collect();
+    println!(
+        "operator, {what}: {requests} API requests over {reconciles} reconciles ({:.1} per reconcile; {}) [goal: report]",
+        if reconciles > 0.0 {
+            requests / reconciles
+        } else {
+            f64::NAN
+        },
+        verbs.join(", ")
+    );
 }
 
 /// Sum of every sample of a metric family in Prometheus text.
@@ -566,6 +606,7 @@ fn operator_figures(env: &Env, ns: &str, operator_args: &[String]) -> Result<()>
         reconciles,
         goal("0", writes == 0.0)
     );
+    print_requests("steady with 10 clusters", &before, &after, reconciles);
     if let Some(kib) = operator.pid().and_then(rss_kib) {
         let mb = kib as f64 / 1024.0;
         println!(

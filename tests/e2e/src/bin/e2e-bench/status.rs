@@ -159,10 +159,11 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
         "Ready False after a member stopped answering",
         || ready_is(env, ns, name, "False"),
     );
+    let what = said_what(env, ns, name);
     signal(pid, "-CONT")?;
     let said = said?;
     figure("a member stops answering (SIGSTOP) -> Ready False", said);
-    println!("  ({})", said_what(env, ns, name));
+    println!("  ({what})");
     let back = time_until(settle, "Ready True after the member answers again", || {
         ready_is(env, ns, name, "True")
     })?;
@@ -180,6 +181,7 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
     let said = time_until(settle, "Ready False after a replica lost its link", || {
         ready_is(env, ns, name, "False")
     });
+    let what = said_what(env, ns, name);
     env.valkey_cli(
         &cut.ip,
         &password,
@@ -190,7 +192,7 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
         "a replica's link to its primary lost (wrong primaryauth, link killed) -> Ready False",
         said,
     );
-    println!("  ({})", said_what(env, ns, name));
+    println!("  ({what})");
     let back = time_until(settle, "Ready True after the link is back", || {
         ready_is(env, ns, name, "True")
     })?;

@@ -98,10 +98,7 @@ pub struct RequestLabels {
 /// labels it: the HTTP method in lower case, `watch` for a GET with
 /// `watch=true` (or `watch=1`) in its query.
 pub fn request_verb(method: &::http::Method, query: Option<&str>) -> &'static str {
-    let watch = query.is_some_and(|q| {
-        q.split('&')
-            .any(|kv| kv == "watch=true" || kv == "watch=1")
-    });
+    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
     match *method {
         ::http::Method::GET if watch => "watch",
         ::http::Method::GET => "get",
@@ -775,12 +772,21 @@ mod tests {
         assert_eq!(request_verb(&Method::GET, None), "get");
         assert_eq!(request_verb(&Method::GET, Some("labelSelector=a")), "get");
         assert_eq!(
-            request_verb(&Method::GET, Some("labelSelector=a&watch=true&resourceVersion=1")),
+            request_verb(
+                &Method::GET,
+                Some("labelSelector=a&watch=true&resourceVersion=1")
+            ),
             "watch"
         );
         assert_eq!(request_verb(&Method::GET, Some("watch=1")), "watch");
-        assert_eq!(request_verb(&Method::GET, Some("allowWatchBookmarks=true")), "get");
-        assert_eq!(request_verb(&Method::PATCH, Some("fieldManager=x")), "patch");
+        assert_eq!(
+            request_verb(&Method::GET, Some("allowWatchBookmarks=true")),
+            "get"
+        );
+        assert_eq!(
+            request_verb(&Method::PATCH, Some("fieldManager=x")),
+            "patch"
+        );
         assert_eq!(request_verb(&Method::DELETE, None), "delete");
         let m = Metrics::new();
         m.api_request(&Method::GET, Some("watch=true"));

@@ -227,12 +227,11 @@ async fn counted_client(metrics: Arc<Metrics>) -> Result<kube::Client, RunError>
     let config = kube::Config::infer()
         .await
         .map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
-    let count = tower::util::MapRequestLayer::new(
-        move |request: ::http::Request<kube::client::Body>| {
+    let count =
+        tower::util::MapRequestLayer::new(move |request: ::http::Request<kube::client::Body>| {
             metrics.api_request(request.method(), request.uri().query());
             request
-        },
-    );
+        });
     Ok(kube::client::ClientBuilder::try_from(config)
         .map_err(RunError::Client)?
         .with_layer(&count)

@@ -23,6 +23,7 @@ fn with_every_family() -> Metrics {
     let m = Metrics::new();
     m.reconciled("ns", "c", Duration::from_millis(5), Some("Kubernetes"));
     m.api_write("StatefulSet", "apply");
+    m.api_request(&::http::Method::GET, None);
     m.valkey_command("FAILOVER");
     m.failovers.inc();
     m.slot_migrations.inc();

@@ -208,20 +208,19 @@ impl Pulse {
                     .map(|addr| (*addr, conns.remove(addr), opts))
                     .collect::<Vec<_>>()
             });
-            let answers: HashMap<MemberAddr, Beat> =
-                futures::future::join_all(asks.map(|(addr, kept, opts)| async move {
-                    (addr, ask(kept, addr, opts).await)
-                }))
-                .await
-                .into_iter()
-                .map(|(addr, (b, kept))| {
-                    if let Some(admin) = kept {
-                        conns.insert(addr, admin);
-                    }
-                    self.note(addr, b.is_some());
-                    (addr, b)
-                })
-                .collect();
+            let answers: HashMap<MemberAddr, Beat> = futures::future::join_all(
+                asks.map(|(addr, kept, opts)| async move { (addr, ask(kept, addr, opts).await) }),
+            )
+            .await
+            .into_iter()
+            .map(|(addr, (b, kept))| {
+                if let Some(admin) = kept {
+                    conns.insert(addr, admin);
+                }
+                self.note(addr, b.is_some());
+                (addr, b)
+            })
+            .collect();
             for (cluster, seen, _) in watched {
                 let now: BTreeMap<MemberAddr, Beat> = seen
                     .keys()

@@ -166,6 +166,17 @@ async fn run(
     // The quiet period also starts when the operator first sees the cluster.
     memory.last_disturbance.get_or_insert(now);
     let decision = decide::next(&facts, &desired, &placement, blocker.is_some(), memory, now)?;
+    // What holds a converging cluster back (e.g. views still differing after
+    // the MEETs), for whoever reads the debug log.
+    if tracing::enabled!(tracing::Level::DEBUG) && !decision.valkey.waiting.is_empty() {
+        let waits: Vec<String> = decision
+            .valkey
+            .waiting
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        tracing::debug!(waiting = %waits.join("; "), "the Valkey plan waits");
+    }
     let actor = Actor {
         ctx,
         cluster: &cluster,

@@ -94,14 +94,25 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// `--status-only`: goal 2 alone, on a fresh 3x2 cluster.
-fn status_only(env: &Env, operator_args: &[String]) -> Result<()> {
+/// The CRD, a namespace and an operator with the default cadences (plus
+/// `operator_args`), its log named after `label`.
+fn bench_operator(
+    env: &Env,
+    label: &str,
+    operator_args: &[String],
+) -> Result<(e2e::cluster::Namespace, e2e::cluster::Operator)> {
     env.install_crd()?;
     let ns = env.namespace("bench")?;
     let mut args = vec!["--http-addr", METRICS_ADDR];
     args.extend(operator_args.iter().map(String::as_str));
     metrics_port_free()?;
-    let operator = env.start_operator_with("status", &args)?;
+    let operator = env.start_operator_with(label, &args)?;
+    Ok((ns, operator))
+}
+
+/// `--status-only`: goal 2 alone, on a fresh 3x2 cluster.
+fn status_only(env: &Env, operator_args: &[String]) -> Result<()> {
+    let (ns, operator) = bench_operator(env, "status", operator_args)?;
     env.apply(&ns.name, &cluster_yaml("bench", 3, 2))?;
     let result = status::figures(env, &ns.name, "bench");
     if result.is_err() {
@@ -531,12 +542,7 @@ fn warm_kubectl(env: &Env, ns: &str) -> Result<()> {
 
 /// `--ready-only`: goal 1 alone, with each run's timeline.
 fn ready_only(env: &Env, operator_args: &[String]) -> Result<()> {
-    env.install_crd()?;
-    let ns = env.namespace("bench")?;
-    let mut args = vec!["--http-addr", METRICS_ADDR];
-    args.extend(operator_args.iter().map(String::as_str));
-    metrics_port_free()?;
-    let _operator = env.start_operator_with("ready", &args)?;
+    let (ns, _operator) = bench_operator(env, "ready", operator_args)?;
     warm_kubectl(env, &ns.name)?;
     let mut took = Vec::new();
     for run in 0..READY_RUNS {

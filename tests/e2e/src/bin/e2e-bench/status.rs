@@ -45,6 +45,13 @@ fn time_until(limit: Duration, what: &str, mut done: impl FnMut() -> Result<bool
     bail!("{what}: not within {limit:?} (last error: {last_err})")
 }
 
+/// Lets the cluster be steady before the next fault: past the fast
+/// requeues of the last change, so each figure is what the pulse and the
+/// watches catch, not a reconcile that happened to be running.
+fn steady() {
+    std::thread::sleep(Duration::from_secs(5));
+}
+
 fn says(env: &Env, ns: &str, name: &str, cond: &str, status: &str) -> Result<bool> {
     let obj = env.cluster(ns, name)?;
     Ok(condition_status(&obj, cond).as_deref() == Some(status))
@@ -126,8 +133,7 @@ fn whole_and_balanced(
 pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
     let settle = Duration::from_secs(120);
     env.wait_condition(ns, name, "Ready", "True", settle)?;
-    // Steady: past the fast requeues of the bootstrap.
-    std::thread::sleep(Duration::from_secs(5));
+    steady();
     let password = env.password(ns, name)?;
 
     // A failover Valkey made on its own.
@@ -148,6 +154,7 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
         shown,
     );
     env.wait_condition(ns, name, "Ready", "True", settle)?;
+    steady();
 
     // A member that stops answering, and answers again.
     let members = env.members(ns, name)?;
@@ -168,6 +175,7 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
         ready_is(env, ns, name, "True")
     })?;
     figure("it answers again (SIGCONT) -> Ready True", back);
+    steady();
 
     // A replica whose link to its primary is lost.
     let members = env.members(ns, name)?;
@@ -197,6 +205,7 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
         ready_is(env, ns, name, "True")
     })?;
     figure("the link comes back -> Ready True", back);
+    steady();
 
     // A zone fails, then heals.
     env.patch_cluster(

@@ -165,7 +165,15 @@ async fn run(
     let now = Instant::now();
     // The quiet period also starts when the operator first sees the cluster.
     memory.last_disturbance.get_or_insert(now);
-    let decision = decide::next(&facts, &desired, &placement, blocker.is_some(), memory, now)?;
+    let bootstrapping = !report::observations::ever_ready(target.old);
+    let decision = decide::next(
+        &facts,
+        &desired,
+        &placement,
+        (blocker.is_some(), bootstrapping),
+        memory,
+        now,
+    )?;
     // What holds a converging cluster back (e.g. views still differing after
     // the MEETs), for whoever reads the debug log.
     if tracing::enabled!(tracing::Level::DEBUG) && !decision.valkey.waiting.is_empty() {

@@ -31,7 +31,7 @@ use super::observe::kube::KubeView;
 use super::observe::pods::PodFacts;
 use super::report::status::BalanceState;
 use crate::builders::statefulset::Ordinals;
-use crate::builders::{self, Desired};
+use crate::builders::{self, Desired, config};
 use ::valkey::actions::Plan;
 use ::valkey::model::MemberIndex;
 use ::valkey::planner::{self, Health, PlanError, PlannerOptions};
@@ -95,12 +95,13 @@ pub struct Decision {
 }
 
 /// Decides the Valkey side. `blocked`: nobody can be asked (the password is
-/// missing), so no command is planned.
+/// missing), so no command is planned; `bootstrapping`: the cluster was
+/// never Ready (see [`node_timeout_ms`]).
 pub fn next(
     f: &Facts<'_>,
     desired: &Desired,
     placement: &Placement,
-    blocked: bool,
+    (blocked, bootstrapping): (bool, bool),
     memory: &Memory,
     now: Instant,
 ) -> Result<Decision, PlanError> {
@@ -126,6 +127,10 @@ pub fn next(
     // The topology the planner works towards: the members, and the new
     // copies of moves in flight as extra replicas.
     let mut topology = valkey::with_surges(&members, f, &surges);
+    topology.config.insert(
+        config::NODE_TIMEOUT.to_string(),
+        node_timeout_ms(f.valkey, bootstrapping && !health.is_ready()).to_string(),
+    );
     let mut balance = BalanceState::Aligned;
     let mut wake_in = None;
     match &roll.step {
@@ -172,6 +177,29 @@ pub fn next(
         heal,
         wake_in,
     })
+}
+
+/// The `cluster-node-timeout` the members should have now: while a new
+/// cluster bootstraps (`bootstrapping`: never Ready so far, and not Ready
+/// now) and holds no key at all, [`config::BOOTSTRAP_NODE_TIMEOUT_MS`], so
+/// that what each member learns after the MEETs (who serves which slots)
+/// reaches the others at the next ping, which Valkey sends to a peer it
+/// heard from lately only every node-timeout/2; else the normal
+/// [`config::CLUSTER_NODE_TIMEOUT_MS`]. A cluster with data never gets the
+/// short timeout (a spurious failover could lose writes), and once Ready it
+/// goes back to the normal one for good.
+pub fn node_timeout_ms(valkey: &::valkey::model::ObservedCluster, bootstrapping: bool) -> u32 {
+    // Every member answered and holds nothing (one that does not answer
+    // might hold data).
+    let empty = valkey
+        .members
+        .iter()
+        .all(|m| m.report().is_some_and(|r| r.keys == 0));
+    if empty && bootstrapping {
+        config::BOOTSTRAP_NODE_TIMEOUT_MS
+    } else {
+        config::CLUSTER_NODE_TIMEOUT_MS
+    }
 }
 
 #[cfg(test)]

@@ -368,3 +368,58 @@ fn a_failed_placement_leaves_every_member_unplanned() {
     assert!(!p.moved(0, 0));
     assert_eq!(p.node_of(0, 0), "<unplanned>");
 }
+
+#[test]
+fn only_an_empty_cluster_that_was_never_ready_gets_the_short_node_timeout() {
+    use crate::builders::config::{BOOTSTRAP_NODE_TIMEOUT_MS, CLUSTER_NODE_TIMEOUT_MS};
+    use valkey::model::{MemberState, NodeReport, ObservedMember};
+    use valkey::parse::{ClusterNodes, ReplicationInfo, Role};
+    let member = |keys: Option<u64>| {
+        ObservedMember {
+        member: MemberRef::new(0, 0),
+        addr: None,
+        known_node_id: None,
+        state: match keys {
+            Some(keys) => MemberState::Reachable(Box::new(NodeReport {
+                nodes: ClusterNodes::parse(
+                    "e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 10.0.0.1:6379@16379 myself,master - 0 0 0 connected",
+                )
+                .unwrap(),
+                replication: ReplicationInfo {
+                    role: Role::Primary,
+                    repl_offset: 0,
+                    connected_replicas: 0,
+                    replicas: Vec::new(),
+                    primary_link: None,
+                },
+                slot_migrations: Vec::new(),
+                keys,
+                config: BTreeMap::new(),
+                cluster_state_ok: false,
+            })),
+            None => MemberState::Unreachable {
+                reason: "not up yet".into(),
+            },
+        },
+    }
+    };
+    let of = |members: Vec<ObservedMember>| ObservedCluster { members };
+    let fresh = of(vec![member(Some(0)), member(Some(0))]);
+    assert_eq!(
+        super::node_timeout_ms(&fresh, true),
+        BOOTSTRAP_NODE_TIMEOUT_MS
+    );
+    // Ready once (or Ready now): the normal timeout for good.
+    assert_eq!(
+        super::node_timeout_ms(&fresh, false),
+        CLUSTER_NODE_TIMEOUT_MS
+    );
+    // A key anywhere, or a member that does not answer (it might hold some).
+    let data = of(vec![member(Some(0)), member(Some(3))]);
+    assert_eq!(super::node_timeout_ms(&data, true), CLUSTER_NODE_TIMEOUT_MS);
+    let silent = of(vec![member(Some(0)), member(None)]);
+    assert_eq!(
+        super::node_timeout_ms(&silent, true),
+        CLUSTER_NODE_TIMEOUT_MS
+    );
+}

@@ -38,6 +38,7 @@ fn pod_addr(pod: &Pod) -> Option<MemberAddr> {
 fn config_keys(cluster: &ValidatedCluster) -> Vec<String> {
     let mut keys: Vec<String> = config::live_config(cluster).into_keys().collect();
     keys.push("availability-zone".into());
+    keys.push(config::NODE_TIMEOUT.into());
     keys
 }
 

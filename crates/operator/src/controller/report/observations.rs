@@ -19,17 +19,23 @@ use valkey::planner::{self, Health};
 /// Whether the cluster has never been Ready and its members are being
 /// brought together (no slot assigned yet, or no status yet).
 pub fn is_bootstrapping(obs: &ObservedCluster, old: Option<&ValkeyClusterStatus>) -> bool {
-    let ever_ready = old.is_some_and(|s| {
-        s.ready_shards > 0
-            || s.condition(CONDITION_READY)
-                .is_some_and(|c| c.status == "True")
-    });
+    let ever_ready = ever_ready(old);
     let any_slots = obs
         .members
         .iter()
         .filter_map(ObservedMember::report)
         .any(|r| !r.nodes.myself().slots.is_empty());
     !ever_ready && (!any_slots || old.is_none())
+}
+
+/// Whether the last status says the cluster was ever Ready (a shard ready,
+/// or the Ready condition True).
+pub fn ever_ready(old: Option<&ValkeyClusterStatus>) -> bool {
+    old.is_some_and(|s| {
+        s.ready_shards > 0
+            || s.condition(CONDITION_READY)
+                .is_some_and(|c| c.status == "True")
+    })
 }
 
 /// Where the Valkey side stands, from the members' health.

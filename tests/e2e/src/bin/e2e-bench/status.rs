@@ -61,20 +61,13 @@ fn ready_is(env: &Env, ns: &str, name: &str, status: &str) -> Result<bool> {
     says(env, ns, name, "Ready", status)
 }
 
-fn replica_of(members: &[MemberPod], shard: u32) -> Result<MemberPod> {
+/// The first member of `shard` whose role label is `role`.
+fn with_role(members: &[MemberPod], shard: u32, role: &str) -> Result<MemberPod> {
     members
         .iter()
-        .find(|m| m.shard == shard && m.role == "replica")
+        .find(|m| m.shard == shard && m.role == role)
         .cloned()
-        .with_context(|| format!("no replica in shard {shard}: {members:#?}"))
-}
-
-fn primary_of(members: &[MemberPod], shard: u32) -> Result<MemberPod> {
-    members
-        .iter()
-        .find(|m| m.shard == shard && m.role == "primary")
-        .cloned()
-        .with_context(|| format!("no primary in shard {shard}: {members:#?}"))
+        .with_context(|| format!("no {role} in shard {shard}: {members:#?}"))
 }
 
 fn signal(pid: u32, sig: &str) -> Result<()> {
@@ -138,7 +131,7 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
 
     // A failover Valkey made on its own.
     let members = env.members(ns, name)?;
-    let replica = replica_of(&members, 0)?;
+    let replica = with_role(&members, 0, "replica")?;
     let reply = env.valkey_cli(&replica.ip, &password, &["cluster", "failover"])?;
     if reply.trim() != "OK" {
         bail!("CLUSTER FAILOVER on {}: {reply}", replica.name);
@@ -158,7 +151,7 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
 
     // A member that stops answering, and answers again.
     let members = env.members(ns, name)?;
-    let silent = replica_of(&members, 1)?;
+    let silent = with_role(&members, 1, "replica")?;
     let pid = env.valkey_pid(&silent.ip)?;
     signal(pid, "-STOP")?;
     let said = time_until(
@@ -179,7 +172,7 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
 
     // A replica whose link to its primary is lost.
     let members = env.members(ns, name)?;
-    let cut = replica_of(&members, 2)?;
+    let cut = with_role(&members, 2, "replica")?;
     env.valkey_cli(
         &cut.ip,
         &password,
@@ -218,7 +211,7 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
         whole_and_balanced(env, ns, name, 9, &zones)
     })?;
     let members = env.members(ns, name)?;
-    let primary = primary_of(&members, 0)?;
+    let primary = with_role(&members, 0, "primary")?;
     let zone = zones
         .get(&primary.node)
         .cloned()

@@ -113,6 +113,17 @@ fn a_3x1_and_a_3x2_cluster_go_from_apply_to_ready_and_keep_every_key() {
         assert_eq!(obj["status"]["readyShards"], 3, "{}", obj["status"]);
         let members = assert_healthy(env, &ns.name, name, 3, replicas);
         let password = env.password(&ns.name, name).unwrap();
+        // The short node timeout of the bootstrap is gone once it is Ready.
+        for m in &members {
+            let got = env
+                .valkey_cli(&m.ip, &password, &["config", "get", "cluster-node-timeout"])
+                .unwrap();
+            assert!(
+                got.lines().any(|l| l.trim() == "5000"),
+                "{}: cluster-node-timeout {got:?} once Ready, want 5000",
+                m.name
+            );
+        }
         fill_and_read(env, &members, &password);
         client_service_answers(env, &ns.name, name, &password);
     }

@@ -107,6 +107,26 @@ pub struct ConnectOptions {
     /// TLS: a certificate and key to present to the node (a node that gets
     /// one it does not trust refuses the connection). `None`: none.
     pub tls_identity: Option<TlsIdentity>,
+    /// TLS: whether a node may still speak plaintext (a cluster switching
+    /// to TLS), and so which wire to try first. Ignored without a CA.
+    pub plaintext: Plaintext,
+}
+
+/// With TLS configured, whether and when plaintext is tried too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Plaintext {
+    /// TLS only.
+    #[default]
+    Never,
+    /// Plaintext first, then TLS: the operator while a cluster switches to
+    /// TLS, when most members still speak plaintext. A TLS handshake sent
+    /// to a plaintext server waits for the whole connect timeout (the
+    /// server waits for a line end), while plaintext sent to a TLS server
+    /// is reset at once.
+    First,
+    /// TLS first, then plaintext: a member's own exporter, which cannot
+    /// tell whether its member has been switched yet.
+    After,
 }
 
 /// A client certificate and its private key, PEM.
@@ -132,6 +152,7 @@ impl Default for ConnectOptions {
             tls_ca_pem: None,
             previous_password: None,
             tls_identity: None,
+            plaintext: Plaintext::Never,
         }
     }
 }
@@ -258,11 +279,39 @@ impl std::fmt::Debug for ValkeyAdmin {
 }
 
 impl ValkeyAdmin {
-    /// Connects (and authenticates) to the node at `ip:port`.
+    /// Connects (and authenticates) to the node at `ip:port`, over the wire
+    /// [`ConnectOptions::tls_ca_pem`] and [`ConnectOptions::plaintext`] say.
     pub async fn connect(
         ip: IpAddr,
         port: u16,
         opts: &ConnectOptions,
+    ) -> Result<ValkeyAdmin, ClientError> {
+        let wires: &[bool] = match (&opts.tls_ca_pem, opts.plaintext) {
+            (None, _) => &[false],
+            (Some(_), Plaintext::Never) => &[true],
+            (Some(_), Plaintext::First) => &[false, true],
+            (Some(_), Plaintext::After) => &[true, false],
+        };
+        let mut first_error = None;
+        for &tls in wires {
+            match ValkeyAdmin::connect_over(ip, port, opts, tls).await {
+                Ok(admin) => return Ok(admin),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_error.unwrap_or_else(|| ClientError::Connect {
+            addr: format!("{ip}:{port}"),
+            source: redis::RedisError::from((redis::ErrorKind::Io, "no wire to try")),
+        }))
+    }
+
+    async fn connect_over(
+        ip: IpAddr,
+        port: u16,
+        opts: &ConnectOptions,
+        tls: bool,
     ) -> Result<ValkeyAdmin, ClientError> {
         let addr = match ip {
             IpAddr::V4(v4) => format!("{v4}:{port}"),
@@ -279,7 +328,7 @@ impl ValkeyAdmin {
         if let Some(password) = &opts.password {
             redis = redis.set_password(password);
         }
-        let client = match &opts.tls_ca_pem {
+        let client = match opts.tls_ca_pem.as_ref().filter(|_| tls) {
             None => {
                 let info = ConnectionAddr::Tcp(ip.to_string(), port)
                     .into_connection_info()
@@ -365,6 +414,30 @@ impl ValkeyAdmin {
             &format!("CONFIG SET {key}"),
         )
         .await
+    }
+
+    /// One `CONFIG SET` of several keys: Valkey applies them together or
+    /// not at all.
+    pub async fn config_set_all(&self, pairs: &[(&str, String)]) -> Result<(), ClientError> {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET");
+        for (k, v) in pairs {
+            cmd.arg(*k).arg(v);
+        }
+        let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
+        self.ok(&cmd, &format!("CONFIG SET {}", keys.join(" ")))
+            .await
+    }
+
+    /// `CLIENT KILL TYPE <kind>` (`normal`, `pubsub`, `master`, `replica`):
+    /// drops every such connection but this one; how many it dropped.
+    pub async fn client_kill_type(&self, kind: &str) -> Result<u64, ClientError> {
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("KILL").arg("TYPE").arg(kind);
+        match self.query(&cmd, "CLIENT KILL TYPE").await? {
+            Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
+            _ => Ok(0),
+        }
     }
 
     /// `ACL LIST`, parsed.

@@ -160,6 +160,7 @@ fn connect_options() -> ConnectOptions {
         tls_ca_pem: None,
         previous_password: None,
         tls_identity: None,
+        plaintext: valkey::client::Plaintext::Never,
     }
 }
 

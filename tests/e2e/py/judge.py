@@ -47,9 +47,16 @@ def connect(args):
     )
 
 
+# `load --plaintext-first`: set once the members refused plaintext.
+ON_TLS = {"yes": False}
+
+
 def tls_options(args):
-    """With --tls-ca, TLS that verifies the members' chain to that CA."""
+    """With --tls-ca, TLS that verifies the members' chain to that CA
+    (with `load --plaintext-first`, only once plaintext was refused)."""
     if not args.tls_ca:
+        return {}
+    if getattr(args, "plaintext_first", False) and not ON_TLS["yes"]:
         return {}
     return {"ssl": True, "ssl_ca_certs": args.tls_ca, "ssl_cert_reqs": "required"}
 
@@ -112,8 +119,20 @@ def cmd_load(args):
                 time.sleep(0.05)
                 try:
                     client = connect(args)
+                    if args.plaintext_first and not ON_TLS["yes"]:
+                        client.ping()
                 except FAILURES:
-                    pass
+                    if args.plaintext_first and not ON_TLS["yes"]:
+                        # Plaintext refused: if the members speak TLS now,
+                        # follow them (a member merely restarting refuses
+                        # both).
+                        ON_TLS["yes"] = True
+                        try:
+                            client = connect(args)
+                            client.ping()
+                            print("judge: plaintext refused, moved to TLS", file=sys.stderr)
+                        except FAILURES:
+                            ON_TLS["yes"] = False
             if args.interval_ms:
                 time.sleep(args.interval_ms / 1000.0)
     print(json.dumps({
@@ -166,6 +185,8 @@ def main():
     load.add_argument("--wait-replicas", type=int, default=0)
     load.add_argument("--interval-ms", type=float, default=2.0)
     load.add_argument("--prefix", default="load")
+    load.add_argument("--plaintext-first", action="store_true",
+                      help="with --tls-ca: plaintext until the members refuse it, then TLS")
     verify = sub.add_parser("verify")
     verify.add_argument("--in", dest="infile", required=True)
     # --username also after the verb (the harness appends a load's options).

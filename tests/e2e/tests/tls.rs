@@ -19,7 +19,14 @@
 //!   CAs first, then the new CA alone; afterwards every member presents a
 //!   certificate of the new CA, none verifies against the old one, and every
 //!   acknowledged write reads back.
-//! - `tls.enabled` cannot be flipped on a live cluster (the API refuses it).
+//! - TLS turned on for a live cluster (`switch`, 2x1, plaintext first) while
+//!   a client writes with WAIT 1 and follows the members to TLS once they
+//!   refuse plaintext: every member restarts once (onto a pod with the
+//!   certificates, still on plaintext), then all switch at once (event
+//!   `TLSEnabled`); afterwards plaintext is refused, `tls-cluster`,
+//!   `tls-replication` and `port 0` read back, `--cluster check` passes over
+//!   TLS, a member restarted later comes back on TLS, and every
+//!   acknowledged write reads back. Turning TLS off again is refused.
 //! - every member's exporter sidecar (the operator's image, loaded into the
 //!   testbed first) reaches its member over TLS on 127.0.0.1 with the mounted
 //!   CA and reports it up, with the cluster's state, slots and roles.
@@ -134,19 +141,133 @@ fn plaintext_refused(env: &Env, ip: &str, password: &str) -> Result<()> {
     Ok(())
 }
 
+/// `spec.tls.enabled: true` patched into the plaintext cluster `switch`
+/// while a WAIT-1 writer runs (see the module doc). Leaves the suite's
+/// clients on plaintext, as it found them.
+fn tls_on_for_a_live_cluster(
+    env: &Env,
+    ns: &str,
+    switch: &e2e::manifest::ClusterManifest,
+    work: &Path,
+) -> Result<()> {
+    env.wait_ready_shape(ns, switch, Duration::from_secs(300))?;
+    let password = env.password(ns, "switch")?;
+    let before: BTreeSet<String> = env
+        .pod_identities(ns, "switch")?
+        .values()
+        .map(|p| p.uid.clone())
+        .collect();
+    // The writer trusts the CA file once the members refuse plaintext; the
+    // file is written below, long before the members switch.
+    let ca_file = work.join("switch-ca.crt");
+    env.use_tls(Some(ca_file.clone()));
+    let load = env.start_member_load(
+        ns,
+        "switch",
+        &password,
+        work,
+        "switch",
+        &["--wait-replicas", "1", "--plaintext-first"],
+    );
+    env.use_tls(None);
+    let mut load = load?;
+    let started = std::time::Instant::now();
+    env.patch_cluster(ns, "switch", r#"{"spec":{"tls":{"enabled":true}}}"#)?;
+    let mut ca_pem = String::new();
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        ca_pem = secret_key(env, ns, "switch-tls-ca", "ca.crt").unwrap_or_default();
+        Ok(ca_pem.contains("BEGIN CERTIFICATE"))
+    })
+    .context("Secret switch-tls-ca with ca.crt never appeared")?;
+    std::fs::write(&ca_file, &ca_pem)?;
+    let mut last = String::new();
+    wait_until(Duration::from_secs(600), Duration::from_secs(1), || {
+        let reasons: Vec<String> = env
+            .object_events(ns, "ValkeyCluster", "switch")?
+            .into_iter()
+            .map(|e| e.reason)
+            .collect();
+        let ids = env.pod_identities(ns, "switch")?;
+        let obj = env.cluster(ns, "switch")?;
+        let ready = obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+            && condition_status(&obj, "Ready").as_deref() == Some("True");
+        let all_new = ids.len() == 4 && ids.values().all(|p| !before.contains(&p.uid));
+        let enabled = reasons.iter().any(|r| r == "TLSEnabled");
+        last = format!("Ready {ready}, every pod new {all_new}, events {reasons:?}");
+        Ok(ready && all_new && enabled)
+    })
+    .with_context(|| format!("the switch to TLS did not finish: {last}"))?;
+    let took = started.elapsed().as_secs_f64();
+    env.use_tls(Some(ca_file.clone()));
+    let result = (|| -> Result<serde_json::Value> {
+        env.check_shape(ns, "switch", 2, 1)?;
+        for ip in env.member_ips(ns, "switch")? {
+            plaintext_refused(env, &ip, &password)?;
+            for (key, want) in [
+                ("tls-cluster", "yes"),
+                ("tls-replication", "yes"),
+                ("port", "0"),
+            ] {
+                let got = env.valkey_cli(&ip, &password, &["config", "get", key])?;
+                let value = got.lines().nth(1).unwrap_or_default().trim();
+                ensure!(value == want, "{ip}: {key} is {value:?}, want {want}");
+            }
+        }
+        // The writer follows onto TLS and is acknowledged there.
+        let keys = work.join("switch.keys");
+        let count = || -> Result<usize> { Ok(std::fs::read_to_string(&keys)?.lines().count()) };
+        let at_switch = count()?;
+        wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+            Ok(count()? > at_switch + 50)
+        })
+        .context("the writer was not acknowledged over TLS after the switch")?;
+        let summary = finish_load(&mut load, "writes across the switch to TLS")?;
+        let verified = env.verify_cluster_keys(ns, "switch", &password, &keys)?;
+        ensure!(
+            verified["missing"] == 0,
+            "keys written across the switch to TLS: {verified}"
+        );
+        // A member restarted now starts on TLS (its config file says so).
+        let replica = env.member_with_role(ns, "switch", 0, "replica")?;
+        env.kubectl(&["delete", "pod", &replica.name, "-n", ns])?;
+        env.wait_ready_shape(ns, switch, Duration::from_secs(180))?;
+        for ip in env.member_ips(ns, "switch")? {
+            plaintext_refused(env, &ip, &password)?;
+        }
+        Ok(summary)
+    })();
+    env.use_tls(None);
+    let summary = result?;
+    println!(
+        "tls: switch turned TLS on live in {took:.1}s (every member restarted once, then switched at once);          plaintext refused, bus and replication on TLS, a restarted member came back on TLS; writer {summary}"
+    );
+    env.kubectl(&[
+        "delete",
+        "valkeycluster",
+        "switch",
+        "-n",
+        ns,
+        "--wait=false",
+    ])?;
+    Ok(())
+}
+
 #[test]
 fn members_speak_only_tls_and_renew_their_certificate() {
     let Some(suite) = Suite::start("tls", "tls", "e2e-tls") else {
         return;
     };
-    suite.run(&["secure", "byo"], |env, ns| {
+    suite.run(&["switch", "secure", "byo"], |env, ns| {
         let work = env.work_dir("tls")?;
         // The member pods' exporter runs the operator's image: loaded before
         // the members start, or they run a placeholder.
         exporter::load_image(env)?;
+        let switch = cluster_manifest("switch", 2, 1);
+        env.apply(ns, &switch.yaml())?;
         let tls_spec = "  tls:\n    enabled: true\n  exporter:\n    enabled: true\n";
         let secure = cluster_manifest("secure", 3, 1).extra_spec(tls_spec);
         env.apply(ns, &secure.yaml())?;
+        tls_on_for_a_live_cluster(env, ns, &switch, &work)?;
 
         // The CA clients trust: published by the operator.
         let mut ca_pem = String::new();
@@ -356,14 +477,14 @@ fn members_speak_only_tls_and_renew_their_certificate() {
         );
         ca_pem = published;
 
-        // tls.enabled is fixed at creation.
+        // TLS stays on once on.
         let refused = env.patch_cluster(ns, "secure", r#"{"spec":{"tls":{"enabled":false}}}"#);
         let message = format!(
             "{:#}",
             refused.err().context("turning TLS off was accepted")?
         );
         ensure!(
-            message.contains("tls.enabled cannot be changed"),
+            message.contains("tls.enabled cannot be turned off once on"),
             "turning TLS off: {message}"
         );
 

@@ -148,11 +148,12 @@ pub mod cel {
     pub const PERSISTENCE_FIXED_MESSAGE: &str =
         "persistence cannot be added or removed after creation";
 
-    /// Spec (transition): TLS is chosen at creation. Switching a live
-    /// cluster needs every member to change its port and its bus at once.
-    pub const TLS_FIXED: &str = "(has(self.tls) && has(self.tls.enabled) && self.tls.enabled) == \
-         (has(oldSelf.tls) && has(oldSelf.tls.enabled) && oldSelf.tls.enabled)";
-    pub const TLS_FIXED_MESSAGE: &str = "tls.enabled cannot be changed after creation";
+    /// Spec (transition): TLS can be turned on for a live cluster (a rolling
+    /// restart that loads the certificates, then every member switches its
+    /// port, its bus and its replication at once), not off again.
+    pub const TLS_FIXED: &str = "!(has(oldSelf.tls) && has(oldSelf.tls.enabled) && oldSelf.tls.enabled) || \
+         (has(self.tls) && has(self.tls.enabled) && self.tls.enabled)";
+    pub const TLS_FIXED_MESSAGE: &str = "tls.enabled cannot be turned off once on";
 
     /// Spec: at most [`super::MAX_MEMBERS`] members. Shards and replicas have
     /// schema defaults, so both are present once the API server has defaulted
@@ -466,6 +467,11 @@ pub struct ValidatedTls {
     pub secret_name: String,
     /// The operator runs the CA and issues the certificate.
     pub operator_managed: bool,
+    /// The members still serve plaintext: TLS was turned on for a live
+    /// cluster and the switch has not finished. Not from the spec: the
+    /// reconcile sets it from the members' config file (see the operator's
+    /// `decide::tls`).
+    pub switching: bool,
 }
 
 /// A ValkeyCluster that passed every rule: the only form later steps read.
@@ -1136,10 +1142,12 @@ fn validate_tls(
         Some(name) => ValidatedTls {
             secret_name: name.clone(),
             operator_managed: false,
+            switching: false,
         },
         None => ValidatedTls {
             secret_name: crate::constants::tls_secret_name(cluster),
             operator_managed: true,
+            switching: false,
         },
     })
 }
@@ -1996,7 +2004,8 @@ mod tests {
             on.tls,
             Some(ValidatedTls {
                 secret_name: "cache-tls".into(),
-                operator_managed: true
+                operator_managed: true,
+                switching: false,
             })
         );
         let mine = validate(&cluster(ValkeyClusterSpec {

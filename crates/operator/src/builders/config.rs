@@ -232,33 +232,21 @@ fn overridable_defaults(cluster: &ValidatedCluster) -> Vec<(&'static str, String
 /// The settings the operator owns, in file order.
 fn owned_settings(cluster: &ValidatedCluster) -> Vec<(&'static str, String)> {
     let mut owned = vec![("daemonize", "no".into())];
-    if cluster.tls.is_some() {
-        // TLS on the client port, plaintext nowhere; replication and the bus
-        // speak TLS too. Peers present the same certificate as clients of
-        // each other; applications need none (`optional`: one they do
-        // present must be valid).
-        owned.extend([
-            ("port", "0".to_string()),
-            ("tls-port", api::constants::VALKEY_PORT.to_string()),
-            ("tls-cluster", "yes".into()),
-            ("tls-replication", "yes".into()),
-            (
-                "tls-cert-file",
-                format!("{TLS_DIR}/{}", api::constants::TLS_CERT_KEY),
-            ),
-            (
-                "tls-key-file",
-                format!("{TLS_DIR}/{}", api::constants::TLS_KEY_KEY),
-            ),
-            (
-                "tls-ca-cert-file",
-                format!("{TLS_DIR}/{}", api::constants::TLS_CA_KEY),
-            ),
-            ("tls-auth-clients", "optional".into()),
-            ("tls-auto-reload-interval", TLS_RELOAD_SECONDS.to_string()),
-        ]);
-    } else {
-        owned.push(("port", api::constants::VALKEY_PORT.to_string()));
+    match &cluster.tls {
+        // TLS on the client port, plaintext nowhere; replication and the
+        // bus speak TLS too.
+        Some(tls) if !tls.switching => {
+            owned.extend(tls_wire());
+            owned.extend(tls_files());
+        }
+        // Turned on for a live cluster, until every member runs with the
+        // certificates: plaintext as before, the files loaded so that the
+        // operator can switch every member at once with [`tls_wire`].
+        Some(_) => {
+            owned.push(("port", api::constants::VALKEY_PORT.to_string()));
+            owned.extend(tls_files());
+        }
+        None => owned.push(("port", api::constants::VALKEY_PORT.to_string())),
     }
     owned.extend(vec![
         // Every address of the pod (its IP for peers and clients, loopback for
@@ -281,6 +269,46 @@ fn owned_settings(cluster: &ValidatedCluster) -> Vec<(&'static str, String)> {
         ("shutdown-on-sigint", "default".into()),
     ]);
     owned
+}
+
+/// The wire of a TLS member: TLS on the client port, plaintext nowhere,
+/// replication and the bus over TLS. Valkey 9.1 takes all four live in one
+/// CONFIG SET (it closes the plaintext listener, opens the TLS one on the
+/// same port and re-opens the bus listener for TLS; checked on
+/// valkey-server 9.1.2), which is how a live cluster is switched.
+pub fn tls_wire() -> [(&'static str, String); 4] {
+    [
+        ("port", "0".to_string()),
+        ("tls-port", api::constants::VALKEY_PORT.to_string()),
+        (TLS_CLUSTER, "yes".into()),
+        ("tls-replication", "yes".into()),
+    ]
+}
+
+/// `tls-cluster`: whether the bus speaks TLS; `yes` on a member that has
+/// been switched.
+pub const TLS_CLUSTER: &str = "tls-cluster";
+
+/// The certificate files and how clients are checked. Peers present the
+/// same certificate as clients of each other; applications need none
+/// (`optional`: one they do present must be valid).
+fn tls_files() -> [(&'static str, String); 5] {
+    [
+        (
+            "tls-cert-file",
+            format!("{TLS_DIR}/{}", api::constants::TLS_CERT_KEY),
+        ),
+        (
+            "tls-key-file",
+            format!("{TLS_DIR}/{}", api::constants::TLS_KEY_KEY),
+        ),
+        (
+            "tls-ca-cert-file",
+            format!("{TLS_DIR}/{}", api::constants::TLS_CA_KEY),
+        ),
+        ("tls-auth-clients", "optional".into()),
+        ("tls-auto-reload-interval", TLS_RELOAD_SECONDS.to_string()),
+    ]
 }
 
 fn yes_no(b: bool) -> String {
@@ -347,6 +375,7 @@ mod tests {
         c.tls = Some(api::v1alpha1::ValidatedTls {
             secret_name: "cache-tls".into(),
             operator_managed: true,
+            switching: false,
         });
         let conf = render(&c);
         for expected in [
@@ -365,6 +394,46 @@ mod tests {
             );
         }
         assert!(!conf.lines().any(|l| l == "port 6379"));
+    }
+
+    #[test]
+    fn while_switching_to_tls_members_load_the_certificates_but_speak_plaintext() {
+        let mut c = cluster("cache", 3, 1);
+        c.tls = Some(api::v1alpha1::ValidatedTls {
+            secret_name: "cache-tls".into(),
+            operator_managed: true,
+            switching: true,
+        });
+        let conf = render(&c);
+        for expected in [
+            "port 6379",
+            "tls-cert-file /etc/valkey-tls/tls.crt",
+            "tls-key-file /etc/valkey-tls/tls.key",
+            "tls-ca-cert-file /etc/valkey-tls/ca.crt",
+        ] {
+            assert!(
+                conf.lines().any(|l| l == expected),
+                "missing {expected:?} in\n{conf}"
+            );
+        }
+        for absent in ["port 0", "tls-port", "tls-cluster", "tls-replication"] {
+            assert!(
+                !conf.lines().any(|l| l.starts_with(absent)),
+                "{absent:?} in\n{conf}"
+            );
+        }
+        // The live switch sets what a TLS member's file says.
+        let switched = render(&ValidatedCluster {
+            tls: c.tls.clone().map(|t| api::v1alpha1::ValidatedTls {
+                switching: false,
+                ..t
+            }),
+            ..c
+        });
+        for (key, value) in tls_wire() {
+            let line = format!("{key} {value}");
+            assert!(switched.lines().any(|l| l == line), "{line} in\n{switched}");
+        }
     }
 
     #[test]

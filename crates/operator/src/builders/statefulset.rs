@@ -74,6 +74,10 @@ pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
 /// takes any, as while auth is switched on or off), `--tls --cacert` with
 /// TLS; unset when there is neither.
 pub const CLI_ARGS_ENV: &str = "VALKEY_CLI_ARGS";
+/// With TLS: valkey-cli's flags without `--tls` (`--user default` with
+/// auth, else empty), for members that still speak plaintext while a live
+/// cluster is switched to TLS (see [`tls_probe`]).
+pub const PLAIN_CLI_ARGS_ENV: &str = "VALKEY_PLAIN_CLI_ARGS";
 /// Name of the volume of the TLS Secret.
 pub const TLS_VOLUME: &str = "tls";
 /// Name of the volume of the users Secret.
@@ -487,6 +491,18 @@ fn container(c: &ValidatedCluster) -> Container {
             value_from: None,
         });
     }
+    if c.tls.is_some() {
+        let plain: Vec<&str> = if c.auth.enabled {
+            vec!["--user", "default"]
+        } else {
+            Vec::new()
+        };
+        env.push(EnvVar {
+            name: PLAIN_CLI_ARGS_ENV.into(),
+            value: Some(plain.join(" ")),
+            value_from: None,
+        });
+    }
     let mut mounts = vec![
         VolumeMount {
             name: "config".into(),
@@ -514,14 +530,19 @@ fn container(c: &ValidatedCluster) -> Container {
             ..Default::default()
         });
     }
-    let mut probe = vec!["valkey-cli".to_string()];
-    probe.extend(cli_args);
-    probe.extend([
-        "-e".into(),
-        "-p".into(),
-        VALKEY_PORT.to_string(),
-        "ping".into(),
-    ]);
+    let probe = if c.tls.is_some() {
+        tls_probe()
+    } else {
+        let mut probe = vec!["valkey-cli".to_string()];
+        probe.extend(cli_args);
+        probe.extend([
+            "-e".into(),
+            "-p".into(),
+            VALKEY_PORT.to_string(),
+            "ping".into(),
+        ]);
+        probe
+    };
     Container {
         name: CONTAINER.into(),
         image: Some(c.image.clone()),
@@ -614,6 +635,33 @@ pub const FORGET_IDENTITY_SCRIPT: &str = concat!(
     "rm -rf /data/* /data/.[!.]* && exec valkey-server \"$@\""
 );
 
+/// The readiness probe of a TLS member: PING over TLS, or, when that does
+/// not answer within a second, over plaintext. A cluster that had TLS turned
+/// on live runs its members with the certificates but on plaintext until
+/// the operator switches all of them at once (see `builders::config`), and
+/// the same pod must be Ready before and after: no second rolling restart.
+fn tls_probe() -> Vec<String> {
+    let ping = format!("-e -p {VALKEY_PORT} ping");
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "timeout 1 valkey-cli ${CLI_ARGS_ENV} {ping} >/dev/null 2>&1 || \
+             valkey-cli ${PLAIN_CLI_ARGS_ENV} {ping}"
+        ),
+    ]
+}
+
+/// [`FORGET_IDENTITY_SCRIPT`] for a TLS member: it asks each replica over
+/// TLS and, when that fails, over plaintext (a replica not yet switched to
+/// TLS, see [`tls_probe`]).
+fn forget_identity_script_tls() -> String {
+    FORGET_IDENTITY_SCRIPT.replace(
+        "out=$(timeout 2 valkey-cli $VALKEY_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>/dev/null | tr -d '\\r'); ",
+        "out=$( { timeout 2 valkey-cli $VALKEY_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication || timeout 2 valkey-cli $VALKEY_PLAIN_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication; } 2>/dev/null | tr -d '\\r'); ",
+    )
+}
+
 fn command(c: &ValidatedCluster) -> Vec<String> {
     if c.persistence.is_some() {
         vec!["valkey-server".into()]
@@ -621,7 +669,11 @@ fn command(c: &ValidatedCluster) -> Vec<String> {
         vec![
             "sh".into(),
             "-c".into(),
-            FORGET_IDENTITY_SCRIPT.into(),
+            if c.tls.is_some() {
+                forget_identity_script_tls()
+            } else {
+                FORGET_IDENTITY_SCRIPT.into()
+            },
             // $0 of the script.
             "valkey-server".into(),
         ]
@@ -953,6 +1005,18 @@ mod tests {
     /// replication with `replies` in turn (the last one from then on; nothing
     /// at all, as an unreachable replica, when empty).
     fn run_start_script(nodes_conf: Option<&str>, replies: &[&str]) -> ScriptRun {
+        run_script(FORGET_IDENTITY_SCRIPT, &[], nodes_conf, replies)
+    }
+
+    /// [`run_start_script`] of `script` with `env`; with `FAIL_TLS` set the
+    /// stand-in `valkey-cli` fails every call with `--tls` (a replica that
+    /// still speaks plaintext), uncounted.
+    fn run_script(
+        script: &str,
+        env: &[(&str, &str)],
+        nodes_conf: Option<&str>,
+        replies: &[&str],
+    ) -> ScriptRun {
         static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "forget-identity-{}-{}",
@@ -976,7 +1040,8 @@ mod tests {
         }
         let last = replies.len().saturating_sub(1);
         let cli = format!(
-            "#!/bin/sh\necho \"$@\" >> {d}/args\nn=$(cat {d}/count 2>/dev/null || echo 0)\necho $((n+1)) > {d}/count\n\
+            "#!/bin/sh\ncase \"$*\" in *--tls*) [ -n \"$FAIL_TLS\" ] && exit 1;; esac\n\
+             echo \"$@\" >> {d}/args\nn=$(cat {d}/count 2>/dev/null || echo 0)\necho $((n+1)) > {d}/count\n\
              [ $n -gt {last} ] && n={last}\ncat {d}/reply-$n 2>/dev/null\n",
             d = dir.display()
         );
@@ -990,7 +1055,7 @@ mod tests {
         let conf = dir.join("valkey.conf");
         // 400 ms: an unanswering replica is waited for 3 x 0.4 s, in whole seconds.
         std::fs::write(&conf, "port 6379\ncluster-node-timeout 400\n").unwrap();
-        let script = FORGET_IDENTITY_SCRIPT
+        let script = script
             .replace("/data", &data.to_string_lossy())
             .replace("exec valkey-server", "exec echo started");
         let path = format!(
@@ -1003,6 +1068,7 @@ mod tests {
             .args(["-c", &script, "valkey-server", &conf.to_string_lossy()])
             .env("PATH", path)
             .env_remove("POD_IP")
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         let took = t.elapsed();
@@ -1059,6 +1125,58 @@ mod tests {
             run.took
         );
         assert!(run.wiped);
+    }
+
+    #[test]
+    fn a_tls_member_asks_a_replica_still_on_plaintext_over_plaintext() {
+        let script = forget_identity_script_tls();
+        assert_ne!(
+            script, FORGET_IDENTITY_SCRIPT,
+            "the TLS variant is the same"
+        );
+        let env = [
+            ("VALKEY_CLI_ARGS", "--tls --cacert /ca.crt"),
+            ("VALKEY_PLAIN_CLI_ARGS", ""),
+            ("FAIL_TLS", "1"),
+        ];
+        let replies = ["master_host:10.0.0.1", "master_host:10.0.0.3"];
+        let run = run_script(&script, &env, Some(PRIMARY_CONF), &replies);
+        assert!(
+            run.out.contains("replica 10.0.0.2:6379 still replicates"),
+            "{}",
+            run.out
+        );
+        assert!(run.out.contains("started"), "{}", run.out);
+        // Answered over plaintext both times, not waited out as silent.
+        assert_eq!(run.asked, 2, "{}", run.out);
+        assert!(run.wiped);
+    }
+
+    #[test]
+    fn a_tls_members_probe_tries_tls_then_plaintext() {
+        let mut c = cluster("cache", 3, 1);
+        c.tls = Some(api::v1alpha1::ValidatedTls {
+            secret_name: "cache-tls".into(),
+            operator_managed: true,
+            switching: false,
+        });
+        let s = build(&c, &placed("n1"));
+        let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
+        let probe = container
+            .readiness_probe
+            .as_ref()
+            .and_then(|p| p.exec.as_ref())
+            .and_then(|e| e.command.clone())
+            .unwrap();
+        assert_eq!(probe[..2], ["sh", "-c"]);
+        let tls = probe[2].find("valkey-cli $VALKEY_CLI_ARGS").unwrap();
+        let plain = probe[2].find("valkey-cli $VALKEY_PLAIN_CLI_ARGS").unwrap();
+        assert!(tls < plain, "{}", probe[2]);
+        let env = container.env.clone().unwrap();
+        let plain = env.iter().find(|e| e.name == PLAIN_CLI_ARGS_ENV).unwrap();
+        let want = if c.auth.enabled { "--user default" } else { "" };
+        assert_eq!(plain.value.as_deref(), Some(want));
+        assert!(container.command.as_ref().unwrap()[2].contains("$VALKEY_PLAIN_CLI_ARGS"));
     }
 
     #[test]
@@ -1178,6 +1296,7 @@ mod tests {
         c.tls = Some(api::v1alpha1::ValidatedTls {
             secret_name: "cache-tls".into(),
             operator_managed: true,
+            switching: false,
         });
         let e = &containers(&c)[1];
         assert!(e.env.is_none());

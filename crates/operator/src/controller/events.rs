@@ -32,6 +32,8 @@ pub mod reason {
     pub const CA_ROTATION_STARTED: &str = "CARotationStarted";
     pub const CA_SIGNING: &str = "CARotationSigning";
     pub const CA_ROTATED: &str = "CARotated";
+    pub const TLS_SWITCHING: &str = "TLSSwitching";
+    pub const TLS_ENABLED: &str = "TLSEnabled";
     pub const USER_SECRET_MISSING: &str = "UserSecretMissing";
     pub const PASSWORD_ROTATED: &str = "PasswordRotated";
     pub const AUTH_ENABLED: &str = "AuthEnabled";

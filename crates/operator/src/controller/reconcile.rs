@@ -118,6 +118,14 @@ async fn run(
     // 2. Kubernetes: observe, place, apply the owned objects
     let mut kube = observe::kube::kubernetes(ctx, &cluster).await?;
     memory.note_missing_nodes(&mut kube, Instant::now());
+    // TLS turned on for a live cluster: its members speak plaintext until
+    // the switch is done (their config file says so).
+    if let Some(tls) = cluster.tls.as_mut() {
+        tls.switching = decide::tls::switching(
+            kube.config_maps
+                .get(&crate::builders::config_map_name(&cluster.name)),
+        );
+    }
     let placement = Placement::compute(&cluster, &kube).await;
     events.notes(placement.notes(&mut memory.announced)).await;
     let auth = act::kube::ensure_password(ctx, &cluster, &owner, events).await?;
@@ -203,7 +211,17 @@ async fn run(
         now,
     )
     .await?;
+    let mut tls_switching = false;
     if blocker.is_none() {
+        let quiet = done.executed.is_empty() && done.last_action.is_none();
+        tls_switching = act::tls_switch::advance(
+            ctx,
+            (&cluster, &owner, &desired),
+            (&facts, &valkey.session),
+            quiet && decision.cluster_ready,
+            events,
+        )
+        .await?;
         if let (Some(switch), (Some(password), _)) = (&rotation.switch, rotation.login(&auth)) {
             act::rotation::advance_switch(ctx, &valkey.session, switch, password).await;
         }
@@ -249,8 +267,9 @@ async fn run(
     report::publish(ctx, &target, status, events).await?;
     ctx.metrics
         .observe_cluster(&cluster.namespace, &cluster.name, &gauges);
-    let converging =
-        report::converging(&facts, &placement, &decision, &done, replaced) || tls.rotating();
+    let converging = report::converging(&facts, &placement, &decision, &done, replaced)
+        || tls.rotating()
+        || tls_switching;
     ctx.pulse.record(
         ObjectRef::from_obj(vc),
         !converging && !blocked,

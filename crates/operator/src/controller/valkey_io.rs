@@ -33,11 +33,12 @@ impl Default for Timeouts {
 /// The connections of one reconcile, by member.
 pub type Session = Connections;
 
-/// How to connect to the members.
+/// How to connect to the members. `switching`: the cluster is being
+/// switched to TLS, so its members may still speak plaintext (tried first).
 pub fn connect_options(
     password: Option<&str>,
     previous_password: Option<&str>,
-    tls_ca_pem: Option<&[u8]>,
+    (tls_ca_pem, switching): (Option<&[u8]>, bool),
     t: Timeouts,
 ) -> ConnectOptions {
     ConnectOptions {
@@ -50,6 +51,11 @@ pub fn connect_options(
         tls_ca_pem: tls_ca_pem.map(<[u8]>::to_vec),
         previous_password: previous_password.map(str::to_string),
         tls_identity: None,
+        plaintext: if switching {
+            valkey::client::Plaintext::First
+        } else {
+            valkey::client::Plaintext::Never
+        },
     }
 }
 

@@ -136,11 +136,16 @@ impl Scraper {
         let opts = ConnectOptions {
             username: self.password.as_ref().map(|_| self.user.clone()),
             password: self.password.clone(),
-            connect_timeout: self.timeout,
+            // Half: a TLS handshake to a member still on plaintext waits it
+            // out, and the plaintext try must fit in the scrape's time.
+            connect_timeout: self.timeout / 2,
             command_timeout: self.timeout,
             tls_ca_pem,
             previous_password: None,
             tls_identity: None,
+            // A member whose cluster is being switched to TLS serves
+            // plaintext until the operator switches every member at once.
+            plaintext: valkey::client::Plaintext::After,
         };
         Ok(ValkeyAdmin::connect(self.addr.ip(), self.addr.port(), &opts).await?)
     }

@@ -9,6 +9,7 @@ pub mod moves;
 pub mod rotation;
 pub mod secrets;
 pub mod tls;
+pub mod tls_switch;
 pub mod users;
 pub mod valkey;
 

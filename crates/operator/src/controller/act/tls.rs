@@ -298,6 +298,10 @@ pub async fn advance_rotation(
     let Some(set) = tls_state.operator_ca() else {
         return Ok(());
     };
+    // A rotation waits until the members speak TLS (a switch in flight).
+    if cluster.tls.as_ref().is_some_and(|t| t.switching) {
+        return Ok(());
+    }
     let ready = members_ready(cluster, set, view, inputs.opts, inputs.now_unix).await?;
     let Some(step) = tls::ca_step(set, inputs.request, inputs.now_unix, ready) else {
         return Ok(());

@@ -23,6 +23,7 @@ pub mod placement;
 pub mod rolling;
 pub mod safety;
 pub mod surge;
+pub mod tls;
 pub mod valkey;
 
 use super::facts::{Facts, desired_members, retained_start};

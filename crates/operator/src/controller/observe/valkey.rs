@@ -39,6 +39,10 @@ fn config_keys(cluster: &ValidatedCluster) -> Vec<String> {
     let mut keys: Vec<String> = config::live_config(cluster).into_keys().collect();
     keys.push("availability-zone".into());
     keys.push(config::NODE_TIMEOUT.into());
+    if cluster.tls.as_ref().is_some_and(|t| t.switching) {
+        // Whether the member has been switched to TLS yet.
+        keys.push(config::TLS_CLUSTER.into());
+    }
     keys
 }
 
@@ -105,7 +109,10 @@ pub async fn members(
     let opts = valkey_io::connect_options(
         password,
         previous_password,
-        tls.ca_pem(),
+        (
+            tls.ca_pem(),
+            cluster.tls.as_ref().is_some_and(|t| t.switching),
+        ),
         ctx.settings.timeouts,
     );
     let (observed, session) = valkey_io::observe(

@@ -33,10 +33,18 @@ from valkey.exceptions import ValkeyClusterException, ValkeyError
 FAILURES = (ValkeyError, ValkeyClusterException, OSError)
 
 
-def connect(args):
+def connect(args, known=None):
+    """A new client; `known`, an old client, adds the nodes it learnt (the
+    members' IPs change when their pods are re-created)."""
+    hosts = list(args.host)
+    if known is not None:
+        try:
+            hosts += [n.host for n in known.get_nodes() if n.host not in hosts]
+        except Exception:  # noqa: BLE001 - a broken client knows nothing
+            pass
     # Retries inside the client are kept small: the judge must see outages.
     return ValkeyCluster(
-        startup_nodes=[ClusterNode(h, args.port) for h in args.host],
+        startup_nodes=[ClusterNode(h, args.port) for h in hosts],
         username=args.username or None,
         password=args.password or None,
         socket_timeout=2.0,
@@ -118,7 +126,7 @@ def cmd_load(args):
                 errors += 1
                 time.sleep(0.05)
                 try:
-                    client = connect(args)
+                    client = connect(args, client)
                     if args.plaintext_first and not ON_TLS["yes"]:
                         client.ping()
                 except FAILURES:
@@ -128,7 +136,7 @@ def cmd_load(args):
                         # both).
                         ON_TLS["yes"] = True
                         try:
-                            client = connect(args)
+                            client = connect(args, client)
                             client.ping()
                             print("judge: plaintext refused, moved to TLS", file=sys.stderr)
                         except FAILURES:

@@ -51,6 +51,11 @@ pub struct MemberWire {
     pub ready: bool,
     /// `tls-cluster` as the member said it: `None` when it did not answer.
     pub switched: Option<bool>,
+    /// Its view names a client port for every node it knows. Right after
+    /// the switch a member knows a peer's TLS port only from that peer's
+    /// next ping, and lists it as port 0 until then (clients asking it
+    /// would be sent to port 0).
+    pub knows_ports: bool,
 }
 
 /// Every member of the spec as the switch sees it: its pod (against the
@@ -73,6 +78,12 @@ pub fn wires(f: &Facts<'_>, desired: &Desired) -> Vec<MemberWire> {
                 switched: f
                     .report(s, m)
                     .map(|r| r.config.get(TLS_CLUSTER).is_some_and(|v| v == "yes")),
+                knows_ports: f.report(s, m).is_some_and(|r| {
+                    r.nodes
+                        .nodes()
+                        .iter()
+                        .all(|n| n.address.ip.is_none() || n.address.port != 0)
+                }),
             }
         })
         .collect()
@@ -85,7 +96,8 @@ pub enum Step {
     Wait(String),
     /// Switch these members (every member not switched yet).
     Switch(Vec<(u32, u32)>),
-    /// Every member is on TLS: write the TLS config file.
+    /// Every member is on TLS and knows its peers' TLS ports: write the
+    /// TLS config file.
     Done,
 }
 
@@ -96,7 +108,13 @@ pub fn step(members: &[MemberWire], quiet: bool) -> Step {
         return Step::Wait("no member yet".into());
     }
     if members.iter().all(|m| m.switched == Some(true)) {
-        return Step::Done;
+        return match members.iter().find(|m| !m.knows_ports) {
+            Some(m) => Step::Wait(format!(
+                "shard {} member {} has not learnt every peer's TLS port yet",
+                m.member.0, m.member.1
+            )),
+            None => Step::Done,
+        };
     }
     if let Some(m) = members.iter().find(|m| !m.rolled) {
         return Step::Wait(format!(
@@ -154,6 +172,7 @@ mod tests {
             rolled,
             ready,
             switched,
+            knows_ports: true,
         }
     }
 
@@ -192,8 +211,10 @@ mod tests {
         // (not Ready yet): it is switched now, not after waiting.
         let half = [m(0, true, true, Some(true)), m(1, true, false, Some(false))];
         assert_eq!(step(&half, false), Step::Switch(vec![(1, 0)]));
-        let all = [m(0, true, true, Some(true)), m(1, true, true, Some(true))];
+        let mut all = [m(0, true, true, Some(true)), m(1, true, true, Some(true))];
         assert_eq!(step(&all, true), Step::Done);
+        all[1].knows_ports = false;
+        assert!(matches!(step(&all, true), Step::Wait(w) if w.contains("TLS port")));
         assert!(matches!(step(&[], true), Step::Wait(_)));
     }
 }

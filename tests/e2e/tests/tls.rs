@@ -229,8 +229,30 @@ fn tls_on_for_a_live_cluster(
         );
         // A member restarted now starts on TLS (its config file says so).
         let replica = env.member_with_role(ns, "switch", 0, "replica")?;
+        let old_uid = env
+            .pod_identities(ns, "switch")?
+            .get(&replica.name)
+            .map(|p| p.uid.clone());
         env.kubectl(&["delete", "pod", &replica.name, "-n", ns])?;
-        env.wait_ready_shape(ns, switch, Duration::from_secs(180))?;
+        let mut last = String::new();
+        wait_until(Duration::from_secs(180), Duration::from_secs(1), || {
+            let new_pod = env
+                .pod_identities(ns, "switch")?
+                .get(&replica.name)
+                .is_some_and(|p| Some(&p.uid) != old_uid.as_ref());
+            if !new_pod {
+                last = "the deleted replica's pod is not back yet".into();
+                return Ok(false);
+            }
+            match env.check_shape(ns, "switch", 2, 1) {
+                Ok(_) => Ok(true),
+                Err(e) => {
+                    last = format!("{e:#}");
+                    Ok(false)
+                }
+            }
+        })
+        .with_context(|| format!("the restarted replica did not rejoin on TLS: {last}"))?;
         for ip in env.member_ips(ns, "switch")? {
             plaintext_refused(env, &ip, &password)?;
         }
@@ -239,7 +261,7 @@ fn tls_on_for_a_live_cluster(
     env.use_tls(None);
     let summary = result?;
     println!(
-        "tls: switch turned TLS on live in {took:.1}s (every member restarted once, then switched at once);          plaintext refused, bus and replication on TLS, a restarted member came back on TLS; writer {summary}"
+        "tls: switch turned TLS on live in {took:.1}s (every member restarted once, then switched at once); plaintext refused, bus and replication on TLS, a restarted member came back on TLS; writer {summary}"
     );
     env.kubectl(&[
         "delete",

@@ -636,7 +636,7 @@ pub const FORGET_IDENTITY_SCRIPT: &str = concat!(
 );
 
 /// The readiness probe of a TLS member: PING over TLS, or, when that does
-/// not answer within a second, over plaintext. A cluster that had TLS turned
+/// not answer within two seconds (the probe has three), over plaintext. A cluster that had TLS turned
 /// on live runs its members with the certificates but on plaintext until
 /// the operator switches all of them at once (see `builders::config`), and
 /// the same pod must be Ready before and after: no second rolling restart.
@@ -646,7 +646,7 @@ fn tls_probe() -> Vec<String> {
         "sh".into(),
         "-c".into(),
         format!(
-            "timeout 1 valkey-cli ${CLI_ARGS_ENV} {ping} >/dev/null 2>&1 || \
+            "timeout 2 valkey-cli ${CLI_ARGS_ENV} {ping} >/dev/null 2>&1 || \
              valkey-cli ${PLAIN_CLI_ARGS_ENV} {ping}"
         ),
     ]

@@ -117,6 +117,14 @@ impl Pulse {
             .unwrap_or_default()
     }
 
+    /// Forgets members silent longer than [`SILENT_FOR`] ago (a deleted
+    /// cluster's members are never asked again, so never noted as answering).
+    fn forget_old_silence(&self, now: Instant) {
+        if let Ok(mut s) = self.silent.lock() {
+            s.retain(|_, at| now.duration_since(*at) < SILENT_FOR);
+        }
+    }
+
     fn note(&self, addr: MemberAddr, answered: bool) {
         if let Ok(mut s) = self.silent.lock() {
             if answered {
@@ -203,6 +211,7 @@ impl Pulse {
             };
             // Connections of members no longer looked at are closed.
             conns.retain(|addr, _| watched.iter().any(|(_, seen, _)| seen.contains_key(addr)));
+            self.forget_old_silence(Instant::now());
             let asks = watched.iter().flat_map(|(_, seen, opts)| {
                 seen.keys()
                     .map(|addr| (*addr, conns.remove(addr), opts))
@@ -332,6 +341,19 @@ mod tests {
         p.role = Role::Primary;
         p.primary_link = None;
         assert_eq!(beat_of_role(&primary), beat(&p));
+    }
+
+    #[test]
+    fn silence_is_remembered_for_a_while_then_forgotten() {
+        let pulse = Pulse::new();
+        pulse.note(addr(1), false);
+        pulse.note(addr(2), false);
+        pulse.note(addr(2), true);
+        assert_eq!(pulse.silent(), [addr(1)].into());
+        pulse.forget_old_silence(Instant::now());
+        assert_eq!(pulse.silent(), [addr(1)].into());
+        pulse.forget_old_silence(Instant::now() + SILENT_FOR);
+        assert!(pulse.silent.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -93,6 +93,18 @@ pub fn users_secret_name(cluster: &str) -> String {
 /// Key of the users file in [`users_secret_name`].
 pub const USERS_FILE_KEY: &str = "users.acl";
 
+/// Key of the replication user's password in [`users_secret_name`]
+/// (generated once, kept).
+pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
+
+/// The ACL user replicas log in to their primary as (`primaryuser`): it may
+/// run only what a replica sends (PSYNC, SYNC, REPLCONF, PING). A system
+/// user: the operator defines it, `spec.users` may not.
+pub const REPLICATION_USER: &str = "valkey-replication";
+
+/// Reserved for the operator's own user (not defined yet).
+pub const OPERATOR_USER: &str = "valkey-operator";
+
 /// Key of the CA certificate in the TLS Secrets.
 pub const TLS_CA_KEY: &str = "ca.crt";
 /// Key of the certificate in the TLS Secret.

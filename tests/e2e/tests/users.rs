@@ -15,7 +15,10 @@
 //!   one is dropped; nothing acknowledged is lost and Ready is never gone
 //!   for longer than a member's restart;
 //! - auth goes off and on again under a `WAIT 1` writer (each a roll, the
-//!   same bounds).
+//!   same bounds);
+//! - replicas log in to their primaries as the system user
+//!   `valkey-replication` (its password in `<cluster>-users`), also on a
+//!   member restarted with the operator paused; that user is refused GET.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, ensure};
@@ -286,10 +289,30 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
         ensure!(old.contains("WRONGPASS"), "the old password on the restarted member: {old}");
         let denied = as_user(env, &back.ip, "app", "new-secret-2", &["flushall"])?;
         ensure!(denied.contains("NOPERM"), "FLUSHALL as app on the restarted member: {denied}");
+        // It replicates without the operator: it logged in to its primary
+        // as the replication user (from the file and its environment),
+        // which may do nothing but replicate.
+        let password = env.password(ns, "acl")?;
+        wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+            Ok(env
+                .valkey_cli(&back.ip, &password, &["info", "replication"])?
+                .contains("master_link_status:up"))
+        })
+        .context("the restarted replica's link to its primary never came up")?;
+        let primary = env.member_with_role(ns, "acl", back.shard, "primary")?;
+        let links = env.valkey_cli(&primary.ip, &password, &["client", "list", "type", "replica"])?;
+        ensure!(
+            !links.trim().is_empty() && links.lines().all(|l| l.contains("user=valkey-replication")),
+            "replicas of {} log in as another user: {links}",
+            primary.name
+        );
+        let replication = env.secret_text(ns, "acl-users", "replication-password")?;
+        let denied = as_user(env, &primary.ip, "valkey-replication", &replication, &["get", "app:1"])?;
+        ensure!(denied.contains("NOPERM"), "GET as the replication user: {denied}");
         annotate("valkey.rs/paused-")?;
         env.wait_condition(ns, "acl", "Ready", "True", Duration::from_secs(120))?;
         let ips = env.member_ips(ns, "acl")?;
-        println!("users: a member restarted with the operator paused has app (new password only, its limits) from the users file");
+        println!("users: a member restarted with the operator paused has app (new password only, its limits) from the users file, and replicates as valkey-replication (which may only replicate)");
 
         // Users removed from the spec are deleted.
         env.patch_cluster(ns, "acl", r#"{"spec":{"users":null}}"#)?;

@@ -991,7 +991,11 @@ pub struct ValidatedUser {
 }
 
 /// User names the operator keeps for itself.
-pub const RESERVED_USERS: &[&str] = &["default"];
+pub const RESERVED_USERS: &[&str] = &[
+    "default",
+    crate::constants::REPLICATION_USER,
+    crate::constants::OPERATOR_USER,
+];
 
 /// ACL rules that `spec.users[].permissions` may not hold: passwords come
 /// from the Secret and on/off from `enabled`.
@@ -1053,7 +1057,11 @@ fn validate_users(users: &[super::spec::User], errors: &mut Errors) -> Vec<Valid
         } else if RESERVED_USERS.contains(&u.name.as_str()) {
             errors.add(
                 field("name"),
-                format!("{:?} is the operator's (its password is spec.auth)", u.name),
+                if u.name == "default" {
+                    format!("{:?} is the operator's (its password is spec.auth)", u.name)
+                } else {
+                    format!("{:?} is a system user the operator keeps", u.name)
+                },
             );
         } else if !seen.insert(u.name.clone()) {
             errors.add(field("name"), format!("{:?} is listed twice", u.name));
@@ -2052,9 +2060,15 @@ mod tests {
                 user("app", ">secret ~*"),
                 user("app", "nopass"),
                 user("bad name", "(~x"),
+                user("valkey-replication", "+@all"),
             ],
             ..Default::default()
         });
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.users[4].name") && e.contains("system user")),
+            "{errs:?}"
+        );
         assert!(
             errs.iter().any(|e| e.starts_with("spec.users[0].name")),
             "{errs:?}"

@@ -66,13 +66,24 @@ pub fn applied_secret(
 
 /// `<cluster>-users`: the members' users file (`valkey::acl::users_file`),
 /// mounted by every member pod, written by the operator only.
-pub fn users_secret(c: &ValidatedCluster, owner: &OwnerReference, file: &str) -> Secret {
+pub fn users_secret(
+    c: &ValidatedCluster,
+    owner: &OwnerReference,
+    file: &str,
+    replication_password: &str,
+) -> Secret {
     Secret {
         metadata: owned_meta(c, owner, api::constants::users_secret_name(&c.name)),
-        data: Some(BTreeMap::from([(
-            api::constants::USERS_FILE_KEY.to_string(),
-            k8s_openapi::ByteString(file.as_bytes().to_vec()),
-        )])),
+        data: Some(BTreeMap::from([
+            (
+                api::constants::USERS_FILE_KEY.to_string(),
+                k8s_openapi::ByteString(file.as_bytes().to_vec()),
+            ),
+            (
+                api::constants::REPLICATION_PASSWORD_KEY.to_string(),
+                k8s_openapi::ByteString(replication_password.as_bytes().to_vec()),
+            ),
+        ])),
         type_: Some("Opaque".into()),
         ..Default::default()
     }

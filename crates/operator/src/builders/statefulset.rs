@@ -53,9 +53,9 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    ExecAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
-    PodTemplateSpec, Probe, SecretKeySelector, SecretVolumeSource, TCPSocketAction, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    ExecAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodSpec, PodTemplateSpec, Probe, SecretKeySelector, SecretVolumeSource, TCPSocketAction,
+    Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -69,6 +69,9 @@ pub const ANNOTATION_PLACEMENT_HASH: &str = "valkey.rs/placement-hash";
 pub const CONTAINER: &str = "valkey";
 /// Environment variable holding the password (from the Secret).
 pub const PASSWORD_ENV: &str = "VALKEY_PASSWORD";
+/// Environment variable holding the replication user's password (from
+/// `<cluster>-users`): the member's `primaryauth`.
+pub const REPLICATION_PASSWORD_ENV: &str = "VALKEY_REPLICATION_PASSWORD";
 /// valkey-cli's flags for the start script: `--user default` with auth (the
 /// three-argument AUTH works whether the member requires the password or
 /// takes any, as while auth is switched on or off), `--tls --cacert` with
@@ -311,6 +314,13 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
         name: USERS_VOLUME.into(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(api::constants::users_secret_name(&c.name)),
+            // The file only: the replication password reaches Valkey as
+            // `primaryauth` through the environment.
+            items: Some(vec![KeyToPath {
+                key: api::constants::USERS_FILE_KEY.into(),
+                path: api::constants::USERS_FILE_KEY.into(),
+                mode: None,
+            }]),
             ..Default::default()
         }),
         ..Default::default()
@@ -444,11 +454,32 @@ fn container(c: &ValidatedCluster) -> Container {
         "$(POD_IP)".into(),
         // The users of spec.users the members took, so a member that
         // restarts has them before the operator sets them again (and when
-        // the operator is away). `default` is not in it: its password
-        // stays requirepass's.
+        // the operator is away), and the replication user. `default` is not
+        // in it: its password stays requirepass's.
         "--include".into(),
         format!("{}/{}", config::USERS_DIR, api::constants::USERS_FILE_KEY),
+        // Replicas log in to their primary as the replication user, which
+        // may run only what a replica sends, whether auth is on or off and
+        // whatever the cluster password is (a rotation or an auth switch
+        // leaves replication alone). Valkey hides its arguments behind the
+        // process title, so the password does not show in `ps`.
+        "--primaryuser".into(),
+        api::constants::REPLICATION_USER.into(),
+        "--primaryauth".into(),
+        format!("$({REPLICATION_PASSWORD_ENV})"),
     ];
+    env.push(EnvVar {
+        name: REPLICATION_PASSWORD_ENV.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: api::constants::users_secret_name(&c.name),
+                key: api::constants::REPLICATION_PASSWORD_KEY.into(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+        value: None,
+    });
     if c.auth.enabled {
         env.push(password_env(c));
         // The probe's valkey-cli reads the password from the environment
@@ -460,18 +491,7 @@ fn container(c: &ValidatedCluster) -> Container {
                 value_from: None,
             });
         }
-        // Valkey hides its arguments behind the process title, so the
-        // password does not show in `ps`.
-        // Replicas log in as `default` with three-argument AUTH, which a
-        // primary taking any password (auth being switched) accepts too.
-        args.extend([
-            "--requirepass".into(),
-            format!("$({PASSWORD_ENV})"),
-            "--primaryuser".into(),
-            "default".into(),
-            "--primaryauth".into(),
-            format!("$({PASSWORD_ENV})"),
-        ]);
+        args.extend(["--requirepass".into(), format!("$({PASSWORD_ENV})")]);
     }
     let mut cli_args: Vec<String> = Vec::new();
     if c.auth.enabled {
@@ -782,12 +802,26 @@ mod tests {
             args.windows(2)
                 .any(|w| w == ["--requirepass", "$(VALKEY_PASSWORD)"])
         );
+        // Replicas log in as the replication user, with its own password.
         assert!(
             args.windows(2)
-                .any(|w| w == ["--primaryauth", "$(VALKEY_PASSWORD)"])
+                .any(|w| w == ["--primaryauth", "$(VALKEY_REPLICATION_PASSWORD)"])
         );
-        // Three-argument AUTH as `default`, for replication and the probes.
-        assert!(args.windows(2).any(|w| w == ["--primaryuser", "default"]));
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--primaryuser", "valkey-replication"])
+        );
+        let env = container.env.clone().unwrap();
+        let repl = env
+            .iter()
+            .find(|e| e.name == REPLICATION_PASSWORD_ENV)
+            .and_then(|e| e.value_from.as_ref())
+            .and_then(|v| v.secret_key_ref.as_ref())
+            .unwrap();
+        assert_eq!(
+            (repl.name.as_str(), repl.key.as_str()),
+            ("cache-users", "replication-password")
+        );
         let probe = container
             .readiness_probe
             .as_ref()

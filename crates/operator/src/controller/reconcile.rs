@@ -143,9 +143,9 @@ async fn run(
         events,
     )
     .await?;
-    let users = act::users::resolve(ctx, &cluster).await?;
+    let mut users = act::users::resolve(ctx, &cluster).await?;
     // Before the StatefulSets: member pods mount it.
-    act::users::ensure_file(ctx, &cluster, &owner, &users, memory).await?;
+    act::users::ensure_file(ctx, &cluster, &owner, &mut users, memory).await?;
     let desired = decide::objects(&cluster, &owner, &placement, &kube);
     let orphaned = cleanup::Orphans {
         pdbs: cleanup::orphaned_pdbs(&cluster, &desired, &kube),
@@ -238,7 +238,7 @@ async fn run(
             .await?;
         }
         if act::users::sync(ctx, &valkey.session, &users, memory, events).await > 0 {
-            act::users::ensure_file(ctx, &cluster, &owner, &users, memory).await?;
+            act::users::ensure_file(ctx, &cluster, &owner, &mut users, memory).await?;
         }
         act::tls::advance_rotation(
             ctx,

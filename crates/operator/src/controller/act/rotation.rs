@@ -8,13 +8,15 @@
 //!    one (`previous_password` of the connection);
 //! 2. every member takes both: the one it lacks is *added* (`ACL SETUSER
 //!    default on #<sha256>`; a member restarted onto the new password gets
-//!    the old one back for the clients not moved yet), and every member's
-//!    `primaryauth` becomes the new one (replicas re-authenticate with it
-//!    when their link restarts; their primaries take both);
+//!    the old one back for the clients not moved yet). Replication is not
+//!    concerned: replicas log in as the replication user (`primaryuser
+//!    valkey-replication`, its own password in `<cluster>-users`); only a
+//!    member started by a release before that user (`primaryuser default`)
+//!    gets the new password as `primaryauth`;
 //! 3. the rotation's number goes into the members' restart hash, so the
 //!    rolling update restarts them one at a time (failover first) onto the
-//!    new password: their environment (`requirepass`, `primaryauth`, the
-//!    probes' and the preStop hook's `valkey-cli`) comes from the Secret;
+//!    new password: their environment (`requirepass`, the probes' and the
+//!    start script's `valkey-cli`) comes from the Secret;
 //! 4. once every member runs with the new environment, is reachable and
 //!    takes the new password, `ACL SETUSER default on resetpass #<new>`
 //!    leaves only the new one (`requirepass` already says it: the members
@@ -28,17 +30,16 @@
 //!
 //! Turning auth on or off ([`Switch`]) is the same kind of roll. Which
 //! members still run the other way is read off their pods (the password in
-//! their environment), not stored. Members log in to each other as `default`
-//! with three-argument AUTH (`primaryuser default`), and so do the operator
-//! and the probes: a member that takes any password (`nopass`) accepts that
-//! as well as one that requires it.
-//! - On: every member first gets `primaryuser default` and the password as
-//!   `primaryauth` (so its replication survives primaries restarted with
-//!   `requirepass`); then the members restart onto the password one at a
-//!   time. Clients without the password are refused by each member once it
-//!   restarted: that is what turning auth on means.
-//! - Off: every member first gets `primaryuser default` and takes any
-//!   password (`ACL SETUSER default on nopass`); then the members restart
+//! their environment), not stored. The operator and the probes log in as
+//! `default` with three-argument AUTH: a member that takes any password
+//! (`nopass`) accepts that as well as one that requires it. Replicas log in
+//! as the replication user, whose password auth on or off does not change.
+//! - On: the members restart onto the password one at a time (a member of
+//!   an older release, still `primaryuser default`, first gets the password
+//!   as `primaryauth`). Clients without the password are refused by each
+//!   member once it restarted: that is what turning auth on means.
+//! - Off: every member first takes any password (`ACL SETUSER default on
+//!   nopass`); then the members restart
 //!   without one. Once none runs with the password, the record says so
 //!   (an empty password) and the event `AuthDisabled` is sent. Clients that
 //!   send the password as `default` (three-argument AUTH) keep working
@@ -211,18 +212,18 @@ pub async fn state(
     })
 }
 
-/// Moves a switch of auth on (see the module doc): every connected member
-/// logs in to its primary as `default` with the password, and, when auth is
-/// being turned off, takes any password. Failures are logged; the next
-/// reconcile tries again.
+/// Moves a switch of auth on (see the module doc): when auth is being
+/// turned off, every connected member takes any password; a member that
+/// still logs in to its primary as `default` (one started by a release
+/// before the replication user) gets the password as `primaryauth`.
+/// Failures are logged; the next reconcile tries again.
 pub async fn advance_switch(ctx: &Context, session: &Session, switch: &Switch, password: &str) {
     for (m, admin) in session {
-        if let Err(error) = admin.config_set_secret("primaryuser", "default").await {
-            tracing::warn!(member = %m, %error, "CONFIG SET primaryuser failed");
-            continue;
-        }
         let done = match switch {
             Switch::On => {
+                if !logs_in_as_default(admin).await {
+                    continue;
+                }
                 ctx.metrics.valkey_command("ConfigSet");
                 admin.config_set_secret("primaryauth", password).await
             }
@@ -235,6 +236,20 @@ pub async fn advance_switch(ctx: &Context, session: &Session, switch: &Switch, p
             tracing::warn!(member = %m, %error, "switching auth failed");
         }
     }
+}
+
+/// Whether the member logs in to its primary as `default` with the cluster
+/// password (`primaryuser default`, as members of releases before the
+/// replication user did) rather than as the replication user.
+async fn logs_in_as_default(admin: &valkey::client::ValkeyAdmin) -> bool {
+    use valkey::client::Admin as _;
+    admin
+        .config_get(&["primaryuser".to_string()])
+        .await
+        .is_ok_and(|c| {
+            c.get("primaryuser")
+                .is_some_and(|u| u == valkey::acl::DEFAULT_USER)
+        })
 }
 
 /// Whether every member pod runs the restart hash its StatefulSet asks for.
@@ -290,7 +305,9 @@ pub async fn advance(
                 failed = true;
             }
         }
-        if let Err(error) = admin.config_set_secret("primaryauth", password).await {
+        if logs_in_as_default(admin).await
+            && let Err(error) = admin.config_set_secret("primaryauth", password).await
+        {
             tracing::warn!(member = %m, %error, "CONFIG SET primaryauth failed");
             failed = true;
         }

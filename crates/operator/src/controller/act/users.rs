@@ -138,33 +138,84 @@ pub async fn resolve(ctx: &Context, cluster: &ValidatedCluster) -> Result<Users,
     Ok(users)
 }
 
+/// What a replica sends its primary: the replication user's rules.
+pub const REPLICATION_RULES: &[&str] = &["+psync", "+sync", "+replconf", "+ping"];
+
+/// The replication user (`primaryuser` of every member) with `password`.
+pub fn replication_user(password: &str) -> DesiredUser {
+    DesiredUser {
+        name: api::constants::REPLICATION_USER.to_string(),
+        enabled: true,
+        hashes: BTreeSet::from([password_hash(password)]),
+        rules: REPLICATION_RULES.iter().map(|r| r.to_string()).collect(),
+    }
+}
+
+/// The users file: the spec's users the members took (see
+/// `valkey::acl::users_file`), then the replication user's line, always
+/// (its rules are the operator's own, known to load, and a member must
+/// have it from its start for its replicas to log in).
+pub fn file_text(
+    previous: &str,
+    users: &Users,
+    learned: &acl::Learned,
+    replication: &DesiredUser,
+) -> String {
+    let left_alone: BTreeSet<String> = users.unresolved.keys().cloned().collect();
+    let spec_users: Vec<DesiredUser> = users
+        .desired
+        .iter()
+        .filter(|u| u.name != replication.name)
+        .cloned()
+        .collect();
+    let mut text = acl::users_file(previous, &spec_users, &left_alone, learned);
+    text.push_str(&format!(
+        "user {} {}\n",
+        replication.name,
+        replication.setuser_args().join(" ")
+    ));
+    text
+}
+
 /// Keeps `<cluster>-users`, the users file every member pod mounts and loads
-/// at start (`--include`), at what the members took (see
-/// `valkey::acl::users_file`): created before any member pod needs it,
-/// written only when its text changes. Pods cannot start without it, so it
-/// is read on every call (a deleted one comes back at once).
+/// at start (`--include`), at what the members took (see [`file_text`]),
+/// and the replication user's password (generated once, then kept; the
+/// members' `primaryauth`): created before any member pod needs it, written
+/// only when it changes. Pods cannot start without it, so it is read on
+/// every call (a deleted one comes back at once, with a new replication
+/// password: the members take it live, and a replica started with the old
+/// one logs in again only once it restarts). Adds the replication user to
+/// `users`, so that every member gets it live.
 pub async fn ensure_file(
     ctx: &Context,
     cluster: &ValidatedCluster,
     owner: &OwnerReference,
-    users: &Users,
+    users: &mut Users,
     memory: &Memory,
 ) -> Result<(), Error> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = api::constants::users_secret_name(&cluster.name);
     let live = secrets::read(&api, &name).await?;
-    let previous = live
-        .as_ref()
-        .and_then(|s| crate::builders::secret::secret_text(s, api::constants::USERS_FILE_KEY));
-    let left_alone: BTreeSet<String> = users.unresolved.keys().cloned().collect();
-    let next = acl::users_file(
+    let text = |key| {
+        live.as_ref()
+            .and_then(|s| crate::builders::secret::secret_text(s, key))
+    };
+    let previous = text(api::constants::USERS_FILE_KEY);
+    let kept = text(api::constants::REPLICATION_PASSWORD_KEY).filter(|p| !p.is_empty());
+    let password = kept
+        .clone()
+        .unwrap_or_else(crate::builders::secret::generate_password);
+    let replication = replication_user(&password);
+    let next = file_text(
         previous.as_deref().unwrap_or_default(),
-        &users.desired,
-        &left_alone,
+        users,
         &memory.acl,
+        &replication,
     );
-    if previous.as_deref() != Some(next.as_str()) {
-        let secret = crate::builders::secret::users_secret(cluster, owner, &next);
+    users.desired.retain(|u| u.name != replication.name);
+    users.desired.push(replication);
+    if previous.as_deref() != Some(next.as_str()) || kept.is_none() {
+        let secret = crate::builders::secret::users_secret(cluster, owner, &next, &password);
         secrets::apply(ctx, &api, &secret).await?;
         tracing::info!(secret = %name, users = next.lines().count() - 1, "users file written");
     }
@@ -295,6 +346,30 @@ mod tests {
         assert_eq!(&explicit[explicit.len() - 2..], ["-@dangerous", "+flushdb"]);
         let admin = rules(&["~*", "+@all"]);
         assert!(!admin.contains(&"-@dangerous".to_string()));
+    }
+
+    #[test]
+    fn the_replication_user_is_always_in_the_file_and_may_only_replicate() {
+        let replication = replication_user("s3cret");
+        let users = Users::default();
+        let text = file_text("", &users, &acl::Learned::default(), &replication);
+        let last = text.lines().last().unwrap();
+        // `reset`: no keys, no channels, no command but those granted.
+        assert_eq!(
+            last,
+            format!(
+                "user valkey-replication reset on #{} +psync +sync +replconf +ping",
+                password_hash("s3cret")
+            ),
+            "{text}"
+        );
+        assert!(!last.contains("~"), "no key access: {last}");
+        // Written again from its own previous text, it does not change (nor
+        // does the line repeat).
+        assert_eq!(
+            file_text(&text, &users, &acl::Learned::default(), &replication),
+            text
+        );
     }
 
     #[test]

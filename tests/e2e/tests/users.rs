@@ -289,8 +289,11 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
         ensure!(old.contains("WRONGPASS"), "the old password on the restarted member: {old}");
         let denied = as_user(env, &back.ip, "app", "new-secret-2", &["flushall"])?;
         ensure!(denied.contains("NOPERM"), "FLUSHALL as app on the restarted member: {denied}");
-        // It replicates without the operator: it logged in to its primary
-        // as the replication user (from the file and its environment),
+        annotate("valkey.rs/paused-")?;
+        env.wait_condition(ns, "acl", "Ready", "True", Duration::from_secs(120))?;
+        // Attached again (a member without a volume comes back as a new
+        // node), it logs in to its primary as the replication user (its
+        // environment; the primary has the user from its file or live),
         // which may do nothing but replicate.
         let password = env.password(ns, "acl")?;
         wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
@@ -309,8 +312,6 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
         let replication = env.secret_text(ns, "acl-users", "replication-password")?;
         let denied = as_user(env, &primary.ip, "valkey-replication", &replication, &["get", "app:1"])?;
         ensure!(denied.contains("NOPERM"), "GET as the replication user: {denied}");
-        annotate("valkey.rs/paused-")?;
-        env.wait_condition(ns, "acl", "Ready", "True", Duration::from_secs(120))?;
         let ips = env.member_ips(ns, "acl")?;
         println!("users: a member restarted with the operator paused has app (new password only, its limits) from the users file, and replicates as valkey-replication (which may only replicate)");
 

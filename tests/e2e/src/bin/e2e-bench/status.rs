@@ -183,10 +183,12 @@ pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
         ready_is(env, ns, name, "False")
     });
     let what = said_what(env, ns, name);
+    // Replicas log in as the replication user, with its own password.
+    let replication = env.secret_text(ns, &format!("{name}-users"), "replication-password")?;
     env.valkey_cli(
         &cut.ip,
         &password,
-        &["config", "set", "primaryauth", &password],
+        &["config", "set", "primaryauth", &replication],
     )?;
     let said = said?;
     figure(

@@ -141,6 +141,22 @@ fn plaintext_refused(env: &Env, ip: &str, password: &str) -> Result<()> {
     Ok(())
 }
 
+/// The member at `ip` refuses plaintext, answers over TLS, and has its
+/// bus and replication on TLS with no plaintext port.
+fn speaks_only_tls(env: &Env, ip: &str, password: &str) -> Result<()> {
+    plaintext_refused(env, ip, password)?;
+    for (key, want) in [
+        ("tls-cluster", "yes"),
+        ("tls-replication", "yes"),
+        ("port", "0"),
+    ] {
+        let got = env.valkey_cli(ip, password, &["config", "get", key])?;
+        let value = got.lines().nth(1).unwrap_or_default().trim();
+        ensure!(value == want, "{ip}: {key} is {value:?}, want {want}");
+    }
+    Ok(())
+}
+
 /// `spec.tls.enabled: true` patched into the plaintext cluster `switch`
 /// while a WAIT-1 writer runs (see the module doc). Leaves the suite's
 /// clients on plaintext, as it found them.
@@ -202,16 +218,7 @@ fn tls_on_for_a_live_cluster(
     let result = (|| -> Result<serde_json::Value> {
         env.check_shape(ns, "switch", 2, 1)?;
         for ip in env.member_ips(ns, "switch")? {
-            plaintext_refused(env, &ip, &password)?;
-            for (key, want) in [
-                ("tls-cluster", "yes"),
-                ("tls-replication", "yes"),
-                ("port", "0"),
-            ] {
-                let got = env.valkey_cli(&ip, &password, &["config", "get", key])?;
-                let value = got.lines().nth(1).unwrap_or_default().trim();
-                ensure!(value == want, "{ip}: {key} is {value:?}, want {want}");
-            }
+            speaks_only_tls(env, &ip, &password)?;
         }
         // The writer follows onto TLS and is acknowledged there.
         let keys = work.join("switch.keys");
@@ -308,16 +315,7 @@ fn members_speak_only_tls_and_renew_their_certificate() {
         let password = env.password(ns, "secure")?;
         let ips = env.member_ips(ns, "secure")?;
         for ip in &ips {
-            plaintext_refused(env, ip, &password)?;
-            for (key, want) in [
-                ("tls-cluster", "yes"),
-                ("tls-replication", "yes"),
-                ("port", "0"),
-            ] {
-                let got = env.valkey_cli(ip, &password, &["config", "get", key])?;
-                let value = got.lines().nth(1).unwrap_or_default().trim();
-                ensure!(value == want, "{ip}: {key} is {value:?}, want {want}");
-            }
+            speaks_only_tls(env, ip, &password)?;
         }
         println!(
             "tls: secure is Ready over TLS only; plaintext refused on {} members",

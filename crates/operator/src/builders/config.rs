@@ -372,11 +372,7 @@ mod tests {
     fn with_tls_the_client_port_bus_and_replication_are_tls_only() {
         let mut c = cluster("cache", 3, 1);
         assert!(render(&c).lines().any(|l| l == "port 6379"));
-        c.tls = Some(api::v1alpha1::ValidatedTls {
-            secret_name: "cache-tls".into(),
-            operator_managed: true,
-            switching: false,
-        });
+        c.tls = crate::builders::test_support::operator_tls(false);
         let conf = render(&c);
         for expected in [
             "port 0",
@@ -399,11 +395,7 @@ mod tests {
     #[test]
     fn while_switching_to_tls_members_load_the_certificates_but_speak_plaintext() {
         let mut c = cluster("cache", 3, 1);
-        c.tls = Some(api::v1alpha1::ValidatedTls {
-            secret_name: "cache-tls".into(),
-            operator_managed: true,
-            switching: true,
-        });
+        c.tls = crate::builders::test_support::operator_tls(true);
         let conf = render(&c);
         for expected in [
             "port 6379",

@@ -172,6 +172,16 @@ pub fn desired<'a>(
 #[cfg(test)]
 pub(crate) mod test_support {
     use api::ValidatedCluster;
+
+    /// TLS with the operator's CA (`cache-tls`); `switching`: turned on
+    /// for a live cluster, not switched yet.
+    pub fn operator_tls(switching: bool) -> Option<api::v1alpha1::ValidatedTls> {
+        Some(api::v1alpha1::ValidatedTls {
+            secret_name: "cache-tls".into(),
+            operator_managed: true,
+            switching,
+        })
+    }
     use api::v1alpha1::{Persistence, ReclaimPolicy, ValkeyCluster, ValkeyClusterSpec};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;

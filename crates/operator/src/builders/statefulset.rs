@@ -1189,11 +1189,7 @@ mod tests {
     #[test]
     fn a_tls_members_probe_tries_tls_then_plaintext() {
         let mut c = cluster("cache", 3, 1);
-        c.tls = Some(api::v1alpha1::ValidatedTls {
-            secret_name: "cache-tls".into(),
-            operator_managed: true,
-            switching: false,
-        });
+        c.tls = crate::builders::test_support::operator_tls(false);
         let s = build(&c, &placed("n1"));
         let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
         let probe = container
@@ -1327,11 +1323,7 @@ mod tests {
         assert!(e.volume_mounts.is_none(), "no TLS, nothing to mount");
 
         c.auth.enabled = false;
-        c.tls = Some(api::v1alpha1::ValidatedTls {
-            secret_name: "cache-tls".into(),
-            operator_managed: true,
-            switching: false,
-        });
+        c.tls = crate::builders::test_support::operator_tls(false);
         let e = &containers(&c)[1];
         assert!(e.env.is_none());
         let args = e.args.clone().unwrap();

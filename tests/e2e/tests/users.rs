@@ -18,7 +18,8 @@
 //!   same bounds);
 //! - replicas log in to their primaries as the system user
 //!   `valkey-replication` (its password in `<cluster>-users`), also on a
-//!   member restarted with the operator paused; that user is refused GET.
+//!   member restarted with the operator paused; that user is refused
+//!   CONFIG, FLUSHALL and ACL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, ensure};
@@ -294,7 +295,7 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
         // Attached again (a member without a volume comes back as a new
         // node), it logs in to its primary as the replication user (its
         // environment; the primary has the user from its file or live),
-        // which may do nothing but replicate.
+        // which may replicate and import slots but run no admin command.
         let password = env.password(ns, "acl")?;
         wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
             Ok(env
@@ -310,10 +311,15 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
             primary.name
         );
         let replication = env.secret_text(ns, "acl-users", "replication-password")?;
-        let denied = as_user(env, &primary.ip, "valkey-replication", &replication, &["get", "app:1"])?;
-        ensure!(denied.contains("NOPERM"), "GET as the replication user: {denied}");
+        for command in [&["config", "get", "port"][..], &["flushall"], &["acl", "list"]] {
+            let denied = as_user(env, &primary.ip, "valkey-replication", &replication, command)?;
+            ensure!(
+                denied.contains("NOPERM"),
+                "{command:?} as the replication user: {denied}"
+            );
+        }
         let ips = env.member_ips(ns, "acl")?;
-        println!("users: a member restarted with the operator paused has app (new password only, its limits) from the users file, and replicates as valkey-replication (which may only replicate)");
+        println!("users: a member restarted with the operator paused has app (new password only, its limits) from the users file, and replicates as valkey-replication (no admin command, no FLUSHALL)");
 
         // Users removed from the spec are deleted.
         env.patch_cluster(ns, "acl", r#"{"spec":{"users":null}}"#)?;

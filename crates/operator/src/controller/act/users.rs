@@ -138,8 +138,31 @@ pub async fn resolve(ctx: &Context, cluster: &ValidatedCluster) -> Result<Users,
     Ok(users)
 }
 
-/// What a replica sends its primary: the replication user's rules.
-pub const REPLICATION_RULES: &[&str] = &["+psync", "+sync", "+replconf", "+ping"];
+/// The replication user's rules: what a replica sends its primary (PSYNC,
+/// SYNC, REPLCONF, PING), and what a slot migration's source sends its
+/// target. Valkey 9's atomic slot migration logs in with the same
+/// `primaryuser`, then runs `CLUSTER SYNCSLOTS` and the slots' keys as
+/// ordinary, ACL-checked write commands (SELECT, SET, RPUSH, RESTORE...:
+/// measured on valkey-server 9.1.2, where a user with the replication
+/// commands alone failed the migration with NOPERM), so the user needs
+/// every key and the data commands. It gets no administrative command
+/// (`-@admin`: CONFIG, ACL, SHUTDOWN, DEBUG, REPLICAOF, FAILOVER, CLUSTER
+/// topology changes...) and no FLUSHALL, FLUSHDB or SWAPDB; the
+/// replication commands, which are `@admin`, are granted back by name.
+pub const REPLICATION_RULES: &[&str] = &[
+    "~*",
+    "&*",
+    "+@all",
+    "-@admin",
+    "-flushall",
+    "-flushdb",
+    "-swapdb",
+    "+psync",
+    "+sync",
+    "+replconf",
+    "+ping",
+    "+cluster|syncslots",
+];
 
 /// The replication user (`primaryuser` of every member) with `password`.
 pub fn replication_user(password: &str) -> DesiredUser {
@@ -349,21 +372,20 @@ mod tests {
     }
 
     #[test]
-    fn the_replication_user_is_always_in_the_file_and_may_only_replicate() {
+    fn the_replication_user_is_always_in_the_file_without_admin_commands() {
         let replication = replication_user("s3cret");
         let users = Users::default();
         let text = file_text("", &users, &acl::Learned::default(), &replication);
         let last = text.lines().last().unwrap();
-        // `reset`: no keys, no channels, no command but those granted.
         assert_eq!(
             last,
             format!(
-                "user valkey-replication reset on #{} +psync +sync +replconf +ping",
+                "user valkey-replication reset on #{} ~* &* +@all -@admin -flushall -flushdb -swapdb \
+                 +psync +sync +replconf +ping +cluster|syncslots",
                 password_hash("s3cret")
             ),
             "{text}"
         );
-        assert!(!last.contains("~"), "no key access: {last}");
         // Written again from its own previous text, it does not change (nor
         // does the line repeat).
         assert_eq!(

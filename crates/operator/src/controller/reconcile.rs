@@ -124,6 +124,7 @@ async fn run(
         tls.switching = decide::tls::switching(
             kube.config_maps
                 .get(&crate::builders::config_map_name(&cluster.name)),
+            !kube.statefulsets.is_empty(),
         );
     }
     let placement = Placement::compute(&cluster, &kube).await;

@@ -33,7 +33,7 @@ pub async fn advance(
             Ok(true)
         }
         Step::Switch(members) => {
-            switch(session, &members, events).await;
+            switch(ctx, session, &members, events).await;
             Ok(true)
         }
         Step::Done => {
@@ -72,7 +72,7 @@ pub async fn advance(
 /// each, all concurrently); then each drops its plaintext connections:
 /// clients reconnect over TLS, and a replica's link to its primary resumes
 /// over TLS with a partial sync.
-async fn switch(session: &Session, members: &[(u32, u32)], events: &Events<'_>) {
+async fn switch(ctx: &Context, session: &Session, members: &[(u32, u32)], events: &Events<'_>) {
     let wire = config::tls_wire();
     let results = futures::future::join_all(members.iter().map(|&(s, m)| {
         let wire = &wire;
@@ -80,6 +80,7 @@ async fn switch(session: &Session, members: &[(u32, u32)], events: &Events<'_>) 
             let admin = session
                 .get(&MemberRef::new(s, m))
                 .ok_or_else(|| "not connected".to_string())?;
+            ctx.metrics.valkey_command("ConfigSet");
             admin
                 .config_set_all(wire)
                 .await
@@ -98,6 +99,7 @@ async fn switch(session: &Session, members: &[(u32, u32)], events: &Events<'_>) 
     }
     futures::future::join_all(switched.iter().map(|((s, m), admin)| async move {
         for kind in ["normal", "pubsub", "master"] {
+            ctx.metrics.valkey_command("ClientKill");
             if let Err(e) = admin.client_kill_type(kind).await {
                 tracing::warn!(shard = s, member = m, kind, error = %e, "dropping plaintext connections failed");
             }

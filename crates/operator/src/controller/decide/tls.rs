@@ -28,18 +28,25 @@ use crate::controller::observe::pods::{PodFacts, needs_restart};
 use api::constants::member_name;
 use k8s_openapi::api::core::v1::ConfigMap;
 
-/// Whether a TLS cluster's members still speak plaintext: the config file
-/// the operator last wrote (the cluster's ConfigMap) does not say
-/// `tls-cluster yes`. A new cluster has no file yet and starts on TLS.
-pub fn switching(config_map: Option<&ConfigMap>) -> bool {
-    config_map
+/// Whether a TLS cluster's members may still speak plaintext: the config
+/// file the operator last wrote (the cluster's ConfigMap) does not say
+/// `tls-cluster yes`. A new cluster (no file, no member StatefulSet yet)
+/// starts on TLS. A cluster that has members but lost its file counts as
+/// switching: it gets the plaintext-and-certificates file back, and the
+/// switch, finding every member on TLS already, writes the TLS file at
+/// once (members on TLS are reached with plaintext tried first); a TLS
+/// file written then would start a restarted member on TLS beside members
+/// still on plaintext, had the file been lost mid-switch.
+pub fn switching(config_map: Option<&ConfigMap>, has_members: bool) -> bool {
+    match config_map
         .and_then(|cm| cm.data.as_ref())
         .and_then(|d| d.get(CONFIG_FILE))
-        .is_some_and(|text| {
-            !text
-                .lines()
-                .any(|l| l.split_whitespace().eq([TLS_CLUSTER, "yes"]))
-        })
+    {
+        Some(text) => !text
+            .lines()
+            .any(|l| l.split_whitespace().eq([TLS_CLUSTER, "yes"])),
+        None => has_members,
+    }
 }
 
 /// One member of the spec, as the switch sees it.
@@ -178,12 +185,17 @@ mod tests {
 
     #[test]
     fn a_cluster_switches_while_its_file_is_not_on_tls() {
-        assert!(!switching(None), "a new cluster starts on TLS");
-        assert!(switching(Some(&file("port 6379\ncluster-enabled yes\n"))));
-        assert!(!switching(Some(&file(
-            "port 0\ntls-port 6379\ntls-cluster yes\n"
-        ))));
-        assert!(switching(Some(&file("tls-cluster no\n"))));
+        assert!(!switching(None, false), "a new cluster starts on TLS");
+        assert!(switching(None, true), "a cluster that lost its file");
+        assert!(switching(
+            Some(&file("port 6379\ncluster-enabled yes\n")),
+            true
+        ));
+        assert!(!switching(
+            Some(&file("port 0\ntls-port 6379\ntls-cluster yes\n")),
+            true
+        ));
+        assert!(switching(Some(&file("tls-cluster no\n")), true));
     }
 
     #[test]

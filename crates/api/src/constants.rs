@@ -102,8 +102,15 @@ pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
 /// user: the operator defines it, `spec.users` may not.
 pub const REPLICATION_USER: &str = "valkey-replication";
 
-/// Reserved for the operator's own user (not defined yet).
+/// The operator's own ACL user: it logs in to the members with it (and as
+/// `default` only on a member that does not have it yet). It may run only
+/// the commands the operator sends, no data command. A system user: the
+/// operator defines it, `spec.users` may not.
 pub const OPERATOR_USER: &str = "valkey-operator";
+
+/// Key of the operator's own user's password in [`users_secret_name`]
+/// (generated once, kept).
+pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
 
 /// Key of the CA certificate in the TLS Secrets.
 pub const TLS_CA_KEY: &str = "ca.crt";

@@ -73,6 +73,20 @@ impl ClientError {
         }
     }
 
+    /// Whether the node refused the login (wrong password, unknown or
+    /// disabled user), as opposed to not answering.
+    pub fn is_auth_refused(&self) -> bool {
+        match self {
+            ClientError::Connect { source, .. } => {
+                source.kind() == redis::ErrorKind::AuthenticationFailed
+                    || source
+                        .code()
+                        .is_some_and(|c| c == "WRONGPASS" || c == "NOAUTH")
+            }
+            _ => false,
+        }
+    }
+
     /// The server's error text (`ERR Unknown node ...`) when the node refused.
     pub fn server_message(&self) -> Option<String> {
         match self {
@@ -110,6 +124,25 @@ pub struct ConnectOptions {
     /// TLS: whether a node may still speak plaintext (a cluster switching
     /// to TLS), and so which wire to try first. Ignored without a CA.
     pub plaintext: Plaintext,
+    /// An ACL user of one's own (the operator's `valkey-operator`), tried
+    /// before `username`/`password`: a node that refuses it (one that does
+    /// not have that user yet) is logged in to with those instead.
+    pub own_login: Option<Login>,
+}
+
+/// An ACL user and its password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Login {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Login")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 /// With TLS configured, whether and when plaintext is tried too.
@@ -153,6 +186,7 @@ impl Default for ConnectOptions {
             previous_password: None,
             tls_identity: None,
             plaintext: Plaintext::Never,
+            own_login: None,
         }
     }
 }
@@ -268,6 +302,8 @@ pub struct ValkeyAdmin {
     /// Logged in with [`ConnectOptions::previous_password`]: the node does
     /// not take the new password yet.
     pub previous_password: bool,
+    /// Logged in as [`ConnectOptions::own_login`]'s user.
+    pub own_login: bool,
 }
 
 impl std::fmt::Debug for ValkeyAdmin {
@@ -294,10 +330,33 @@ impl ValkeyAdmin {
         };
         let mut first_error = None;
         for &tls in wires {
+            let own = match &opts.own_login {
+                Some(login) => {
+                    let own = ConnectOptions {
+                        username: Some(login.user.clone()),
+                        password: Some(login.password.clone()),
+                        ..opts.clone()
+                    };
+                    match ValkeyAdmin::connect_over(ip, port, &own, tls).await {
+                        Ok(mut admin) => {
+                            admin.own_login = true;
+                            return Ok(admin);
+                        }
+                        // The wire works but the node does not know the
+                        // user (yet): log in the other way on it.
+                        Err(e) if e.is_auth_refused() => Some(e),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                            continue;
+                        }
+                    }
+                }
+                None => None,
+            };
             match ValkeyAdmin::connect_over(ip, port, opts, tls).await {
                 Ok(admin) => return Ok(admin),
                 Err(e) => {
-                    first_error.get_or_insert(e);
+                    first_error.get_or_insert(own.unwrap_or(e));
                 }
             }
         }
@@ -351,6 +410,7 @@ impl ValkeyAdmin {
             addr,
             conn,
             previous_password: false,
+            own_login: false,
         })
     }
 
@@ -458,6 +518,16 @@ impl ValkeyAdmin {
                 },
             )
         })
+    }
+
+    /// Whether `default` takes the password with this SHA-256 hex (from
+    /// `ACL LIST`; a `nopass` default takes any).
+    pub async fn default_takes(&self, sha256_hex: &str) -> Result<bool, ClientError> {
+        Ok(self
+            .acl_list()
+            .await?
+            .get(crate::acl::DEFAULT_USER)
+            .is_some_and(|d| d.enabled && (d.nopass || d.hashes.contains(sha256_hex))))
     }
 
     /// `ACL SETUSER` or `ACL DELUSER`.

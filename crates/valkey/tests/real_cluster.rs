@@ -161,6 +161,7 @@ fn connect_options() -> ConnectOptions {
         previous_password: None,
         tls_identity: None,
         plaintext: valkey::client::Plaintext::Never,
+        own_login: None,
     }
 }
 
@@ -291,6 +292,21 @@ impl Harness {
                             "\n--- {} unreachable: {reason}\n{}",
                             m.member,
                             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                        ));
+                    }
+                }
+                for (m, s) in &self.servers {
+                    let out = Command::new("redis-cli")
+                        .args(["-a", PASSWORD, "--no-auth-warning", "-p"])
+                        .arg(s.addr.port.to_string())
+                        .args(["cluster", "nodes"])
+                        .output();
+                    if let Ok(out) = out {
+                        logs.push_str(&format!(
+                            "\n--- {m} (port {} bus {}) CLUSTER NODES:\n{}",
+                            s.addr.port,
+                            s.addr.bus_port,
+                            String::from_utf8_lossy(&out.stdout)
                         ));
                     }
                 }
@@ -671,4 +687,75 @@ async fn scaling_replicas_down_never_removes_the_live_primary() {
     tokio::time::timeout(Duration::from_secs(240), run)
         .await
         .expect("test took too long");
+}
+
+/// The operator logs in as its own user; on a node without that user (one
+/// started before it existed) it logs in as `default` instead, and once the
+/// node has the user, as that user. A node refusing both refuses the login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_login_falls_back_to_default_on_a_node_without_the_user() {
+    let Some(h) = Harness::new("own-login", 0, 0).await else {
+        return;
+    };
+    let binary = h.binary.clone();
+    let server = Server::new(&binary, &h.root.0, MemberRef::new(0, 0));
+    server.wait_ready().await;
+    let own = valkey::client::Login {
+        user: "valkey-operator".into(),
+        password: "0wn-password".into(),
+    };
+    let opts = ConnectOptions {
+        own_login: Some(own.clone()),
+        ..connect_options()
+    };
+    let admin = ValkeyAdmin::connect_member(server.addr, &opts)
+        .await
+        .unwrap();
+    assert!(
+        !admin.own_login,
+        "the node has no such user: logged in as default"
+    );
+    let hash = sha256_hex(&own.password);
+    admin
+        .acl(&valkey::acl::AclAction::SetUser {
+            on: MemberRef::new(0, 0),
+            user: valkey::acl::DesiredUser {
+                name: own.user.clone(),
+                enabled: true,
+                hashes: [hash].into(),
+                rules: vec!["+ping".into(), "+cluster".into(), "+acl|list".into()],
+            },
+        })
+        .await
+        .unwrap();
+    let admin = ValkeyAdmin::connect_member(server.addr, &opts)
+        .await
+        .unwrap();
+    assert!(admin.own_login, "the node has the user now");
+    admin.cluster_myid().await.unwrap();
+    // `default` is asked about over the own user's connection.
+    assert!(admin.default_takes(&sha256_hex(PASSWORD)).await.unwrap());
+    assert!(!admin.default_takes(&"0".repeat(64)).await.unwrap());
+    // Neither the own user nor default with this password: refused, and
+    // said so (not a connection failure).
+    let wrong = ConnectOptions {
+        own_login: Some(valkey::client::Login {
+            password: "wrong".into(),
+            ..own
+        }),
+        password: Some("wrong".into()),
+        ..connect_options()
+    };
+    let err = ValkeyAdmin::connect_member(server.addr, &wrong)
+        .await
+        .unwrap_err();
+    assert!(err.is_auth_refused(), "{err}");
+}
+
+fn sha256_hex(password: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(password.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

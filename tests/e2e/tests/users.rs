@@ -19,7 +19,10 @@
 //! - replicas log in to their primaries as the system user
 //!   `valkey-replication` (its password in `<cluster>-users`), also on a
 //!   member restarted with the operator paused; that user is refused
-//!   CONFIG, FLUSHALL and ACL.
+//!   CONFIG, FLUSHALL and ACL;
+//! - the operator logs in to every member as its own system user
+//!   `valkey-operator` (its password in `<cluster>-users`), which runs the
+//!   commands the operator sends (CLUSTER...) and no data command.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, ensure};
@@ -320,6 +323,40 @@ fn app_users_are_limited_and_rotate_without_dropping_clients() {
         }
         let ips = env.member_ips(ns, "acl")?;
         println!("users: a member restarted with the operator paused has app (new password only, its limits) from the users file, and replicates as valkey-replication (no admin command, no FLUSHALL)");
+
+        // The operator logs in as its own user on every member (the restarted
+        // one too: the user is in its file), which may run the commands the
+        // operator sends and no data command.
+        wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+            for ip in &ips {
+                let clients = env.valkey_cli(ip, &password, &["client", "list"])?;
+                if !clients.lines().any(|l| l.contains("user=valkey-operator")) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+        .context("a member has no connection of the operator as valkey-operator")?;
+        let operator = env.secret_text(ns, "acl-users", "operator-password")?;
+        let myid = as_user(env, &primary.ip, "valkey-operator", &operator, &["cluster", "myid"])?;
+        ensure!(
+            myid.len() == 40 && myid.chars().all(|c| c.is_ascii_hexdigit()),
+            "CLUSTER MYID as the operator's user: {myid}"
+        );
+        for command in [
+            &["get", "app:1"][..],
+            &["set", "app:op", "1"],
+            &["flushall"],
+            &["keys", "*"],
+            &["shutdown", "nosave"],
+        ] {
+            let denied = as_user(env, &primary.ip, "valkey-operator", &operator, command)?;
+            ensure!(
+                denied.contains("NOPERM"),
+                "{command:?} as the operator's user: {denied}"
+            );
+        }
+        println!("users: the operator is logged in to every member as valkey-operator, which runs CLUSTER but no data command, no FLUSHALL, no SHUTDOWN");
 
         // Users removed from the spec are deleted.
         env.patch_cluster(ns, "acl", r#"{"spec":{"users":null}}"#)?;

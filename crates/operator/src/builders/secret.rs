@@ -64,13 +64,22 @@ pub fn applied_secret(
     }
 }
 
+/// The passwords of the system users, kept in `<cluster>-users`.
+pub struct SystemPasswords {
+    /// `valkey-replication`'s: the members' `primaryauth`.
+    pub replication: String,
+    /// `valkey-operator`'s: the operator logs in with it.
+    pub operator: String,
+}
+
 /// `<cluster>-users`: the members' users file (`valkey::acl::users_file`),
-/// mounted by every member pod, written by the operator only.
+/// mounted by every member pod, and the system users' passwords; written by
+/// the operator only.
 pub fn users_secret(
     c: &ValidatedCluster,
     owner: &OwnerReference,
     file: &str,
-    replication_password: &str,
+    passwords: &SystemPasswords,
 ) -> Secret {
     Secret {
         metadata: owned_meta(c, owner, api::constants::users_secret_name(&c.name)),
@@ -81,7 +90,11 @@ pub fn users_secret(
             ),
             (
                 api::constants::REPLICATION_PASSWORD_KEY.to_string(),
-                k8s_openapi::ByteString(replication_password.as_bytes().to_vec()),
+                k8s_openapi::ByteString(passwords.replication.as_bytes().to_vec()),
+            ),
+            (
+                api::constants::OPERATOR_PASSWORD_KEY.to_string(),
+                k8s_openapi::ByteString(passwords.operator.as_bytes().to_vec()),
             ),
         ])),
         type_: Some("Opaque".into()),

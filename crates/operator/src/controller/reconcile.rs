@@ -146,7 +146,7 @@ async fn run(
     .await?;
     let mut users = act::users::resolve(ctx, &cluster).await?;
     // Before the StatefulSets: member pods mount it.
-    act::users::ensure_file(ctx, &cluster, &owner, &mut users, memory).await?;
+    let operator_login = act::users::ensure_file(ctx, &cluster, &owner, &mut users, memory).await?;
     let desired = decide::objects(&cluster, &owner, &placement, &kube);
     let orphaned = cleanup::Orphans {
         pdbs: cleanup::orphaned_pdbs(&cluster, &desired, &kube),
@@ -166,7 +166,7 @@ async fn run(
         &cluster,
         &kube,
         target.old,
-        (&auth, rotation.login(&auth)),
+        (&auth, operator_login, rotation.login(&auth)),
         &tls,
     )
     .await;

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 use valkey::actions::Action;
-use valkey::client::{self, ConnectOptions, Connections, ExecuteOptions, Target};
+use valkey::client::{self, ConnectOptions, Connections, ExecuteOptions, Login, Target};
 use valkey::model::ObservedCluster;
 
 /// How long to wait for Valkey.
@@ -33,15 +33,19 @@ impl Default for Timeouts {
 /// The connections of one reconcile, by member.
 pub type Session = Connections;
 
-/// How to connect to the members. `switching`: the cluster is being
-/// switched to TLS, so its members may still speak plaintext (tried first).
+/// How to connect to the members: as the operator's own user
+/// (`own_login`), else, on a member without that user yet (one started
+/// before it existed), as `default` with `password` (or
+/// `previous_password`). `switching`: the cluster is being switched to
+/// TLS, so its members may still speak plaintext (tried first).
 pub fn connect_options(
-    password: Option<&str>,
-    previous_password: Option<&str>,
+    own_login: Option<Login>,
+    (password, previous_password): (Option<&str>, Option<&str>),
     (tls_ca_pem, switching): (Option<&[u8]>, bool),
     t: Timeouts,
 ) -> ConnectOptions {
     ConnectOptions {
+        own_login,
         // Three-argument AUTH as `default`: a member taking any password
         // (auth being switched) accepts it too.
         username: password.map(|_| valkey::acl::DEFAULT_USER.to_string()),

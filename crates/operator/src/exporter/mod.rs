@@ -146,6 +146,7 @@ impl Scraper {
             // A member whose cluster is being switched to TLS serves
             // plaintext until the operator switches every member at once.
             plaintext: valkey::client::Plaintext::After,
+            own_login: None,
         };
         Ok(ValkeyAdmin::connect(self.addr.ip(), self.addr.port(), &opts).await?)
     }

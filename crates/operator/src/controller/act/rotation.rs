@@ -4,8 +4,10 @@
 //!
 //! The operator keeps the password the members were last given in
 //! `<cluster>-auth-applied`. When the Secret's password differs from it:
-//! 1. it logs in to each member with the new password, or else the applied
-//!    one (`previous_password` of the connection);
+//! 1. it logs in to each member as its own user (`valkey-operator`, whose
+//!    password the rotation does not touch), or, on a member without that
+//!    user yet, as `default` with the new password or else the applied one,
+//!    and asks each which of the two `default` takes (ACL LIST);
 //! 2. every member takes both: the one it lacks is *added* (`ACL SETUSER
 //!    default on #<sha256>`; a member restarted onto the new password gets
 //!    the old one back for the clients not moved yet). Replication is not
@@ -30,7 +32,8 @@
 //!
 //! Turning auth on or off ([`Switch`]) is the same kind of roll. Which
 //! members still run the other way is read off their pods (the password in
-//! their environment), not stored. The operator and the probes log in as
+//! their environment), not stored. The operator logs in as its own user;
+//! the probes (and the operator, on a member without its user) log in as
 //! `default` with three-argument AUTH: a member that takes any password
 //! (`nopass`) accepts that as well as one that requires it. Replicas log in
 //! as the replication user, whose password auth on or off does not change.
@@ -266,7 +269,7 @@ pub fn all_rolled(cluster: &ValidatedCluster, view: &KubeView, desired: &Desired
 
 /// Whether the old password may go: every member was asked (`everyone_reachable`),
 /// runs with the new environment (`rolled`), answered (`connected`) and took the new
-/// password (`via_previous` empty). Until then every connected member is given both
+/// password (`via_previous`, the members whose `default` does not take it, is 0). Until then every connected member is given both
 /// passwords and the new `primaryauth`.
 pub fn may_finish(
     everyone_reachable: bool,
@@ -288,13 +291,21 @@ pub async fn advance(
     (password, previous): (&str, &str),
     events: &Events<'_>,
 ) -> Result<(), Error> {
-    let via_previous = session.values().filter(|a| a.previous_password).count();
+    let hashes = [password_hash(password), password_hash(previous)];
+    // Asked of `default` itself: the operator logs in as its own user, so
+    // which password let it in says nothing.
+    let takes_new = futures::future::join_all(
+        session
+            .values()
+            .map(|a| async { a.default_takes(&hashes[0]).await.unwrap_or(false) }),
+    )
+    .await;
+    let via_previous = takes_new.iter().filter(|t| !**t).count();
     let everyone_reachable = observed
         .members
         .iter()
         .all(|m| matches!(m.state, MemberState::Reachable(_)));
     let finish = may_finish(everyone_reachable, rolled, session.len(), via_previous);
-    let hashes = [password_hash(password), password_hash(previous)];
     let mut failed = false;
     for (m, admin) in session {
         // Adding a password a member has is a no-op.

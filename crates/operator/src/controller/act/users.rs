@@ -23,6 +23,7 @@ use kube::api::Api;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use valkey::acl::{self, AclAction, DesiredUser};
+use valkey::client::Login;
 
 /// What every user may run before its own rules: the topology and
 /// connection commands a cluster-aware client needs to find its way (which
@@ -164,6 +165,43 @@ pub const REPLICATION_RULES: &[&str] = &[
     "+cluster|syncslots",
 ];
 
+/// The operator's own user's rules: the commands the operator sends and
+/// nothing else. It reads what members say (PING, INFO, ROLE, CONFIG GET,
+/// ACL LIST), runs the cluster (every CLUSTER subcommand: MEET, REPLICATE,
+/// ADDSLOTSRANGE, FAILOVER, MIGRATESLOTS, FORGET, RESET...), waits for
+/// replicas (WAIT), sets live config (CONFIG SET), users (ACL SETUSER,
+/// DELUSER) and drops clients after a TLS switch (CLIENT KILL). No key, no
+/// channel, no data command: its password opens no application data. ACL
+/// SETUSER makes it an administrator all the same (it could grant itself
+/// more), which is why it is the operator's alone.
+pub const OPERATOR_RULES: &[&str] = &[
+    "+ping",
+    "+info",
+    "+role",
+    "+wait",
+    "+cluster",
+    "+config|get",
+    "+config|set",
+    "+acl|list",
+    "+acl|setuser",
+    "+acl|deluser",
+    "+client|kill",
+    "+client|setinfo",
+    "+client|setname",
+    "+hello",
+    "+auth",
+];
+
+/// The operator's own user with `password`.
+pub fn operator_user(password: &str) -> DesiredUser {
+    DesiredUser {
+        name: api::constants::OPERATOR_USER.to_string(),
+        enabled: true,
+        hashes: BTreeSet::from([password_hash(password)]),
+        rules: OPERATOR_RULES.iter().map(|r| r.to_string()).collect(),
+    }
+}
+
 /// The replication user (`primaryuser` of every member) with `password`.
 pub fn replication_user(password: &str) -> DesiredUser {
     DesiredUser {
@@ -175,74 +213,97 @@ pub fn replication_user(password: &str) -> DesiredUser {
 }
 
 /// The users file: the spec's users the members took (see
-/// `valkey::acl::users_file`), then the replication user's line, always
-/// (its rules are the operator's own, known to load, and a member must
-/// have it from its start for its replicas to log in).
+/// `valkey::acl::users_file`), then the system users' lines, always (their
+/// rules are the operator's own, known to load, and a member must have them
+/// from its start: its replicas log in with one, the operator with the
+/// other).
 pub fn file_text(
     previous: &str,
     users: &Users,
     learned: &acl::Learned,
-    replication: &DesiredUser,
+    system: &[DesiredUser],
 ) -> String {
     let left_alone: BTreeSet<String> = users.unresolved.keys().cloned().collect();
     let spec_users: Vec<DesiredUser> = users
         .desired
         .iter()
-        .filter(|u| u.name != replication.name)
+        .filter(|u| !system.iter().any(|s| s.name == u.name))
         .cloned()
         .collect();
     let mut text = acl::users_file(previous, &spec_users, &left_alone, learned);
-    text.push_str(&format!(
-        "user {} {}\n",
-        replication.name,
-        replication.setuser_args().join(" ")
-    ));
+    for user in system {
+        text.push_str(&format!(
+            "user {} {}\n",
+            user.name,
+            user.setuser_args().join(" ")
+        ));
+    }
     text
 }
 
 /// Keeps `<cluster>-users`, the users file every member pod mounts and loads
 /// at start (`--include`), at what the members took (see [`file_text`]),
-/// and the replication user's password (generated once, then kept; the
-/// members' `primaryauth`): created before any member pod needs it, written
-/// only when it changes. Pods cannot start without it, so it is read on
-/// every call (a deleted one comes back at once, with a new replication
-/// password: the members take it live, and a replica started with the old
-/// one logs in again only once it restarts). Adds the replication user to
-/// `users`, so that every member gets it live.
+/// and the system users' passwords (each generated once, then kept): the
+/// replication user's (the members' `primaryauth`) and the operator's own.
+/// Created before any member pod needs it, written only when it changes.
+/// Pods cannot start without it, so it is read on every call (a deleted one
+/// comes back at once, with new system passwords: the members take them
+/// live, a replica started with the old one logs in again only once it
+/// restarts, and the operator logs in as `default` meanwhile). Adds the
+/// system users to `users`, so that every member gets them live, and
+/// returns the operator's login.
 pub async fn ensure_file(
     ctx: &Context,
     cluster: &ValidatedCluster,
     owner: &OwnerReference,
     users: &mut Users,
     memory: &Memory,
-) -> Result<(), Error> {
+) -> Result<Login, Error> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = api::constants::users_secret_name(&cluster.name);
     let live = secrets::read(&api, &name).await?;
     let text = |key| {
         live.as_ref()
             .and_then(|s| crate::builders::secret::secret_text(s, key))
+            .filter(|p| !p.is_empty())
     };
     let previous = text(api::constants::USERS_FILE_KEY);
-    let kept = text(api::constants::REPLICATION_PASSWORD_KEY).filter(|p| !p.is_empty());
-    let password = kept
-        .clone()
-        .unwrap_or_else(crate::builders::secret::generate_password);
-    let replication = replication_user(&password);
+    let kept_replication = text(api::constants::REPLICATION_PASSWORD_KEY);
+    let kept_operator = text(api::constants::OPERATOR_PASSWORD_KEY);
+    let passwords = crate::builders::secret::SystemPasswords {
+        replication: kept_replication
+            .clone()
+            .unwrap_or_else(crate::builders::secret::generate_password),
+        operator: kept_operator
+            .clone()
+            .unwrap_or_else(crate::builders::secret::generate_password),
+    };
+    let system = [
+        replication_user(&passwords.replication),
+        operator_user(&passwords.operator),
+    ];
     let next = file_text(
         previous.as_deref().unwrap_or_default(),
         users,
         &memory.acl,
-        &replication,
+        &system,
     );
-    users.desired.retain(|u| u.name != replication.name);
-    users.desired.push(replication);
-    if previous.as_deref() != Some(next.as_str()) || kept.is_none() {
-        let secret = crate::builders::secret::users_secret(cluster, owner, &next, &password);
+    users
+        .desired
+        .retain(|u| !system.iter().any(|s| s.name == u.name));
+    users.desired.extend(system);
+    if previous.as_deref() != Some(next.as_str())
+        || kept_replication.is_none()
+        || kept_operator.is_none()
+    {
+        let secret = crate::builders::secret::users_secret(cluster, owner, &next, &passwords);
         secrets::apply(ctx, &api, &secret).await?;
         tracing::info!(secret = %name, users = next.lines().count() - 1, "users file written");
     }
-    Ok(())
+    Ok(Login {
+        user: api::constants::OPERATOR_USER.to_string(),
+        password: passwords.operator,
+    })
 }
 
 /// Brings the users of every connected member to the spec. Failures are
@@ -372,13 +433,13 @@ mod tests {
     }
 
     #[test]
-    fn the_replication_user_is_always_in_the_file_without_admin_commands() {
-        let replication = replication_user("s3cret");
+    fn the_system_users_are_always_in_the_file_with_their_own_rules() {
+        let system = [replication_user("s3cret"), operator_user("0wn")];
         let users = Users::default();
-        let text = file_text("", &users, &acl::Learned::default(), &replication);
-        let last = text.lines().last().unwrap();
+        let text = file_text("", &users, &acl::Learned::default(), &system);
+        let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
-            last,
+            lines[lines.len() - 2],
             format!(
                 "user valkey-replication reset on #{} ~* &* +@all -@admin -flushall -flushdb -swapdb \
                  +psync +sync +replconf +ping +cluster|syncslots",
@@ -386,10 +447,21 @@ mod tests {
             ),
             "{text}"
         );
-        // Written again from its own previous text, it does not change (nor
-        // does the line repeat).
+        // The operator's user: no key, no channel, no data command.
         assert_eq!(
-            file_text(&text, &users, &acl::Learned::default(), &replication),
+            lines[lines.len() - 1],
+            format!(
+                "user valkey-operator reset on #{} +ping +info +role +wait +cluster +config|get \
+                 +config|set +acl|list +acl|setuser +acl|deluser +client|kill +client|setinfo \
+                 +client|setname +hello +auth",
+                password_hash("0wn")
+            ),
+            "{text}"
+        );
+        // Written again from its own previous text, it does not change (nor
+        // do the lines repeat).
+        assert_eq!(
+            file_text(&text, &users, &acl::Learned::default(), &system),
             text
         );
     }

@@ -17,7 +17,7 @@ use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeSet;
-use valkey::client::Target;
+use valkey::client::{Login, Target};
 use valkey::model::{MemberAddr, MemberIndex, MemberRef, ObservedCluster, ShardIndex};
 use valkey::parse::NodeId;
 
@@ -102,13 +102,13 @@ pub async fn members(
     cluster: &ValidatedCluster,
     view: &KubeView,
     old_status: Option<&ValkeyClusterStatus>,
-    (auth, (password, previous_password)): (&AuthState, (Option<&str>, Option<&str>)),
+    (auth, own_login, passwords): (&AuthState, Login, (Option<&str>, Option<&str>)),
     tls: &TlsState,
 ) -> ValkeyObservation {
     let enabled = !matches!(auth, AuthState::Missing(_)) && !matches!(tls, TlsState::Missing(_));
     let opts = valkey_io::connect_options(
-        password,
-        previous_password,
+        Some(own_login),
+        passwords,
         (
             tls.ca_pem(),
             cluster.tls.as_ref().is_some_and(|t| t.switching),

@@ -174,7 +174,10 @@ pub struct ValkeyClusterSpec {
 
     /// Valkey ACL users for applications, besides `default` (whose password
     /// is `auth`). The operator owns the users of the members: a user not
-    /// listed here is deleted. Applied live on every member, no restart.
+    /// listed here is deleted, except its own system users
+    /// (`valkey-replication`, which replicas log in with, and
+    /// `valkey-operator`, which the operator logs in with). Applied live on
+    /// every member, no restart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub users: Vec<User>,
@@ -476,7 +479,9 @@ impl Default for Auth {
 #[serde(rename_all = "camelCase")]
 pub struct Tls {
     /// Serve TLS only: clients, replication and the cluster bus (default
-    /// false). Chosen at creation: a live cluster cannot switch yet.
+    /// false). Turned on for a live cluster, every member restarts once
+    /// onto its certificate, then all switch to TLS together; it cannot be
+    /// turned off once on.
     #[serde(default)]
     pub enabled: bool,
 
@@ -495,7 +500,8 @@ pub struct Tls {
 #[serde(rename_all = "camelCase")]
 pub struct User {
     /// The user name (letters, digits, `-`, `_`, `.`, `:`, `@`; not
-    /// `default`).
+    /// `default`, nor the operator's system users `valkey-replication` and
+    /// `valkey-operator`).
     #[schemars(length(min = 1, max = 64))]
     pub name: String,
 

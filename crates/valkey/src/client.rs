@@ -102,6 +102,40 @@ impl ClientError {
     }
 }
 
+/// Every command this client sends, as ACL rules name them (`cluster|meet`),
+/// and those a connection's set-up may send (HELLO, AUTH, CLIENT SETINFO and
+/// SETNAME): what a user that logs in with it needs, and no more. A test
+/// checks that every command in this file is listed.
+pub const COMMANDS_SENT: &[&str] = &[
+    "ping",
+    "info",
+    "role",
+    "wait",
+    "config|get",
+    "config|set",
+    "acl|list",
+    "acl|setuser",
+    "acl|deluser",
+    "client|kill",
+    "client|setinfo",
+    "client|setname",
+    "cluster|addslotsrange",
+    "cluster|cancelslotmigrations",
+    "cluster|failover",
+    "cluster|forget",
+    "cluster|getslotmigrations",
+    "cluster|info",
+    "cluster|meet",
+    "cluster|migrateslots",
+    "cluster|myid",
+    "cluster|nodes",
+    "cluster|replicate",
+    "cluster|reset",
+    "cluster|shards",
+    "hello",
+    "auth",
+];
+
 /// How to reach and authenticate to Valkey nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectOptions {
@@ -1007,4 +1041,47 @@ pub async fn execute_all(
         out.push((action.clone(), result));
     }
     out
+}
+
+#[cfg(test)]
+mod commands_sent_tests {
+    use super::COMMANDS_SENT;
+
+    /// The quoted words after `pattern` in this file's code (tests excluded).
+    fn quoted_after(pattern: &str) -> Vec<String> {
+        let source = include_str!("client.rs");
+        let code = &source[..source
+            .find("mod commands_sent_tests")
+            .unwrap_or(source.len())];
+        code.match_indices(pattern)
+            .filter_map(|(i, _)| {
+                let rest = &code[i + pattern.len()..];
+                let end = rest.find('"')?;
+                Some(rest[..end].to_ascii_lowercase())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_command_the_client_sends_is_listed() {
+        let clusters = quoted_after("cluster(\"");
+        assert!(clusters.len() >= 10, "{clusters:?}");
+        for sub in clusters {
+            let rule = format!("cluster|{sub}");
+            assert!(
+                COMMANDS_SENT.contains(&rule.as_str()),
+                "{rule} is not listed"
+            );
+        }
+        let commands = quoted_after("redis::cmd(\"");
+        assert!(commands.len() >= 5, "{commands:?}");
+        for command in commands {
+            assert!(
+                COMMANDS_SENT
+                    .iter()
+                    .any(|c| *c == command || c.starts_with(&format!("{command}|"))),
+                "{command} is not listed"
+            );
+        }
+    }
 }

@@ -165,32 +165,21 @@ pub const REPLICATION_RULES: &[&str] = &[
     "+cluster|syncslots",
 ];
 
-/// The operator's own user's rules: the commands the operator sends and
-/// nothing else. It reads what members say (PING, INFO, ROLE, CONFIG GET,
-/// ACL LIST), runs the cluster (every CLUSTER subcommand: MEET, REPLICATE,
-/// ADDSLOTSRANGE, FAILOVER, MIGRATESLOTS, FORGET, RESET...), waits for
-/// replicas (WAIT), sets live config (CONFIG SET), users (ACL SETUSER,
-/// DELUSER) and drops clients after a TLS switch (CLIENT KILL). No key, no
-/// channel, no data command: its password opens no application data. ACL
-/// SETUSER makes it an administrator all the same (it could grant itself
-/// more), which is why it is the operator's alone.
-pub const OPERATOR_RULES: &[&str] = &[
-    "+ping",
-    "+info",
-    "+role",
-    "+wait",
-    "+cluster",
-    "+config|get",
-    "+config|set",
-    "+acl|list",
-    "+acl|setuser",
-    "+acl|deluser",
-    "+client|kill",
-    "+client|setinfo",
-    "+client|setname",
-    "+hello",
-    "+auth",
-];
+/// The operator's own user's rules: the commands the operator sends
+/// (`valkey::client::COMMANDS_SENT`) and nothing else. It reads what members
+/// say (INFO, ROLE, CONFIG GET, ACL LIST, CLUSTER NODES...), runs the
+/// cluster (CLUSTER MEET, REPLICATE, ADDSLOTSRANGE, FAILOVER, MIGRATESLOTS,
+/// FORGET, RESET...), waits for replicas (WAIT), sets live config (CONFIG
+/// SET), users (ACL SETUSER, DELUSER) and drops clients after a TLS switch
+/// (CLIENT KILL). No key, no channel, no data command: its password opens
+/// no application data. ACL SETUSER makes it an administrator all the same
+/// (it could grant itself more), which is why it is the operator's alone.
+pub fn operator_rules() -> Vec<String> {
+    valkey::client::COMMANDS_SENT
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect()
+}
 
 /// The operator's own user with `password`.
 pub fn operator_user(password: &str) -> DesiredUser {
@@ -198,7 +187,7 @@ pub fn operator_user(password: &str) -> DesiredUser {
         name: api::constants::OPERATOR_USER.to_string(),
         enabled: true,
         hashes: BTreeSet::from([password_hash(password)]),
-        rules: OPERATOR_RULES.iter().map(|r| r.to_string()).collect(),
+        rules: operator_rules(),
     }
 }
 
@@ -451,9 +440,12 @@ mod tests {
         assert_eq!(
             lines[lines.len() - 1],
             format!(
-                "user valkey-operator reset on #{} +ping +info +role +wait +cluster +config|get \
+                "user valkey-operator reset on #{} +ping +info +role +wait +config|get \
                  +config|set +acl|list +acl|setuser +acl|deluser +client|kill +client|setinfo \
-                 +client|setname +hello +auth",
+                 +client|setname +cluster|addslotsrange +cluster|cancelslotmigrations \
+                 +cluster|failover +cluster|forget +cluster|getslotmigrations +cluster|info \
+                 +cluster|meet +cluster|migrateslots +cluster|myid +cluster|nodes \
+                 +cluster|replicate +cluster|reset +cluster|shards +hello +auth",
                 password_hash("0wn")
             ),
             "{text}"

@@ -333,9 +333,6 @@ pub trait Admin: Send + Sync {
 pub struct ValkeyAdmin {
     addr: String,
     conn: MultiplexedConnection,
-    /// Logged in with [`ConnectOptions::previous_password`]: the node does
-    /// not take the new password yet.
-    pub previous_password: bool,
     /// Logged in as [`ConnectOptions::own_login`]'s user.
     pub own_login: bool,
 }
@@ -443,7 +440,6 @@ impl ValkeyAdmin {
         Ok(ValkeyAdmin {
             addr,
             conn,
-            previous_password: false,
             own_login: false,
         })
     }
@@ -905,22 +901,20 @@ pub async fn observe_cluster(
         };
         let admin = match ValkeyAdmin::connect_member(addr, opts).await {
             Ok(admin) => admin,
-            // Mid-rotation: the node may have the previous password only.
+            // Mid-rotation: the node may have the previous password only
+            // (a node that did not answer is not asked again).
             Err(e) => match &opts.previous_password {
-                Some(previous) => {
+                Some(previous) if e.is_auth_refused() => {
                     let old = ConnectOptions {
                         password: Some(previous.clone()),
                         ..opts.clone()
                     };
                     match ValkeyAdmin::connect_member(addr, &old).await {
-                        Ok(mut admin) => {
-                            admin.previous_password = true;
-                            admin
-                        }
+                        Ok(admin) => admin,
                         Err(_) => return (t, Err(e.to_string())),
                     }
                 }
-                None => return (t, Err(e.to_string())),
+                _ => return (t, Err(e.to_string())),
             },
         };
         match observe_node(&admin, config_keys).await {

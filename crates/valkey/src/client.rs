@@ -136,8 +136,9 @@ pub const COMMANDS_SENT: &[&str] = &[
     "auth",
 ];
 
-/// How to reach and authenticate to Valkey nodes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How to reach and authenticate to Valkey nodes. Its `Debug` leaves the
+/// passwords out.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConnectOptions {
     /// ACL user; `None` authenticates as `default` with `password` only.
     pub username: Option<String>,
@@ -176,6 +177,25 @@ impl std::fmt::Debug for Login {
         f.debug_struct("Login")
             .field("user", &self.user)
             .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("tls", &self.tls_ca_pem.is_some())
+            .field(
+                "previous_password",
+                &self.previous_password.as_ref().map(|_| "<redacted>"),
+            )
+            .field("tls_identity", &self.tls_identity)
+            .field("plaintext", &self.plaintext)
+            .field("own_login", &self.own_login)
+            .finish()
     }
 }
 
@@ -1039,7 +1059,23 @@ pub async fn execute_all(
 
 #[cfg(test)]
 mod commands_sent_tests {
-    use super::COMMANDS_SENT;
+    use super::{COMMANDS_SENT, ConnectOptions, Login};
+
+    #[test]
+    fn connect_options_never_print_a_password() {
+        let opts = ConnectOptions {
+            password: Some("pa55-new".into()),
+            previous_password: Some("pa55-old".into()),
+            own_login: Some(Login {
+                user: "valkey-operator".into(),
+                password: "pa55-own".into(),
+            }),
+            ..ConnectOptions::default()
+        };
+        let printed = format!("{opts:?}");
+        assert!(!printed.contains("pa55"), "{printed}");
+        assert!(printed.contains("valkey-operator"), "{printed}");
+    }
 
     /// The quoted words after `pattern` in this file's code (tests excluded).
     fn quoted_after(pattern: &str) -> Vec<String> {

@@ -49,12 +49,24 @@ fn valkey_server() -> Option<PathBuf> {
     None
 }
 
+/// A port no one listens on, below the kernel's ephemeral range (32768 and
+/// up): a port taken from that range and released can become the source
+/// port of one of the servers' own connections before its server binds it,
+/// and the server then fails to start (seen under CPU load). Ports are
+/// handed out in turn from a start that differs per process.
 fn free_port() -> u16 {
-    TcpListener::bind((LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20000;
+    const SPAN: u32 = 12000;
+    let start = std::process::id().wrapping_mul(7919) % SPAN;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (start + n) % SPAN) as u16;
+        if TcpListener::bind((LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// One valkey-server process; killed when dropped.

@@ -13,7 +13,7 @@ IMAGE_NAME ?= valkey-operator
 DEMO_DIR ?= .testbed
 E2E_DIR ?= .testbed-e2e
 
-.PHONY: setup build test lint fmt unit crd crd-check version-check chart-check image image-check e2e e2e-topology chaos-seeds demo demo-down bench clean
+.PHONY: setup build test lint fmt unit crd crd-check manifests manifests-check version-check chart-check image image-check e2e e2e-topology chaos-seeds demo demo-down bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -37,6 +37,14 @@ crd-check: build
 	@diff -u deploy/crd/valkeycluster.yaml <($(OPERATOR) crd)
 	@diff -u deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
 	@echo "crd: deploy/crd and the Helm chart's copy are up to date"
+
+# deploy/rbac and deploy/operator are rendered from the Helm chart (one source
+# of truth); the check fails when they drifted.
+manifests: setup
+	bash scripts/gen-manifests.sh
+
+manifests-check: setup
+	bash scripts/gen-manifests.sh --check
 
 # The crate version is the only version: the chart, deploy/operator and the
 # Dockerfile must name it (and the image name make image produces).
@@ -83,7 +91,7 @@ chaos-seeds: build
 	  CHAOS_SEED=$$s E2E_TEST=topology_chaos bash scripts/e2e.sh $(E2E_DIR) || { echo "chaos seed $$s failed"; exit 1; }; \
 	done
 
-test: lint crd-check version-check chart-check image-check unit e2e
+test: lint crd-check manifests-check version-check chart-check image-check unit e2e
 
 # The operator runs in-cluster: its image loaded into the testbed, installed
 # with the Helm chart (release valkey-operator, namespace valkey-system).

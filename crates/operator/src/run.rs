@@ -102,8 +102,17 @@ pub struct RunArgs {
 
     /// Keep a NetworkPolicy over the member pods of every cluster whose
     /// `spec.networkPolicy.enabled` is unset (the Helm chart's
-    /// `networkPolicy.members`).
-    #[arg(long)]
+    /// `networkPolicy.members`). On by default: without it (and without TLS)
+    /// the cluster bus (16379) has no authentication, and any pod that
+    /// reaches it can CLUSTER MEET a member and claim its slots.
+    /// `--member-network-policy=false` turns it off.
+    #[arg(
+        long,
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
     pub member_network_policy: bool,
 
     /// Labels that select this operator's own pods (`key=value`, repeat or

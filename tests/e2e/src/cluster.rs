@@ -162,9 +162,12 @@ impl Env {
     }
 
     /// Starts `valkey-operator ARGS...` as given (no flag added), with
-    /// KUBECONFIG set to the testbed's and then the extra environment `envs`
-    /// (which may override it). Its stdout and stderr go to
-    /// `TESTBED_DIR/logs/operator-<name>.log`; it stops when the guard drops.
+    /// KUBECONFIG set to the chart's ServiceAccount under the chart's RBAC
+    /// ([`Env::operator_kubeconfig`]: every request goes through the rules
+    /// users install) and then the extra environment `envs` (which may
+    /// override it). Its stdout and stderr go to
+    /// `TESTBED_DIR/logs/operator-<name>.log`; it stops when the guard drops,
+    /// and the guard fails the test if RBAC refused the operator anything.
     pub fn spawn_operator(
         &self,
         name: &str,
@@ -175,9 +178,10 @@ impl Env {
         std::fs::create_dir_all(&logs)?;
         let log_path = logs.join(format!("operator-{name}.log"));
         let log = std::fs::File::create(&log_path)?;
+        let kubeconfig = self.operator_kubeconfig()?;
         let child = Command::new(&self.operator_bin)
             .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info,operator=debug,valkey=debug")
             .envs(envs.iter().copied())
             .stdout(log.try_clone()?)
@@ -487,8 +491,29 @@ impl Operator {
 }
 
 impl Drop for Operator {
+    /// Stops the operator; then a request RBAC refused (in its whole log)
+    /// fails the test, unless the test is failing already.
+    #[allow(clippy::panic)] // a test harness: failing the test is its job
     fn drop(&mut self) {
         self.stop();
+        if std::thread::panicking() {
+            return;
+        }
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let refused = crate::rbac::forbidden_lines(&log);
+        if !refused.is_empty() {
+            panic!(
+                "the chart's RBAC refused the operator {} request(s) ({}):\n{}",
+                refused.len(),
+                self.log.display(),
+                refused
+                    .iter()
+                    .take(5)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
     }
 }
 

@@ -5,5 +5,6 @@ pub mod exporter;
 pub mod helm;
 pub mod manifest;
 pub mod prometheus;
+pub mod rbac;
 pub mod suite;
 pub mod topology;

@@ -15,34 +15,12 @@ use anyhow::{Context, Result, bail, ensure};
 use e2e::cluster::{Env, wait_until};
 use e2e::helm::helm;
 use e2e::manifest::cluster_manifest;
-use std::path::PathBuf;
+use e2e::rbac::token_kubeconfig;
 use std::time::Duration;
 
 const RELEASE: &str = "vko";
 /// The chart's name: ServiceAccount, Deployment and RBAC objects carry it.
 const CHART_NAME: &str = "valkey-operator";
-
-/// A kubeconfig for the testbed's API server that authenticates with `token`.
-fn token_kubeconfig(env: &Env, token: &str, path: &PathBuf) -> Result<()> {
-    let text = std::fs::read_to_string(&env.kubeconfig)?;
-    let admin: serde_json::Value = serde_saphyr::from_str(&text)?;
-    let cluster = admin["clusters"][0]["cluster"].clone();
-    ensure!(
-        cluster["server"].is_string(),
-        "no server in {}",
-        env.kubeconfig.display()
-    );
-    let config = serde_saphyr::to_string(&serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "testbed", "cluster": serde_json::to_value(&cluster)?}],
-        "users": [{"name": "operator", "user": {"token": token}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "testbed", "user": "operator"}}],
-        "current-context": "operator",
-    }))?;
-    std::fs::write(path, config)?;
-    Ok(())
-}
 
 fn chart_suite(env: &Env, ns: &str) -> Result<()> {
     let chart = env.root.join("deploy/helm/valkey-operator");

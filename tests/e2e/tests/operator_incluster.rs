@@ -283,7 +283,6 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
         &member_timeout,
         "monitoring.prometheusRule.enabled=true",
         "monitoring.dashboard.enabled=true",
-        "networkPolicy.members=true",
     ] {
         install.extend(["--set", value]);
     }
@@ -322,6 +321,8 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
             "no",
         ),
         (vec!["delete", "services", "-n", ns], "no"),
+        // Secrets are patched (the CA rotation too), never updated.
+        (vec!["update", "secrets", "-n", ns], "no"),
         (vec!["patch", "pods", "-n", "default"], "no"),
     ] {
         let mut full = vec!["auth", "can-i"];
@@ -472,7 +473,7 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
         rss.iter().max().unwrap_or(&0)
     );
 
-    // The members' NetworkPolicy (`networkPolicy.members=true`).
+    // The members' NetworkPolicy (the chart's default `networkPolicy.members: true`).
     member_network_policy(env, ns)?;
 
     // 6. monitoring, with a real Prometheus.
@@ -542,7 +543,7 @@ fn policy_rules(env: &Env, ns: &str) -> Result<Option<Vec<Rule>>> {
 }
 
 /// Issue 10: the operator keeps `<cluster>-members` (the chart's
-/// `networkPolicy.members=true`): clients on 6379 from anywhere, peers on
+/// default `networkPolicy.members: true`): clients on 6379 from anywhere, peers on
 /// 6379 and the bus, the operator's own pods (its namespace, the chart's
 /// selector labels, which the chart hands it) on 6379, the exporter's port
 /// from anywhere. The API server admits it; the cluster is Ready under it.

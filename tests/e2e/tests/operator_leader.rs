@@ -19,12 +19,17 @@
 use anyhow::{Context, Result, bail, ensure};
 use e2e::cluster::{Env, Operator, wait_until};
 use e2e::manifest::cluster_manifest;
+use e2e::rbac::OPERATOR_SA_NAMESPACE;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 const NAME: &str = "lead";
-const LEASE: &str = "valkey-operator-e2e";
+/// The suite's Lease, in the namespace of the chart's ServiceAccount (the
+/// chart grants the leader-election verbs there only), one per test process.
+fn lease() -> String {
+    format!("valkey-operator-e2e-{}", std::process::id())
+}
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// The operator's lease duration (crates/operator/src/leader.rs).
 const LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -57,12 +62,13 @@ impl Replica {
         envs: &[(&str, &str)],
     ) -> Result<Replica> {
         let addr = format!("127.0.0.1:{}", free_port()?);
+        let lease = lease();
         let mut args = vec![
             "run",
             "--lease-name",
-            LEASE,
+            &lease,
             "--lease-namespace",
-            ns,
+            OPERATOR_SA_NAMESPACE,
             "--namespace",
             ns,
             "--http-addr",
@@ -136,15 +142,15 @@ fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {
 }
 
 /// The Lease's spec (`None` when the Lease does not exist).
-fn lease_spec(env: &Env, ns: &str) -> Result<Option<Value>> {
+fn lease_spec(env: &Env) -> Result<Option<Value>> {
     let out = env
         .kubectl_cmd()
         .args([
             "get",
             "lease",
-            LEASE,
+            &lease(),
             "-n",
-            ns,
+            OPERATOR_SA_NAMESPACE,
             "--ignore-not-found",
             "-o",
             "json",
@@ -171,8 +177,8 @@ fn holder_of(spec: Option<&Value>) -> Option<String> {
 }
 
 /// The Lease's holderIdentity (`None` when it has none or does not exist).
-fn lease_holder(env: &Env, ns: &str) -> Result<Option<String>> {
-    Ok(holder_of(lease_spec(env, ns)?.as_ref()))
+fn lease_holder(env: &Env) -> Result<Option<String>> {
+    Ok(holder_of(lease_spec(env)?.as_ref()))
 }
 
 /// Seconds since the epoch of a Kubernetes MicroTime (`2026-12-02T20:31:40.123456Z`).
@@ -210,7 +216,7 @@ fn wait_holder(env: &Env, ns: &str, r: &Replica, timeout: Duration) -> Result<Ta
     let started = Instant::now();
     let (mut before, mut last) = (None, None);
     wait_until(timeout, Duration::from_millis(200), || {
-        let spec = lease_spec(env, ns)?;
+        let spec = lease_spec(env)?;
         let holder = holder_of(spec.as_ref());
         let held = r.holds(holder.as_deref());
         // A standby clears an expired lease before it takes it: keep the
@@ -359,7 +365,7 @@ fn run(env: &Env, ns: &str, replicas: &mut Vec<Replica>) -> Result<()> {
     let started = Instant::now();
     let mut holder = None;
     wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
-        holder = lease_holder(env, ns)?;
+        holder = lease_holder(env)?;
         Ok(replicas.iter().any(|r| r.holds(holder.as_deref())))
     })
     .with_context(|| format!("no operator took the Lease; holder {holder:?}"))?;
@@ -394,7 +400,7 @@ fn run(env: &Env, ns: &str, replicas: &mut Vec<Replica>) -> Result<()> {
     );
     let (leader, standby) = (&replicas[leader_i], &replicas[standby_i]);
     ensure!(
-        lease_holder(env, ns)? == holder_a,
+        lease_holder(env)? == holder_a,
         "the Lease changed hands while both ran"
     );
     let (lr, sr) = (leader.reconciles()?, standby.reconciles()?);
@@ -574,7 +580,15 @@ fn one_of_several_operators_leads_and_a_standby_takes_over_when_it_dies() {
         if let Some(r) = replicas.first() {
             diag.push_str(&env.diagnostics(&ns.name, NAME, &r.op));
         }
-        if let Ok(lease) = env.kubectl(&["get", "lease", LEASE, "-n", &ns.name, "-o", "yaml"]) {
+        if let Ok(lease) = env.kubectl(&[
+            "get",
+            "lease",
+            &lease(),
+            "-n",
+            OPERATOR_SA_NAMESPACE,
+            "-o",
+            "yaml",
+        ]) {
             diag.push_str(&format!("--- lease:\n{lease}"));
         }
         panic!("{e:#}\n{diag}");

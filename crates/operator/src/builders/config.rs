@@ -200,6 +200,28 @@ pub fn render(cluster: &ValidatedCluster) -> String {
     out
 }
 
+/// Whether a member's data survives its restart: a volume, and Valkey
+/// writing to it (AOF or RDB snapshots). `persistence` with
+/// `spec.config: {appendonly: "no", save: ""}` keeps a volume that nothing
+/// is written to: a lone primary restarted there comes back empty, so the
+/// safety guards must treat such a cluster as one without persistence.
+pub fn durable(cluster: &ValidatedCluster) -> bool {
+    if cluster.persistence.is_none() {
+        return false;
+    }
+    let setting = |key: &str| {
+        cluster
+            .config
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| normalized_value(v))
+    };
+    let aof = setting("appendonly").is_none_or(|v| v.eq_ignore_ascii_case("yes"));
+    // `save ""` (or nothing at all) turns snapshots off.
+    let rdb = setting("save").is_none_or(|v| !v.trim().is_empty() && v.trim() != "\"\"");
+    aof || rdb
+}
+
 /// The operator's defaults, in file order.
 fn overridable_defaults(cluster: &ValidatedCluster) -> Vec<(&'static str, String)> {
     let persistent = cluster.persistence.is_some();
@@ -323,6 +345,22 @@ fn line(out: &mut String, key: &str, value: &str) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn persistence_with_aof_and_snapshots_off_is_not_durable() {
+        use crate::builders::test_support::{cluster, cluster_with_persistence};
+        assert!(!durable(&cluster("c", 1, 0)), "no persistence");
+        let mut c = cluster_with_persistence("c", 1, 0, "Delete");
+        assert!(durable(&c));
+        c.config.insert("appendonly".into(), "no".into());
+        assert!(durable(&c), "RDB snapshots still");
+        c.config.insert("save".into(), "\"\"".into());
+        assert!(!durable(&c), "neither AOF nor RDB");
+        c.config.insert("save".into(), "".into());
+        assert!(!durable(&c));
+        c.config.insert("appendonly".into(), "yes".into());
+        assert!(durable(&c));
+    }
+
     use super::*;
     use crate::builders::test_support::cluster;
 

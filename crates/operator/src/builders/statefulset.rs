@@ -63,6 +63,12 @@ use std::collections::BTreeMap;
 
 /// Pod annotation: hash of what only a restart applies.
 pub const ANNOTATION_RESTART_HASH: &str = "valkey.rs/restart-hash";
+/// On the StatefulSet itself (not its pod template, so it restarts
+/// nothing): the password rotation's number its pods run with
+/// (`auth_generation`). Should `<cluster>-auth-applied` be deleted, the
+/// operator reads the number back from here instead of starting again at 0,
+/// which would restart every member for nothing.
+pub const ANNOTATION_AUTH_GENERATION: &str = "valkey.rs/auth-generation";
 /// Pod annotation: hash of the pod's scheduling rules.
 pub const ANNOTATION_PLACEMENT_HASH: &str = "valkey.rs/placement-hash";
 /// Name of the Valkey container.
@@ -266,6 +272,12 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
             name: Some(name),
             namespace: Some(c.namespace.clone()),
             labels: Some(labels.clone()),
+            annotations: (c.auth_generation > 0).then(|| {
+                BTreeMap::from([(
+                    ANNOTATION_AUTH_GENERATION.to_string(),
+                    c.auth_generation.to_string(),
+                )])
+            }),
             owner_references: Some(vec![input.owner.clone()]),
             ..Default::default()
         },
@@ -624,8 +636,11 @@ fn container(c: &ValidatedCluster) -> Container {
 /// address as `master_host`: the shard has failed over (Valkey's election, or
 /// the operator's CLUSTER FAILOVER TAKEOVER when too few primaries are up to
 /// elect). A replica that does not answer is waited for three
-/// cluster-node-timeouts (read from its config file, `$1`); a primary without
-/// replicas has nobody to wait for. While it waits, nothing listens, and the
+/// cluster-node-timeouts (read from its config file, `$1`); one that answers
+/// but refuses the login (NOAUTH, WRONGPASS, NOPERM) is alive and may well
+/// replicate from this address, so it is waited for without end (losing the
+/// shard's data is worse than a member that does not start; the log says
+/// why). A primary without replicas has nobody to wait for. While it waits, nothing listens, and the
 /// replicas get "connection refused".
 pub const FORGET_IDENTITY_SCRIPT: &str = concat!(
     "c=/data/nodes.conf; ",
@@ -640,9 +655,10 @@ pub const FORGET_IDENTITY_SCRIPT: &str = concat!(
     "trap 'exit 143' TERM INT; ",
     "while :; do busy=; ",
     "for r in $rs; do ",
-    "out=$(timeout 2 valkey-cli $VALKEY_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>/dev/null | tr -d '\\r'); ",
+    "out=$(timeout 2 valkey-cli $VALKEY_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>&1 | tr -d '\\r'); ",
     "case \"$out\" in ",
     "*role:*) if printf '%s\\n' \"$out\" | grep -qxF -e \"master_host:$ip\" -e \"master_host:${POD_IP:-$ip}\"; then busy=\"$r\"; fi ;; ",
+    "*NOAUTH*|*WRONGPASS*|*NOPERM*) busy=\"$r\" ;; ",
     "*) if [ \"$(date +%s)\" -lt \"$deadline\" ]; then busy=\"$r\"; fi ;; ",
     "esac; ",
     "done; ",
@@ -677,8 +693,8 @@ fn tls_probe() -> Vec<String> {
 /// TLS, see [`tls_probe`]).
 fn forget_identity_script_tls() -> String {
     FORGET_IDENTITY_SCRIPT.replace(
-        "out=$(timeout 2 valkey-cli $VALKEY_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>/dev/null | tr -d '\\r'); ",
-        "out=$( { timeout 2 valkey-cli $VALKEY_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication || timeout 2 valkey-cli $VALKEY_PLAIN_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication; } 2>/dev/null | tr -d '\\r'); ",
+        "out=$(timeout 2 valkey-cli $VALKEY_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication 2>&1 | tr -d '\\r'); ",
+        "out=$( { timeout 2 valkey-cli $VALKEY_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication || timeout 2 valkey-cli $VALKEY_PLAIN_CLI_ARGS --no-auth-warning -h \"${r%:*}\" -p \"${r##*:}\" info replication; } 2>&1 | tr -d '\\r'); ",
     )
 }
 
@@ -1066,11 +1082,12 @@ mod tests {
             std::fs::write(data.join("nodes.conf"), text).unwrap();
         }
         for (i, reply) in replies.iter().enumerate() {
-            std::fs::write(
-                dir.join(format!("reply-{i}")),
-                format!("# Replication\r\nrole:slave\r\n{reply}\r\n"),
-            )
-            .unwrap();
+            // `!text`: the stand-in prints `text` alone (an error reply).
+            let text = match reply.strip_prefix('!') {
+                Some(raw) => format!("{raw}\n"),
+                None => format!("# Replication\r\nrole:slave\r\n{reply}\r\n"),
+            };
+            std::fs::write(dir.join(format!("reply-{i}")), text).unwrap();
         }
         let last = replies.len().saturating_sub(1);
         let cli = format!(
@@ -1159,6 +1176,27 @@ mod tests {
             run.took
         );
         assert!(run.wiped);
+    }
+
+    #[test]
+    fn a_replica_that_refuses_the_login_is_waited_for_past_the_deadline() {
+        // The replica answers but refuses the password for longer than the
+        // deadline for silent replicas (3 x 0.4 s): it is alive and may
+        // replicate from this address, so the script keeps waiting.
+        let replies = [
+            "!NOAUTH Authentication required.",
+            "!AUTH failed: WRONGPASS invalid username-password pair or user is disabled.",
+            "!NOAUTH Authentication required.",
+            "master_host:10.0.0.3",
+        ];
+        let run = run_start_script(Some(PRIMARY_CONF), &replies);
+        assert_eq!(run.asked, 4, "{}", run.out);
+        assert!(run.out.contains("started"), "{}", run.out);
+        assert!(
+            run.took >= std::time::Duration::from_secs(3),
+            "{:?}",
+            run.took
+        );
     }
 
     #[test]

@@ -79,6 +79,14 @@ pub enum Error {
     /// from the API server).
     #[error("the ValkeyCluster lacks metadata.{0}")]
     MissingMetadata(&'static str),
+    /// The reconcile ran past its deadline (members that hang or trickle
+    /// their replies, an API server that does not answer) and was cut; the
+    /// next one starts from the top.
+    #[error("the reconcile took longer than {0:?} and was cut")]
+    Deadline(std::time::Duration),
+    /// An owned object's name is taken by an object the cluster does not own.
+    #[error("{kind} {name} exists and is not owned by this ValkeyCluster: rename or delete it")]
+    NotOwned { kind: &'static str, name: String },
 }
 
 impl Error {
@@ -86,7 +94,7 @@ impl Error {
     /// `valkey_operator_reconcile_errors_total` at 0 for each, so a healthy
     /// operator's error rate reads 0 rather than no data, and `rate()` sees a
     /// category's first error (a series born at 1 hides it).
-    pub const CATEGORIES: [&'static str; 10] = [
+    pub const CATEGORIES: [&'static str; 12] = [
         "KubernetesRead",
         "KubernetesApply",
         "SecretCreate",
@@ -97,6 +105,8 @@ impl Error {
         "Tls",
         "ValkeyPlan",
         "MissingMetadata",
+        "Deadline",
+        "NotOwned",
     ];
 
     /// Stable name for metrics and events.
@@ -112,6 +122,8 @@ impl Error {
             Error::Tls(_) => "Tls",
             Error::ValkeyPlan(_) => "ValkeyPlan",
             Error::MissingMetadata(_) => "MissingMetadata",
+            Error::Deadline(_) => "Deadline",
+            Error::NotOwned { .. } => "NotOwned",
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod reason {
     pub const ROLLING_BLOCKED: &str = "RollingUpdateBlocked";
     pub const PRIMARY_CHANGED: &str = "PrimaryChanged";
     pub const SECRET_CREATED: &str = "PasswordSecretCreated";
+    pub const USERS_SECRET_RECREATED: &str = "UsersSecretRecreated";
     pub const SECRET_MISSING: &str = "PasswordSecretMissing";
     pub const TLS_SECRET_MISSING: &str = "TLSSecretMissing";
     pub const CA_CREATED: &str = "CertificateAuthorityCreated";

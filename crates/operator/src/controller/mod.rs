@@ -88,7 +88,8 @@ pub struct Settings {
     /// The image of the member pods' exporter sidecar: the operator's own.
     pub exporter_image: String,
     /// Whether a cluster that does not say keeps a NetworkPolicy over its
-    /// members.
+    /// members (on unless the operator is told otherwise: the bus is open
+    /// to any pod without it).
     pub member_network_policy: bool,
     /// The operator's own pods, which the members' NetworkPolicy admits.
     pub operator_pods: Option<api::v1alpha1::OperatorPods>,
@@ -105,7 +106,7 @@ impl Default for Settings {
             instance: None,
             pulse: Some(Duration::from_secs(2)),
             exporter_image: api::v1alpha1::defaults::EXPORTER_IMAGE.to_string(),
-            member_network_policy: false,
+            member_network_policy: true,
             operator_pods: None,
         }
     }
@@ -377,7 +378,15 @@ async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Ac
             .forget_cluster(&vc.namespace().unwrap_or_default(), &vc.name_any());
         return Ok(Action::await_change());
     }
-    let result = reconcile::reconcile(&vc, &ctx, &key).await;
+    // One cluster's reconcile holds one of the workers: however its members
+    // or the API server behave, it ends by the deadline, so a hung or
+    // hostile cluster never holds a worker the others need for long.
+    let result =
+        match tokio::time::timeout(RECONCILE_DEADLINE, reconcile::reconcile(&vc, &ctx, &key)).await
+        {
+            Ok(result) => result,
+            Err(_) => Err(Error::Deadline(RECONCILE_DEADLINE)),
+        };
     let mut memory = ctx.memory(&key);
     memory.failures = match &result {
         Ok(_) => 0,
@@ -410,6 +419,11 @@ async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Ac
     }
     result
 }
+
+/// The longest a reconcile may run. The longest step a healthy cluster
+/// takes is a graceful failover (15 s, `Timeouts::failover`) after a few
+/// commands of at most 3 s each; 60 s leaves room for a slow API server.
+pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(60);
 
 fn error_policy(vc: Arc<ValkeyCluster>, _error: &Error, ctx: Arc<Context>) -> Action {
     let key = format!("{}/{}", vc.namespace().unwrap_or_default(), vc.name_any());

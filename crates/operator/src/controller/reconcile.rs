@@ -129,7 +129,7 @@ async fn run(
     }
     let placement = Placement::compute(&cluster, &kube).await;
     events.notes(placement.notes(&mut memory.announced)).await;
-    let auth = act::kube::ensure_password(ctx, &cluster, &owner, events).await?;
+    let auth = act::kube::ensure_password(ctx, &cluster, &owner, &kube, events).await?;
     let rotation = act::rotation::state(ctx, &cluster, &owner, &auth, &kube, events).await?;
     let cluster = ValidatedCluster {
         auth_generation: rotation.generation,
@@ -146,7 +146,16 @@ async fn run(
     .await?;
     let mut users = act::users::resolve(ctx, &cluster).await?;
     // Before the StatefulSets: member pods mount it.
-    let operator_login = act::users::ensure_file(ctx, &cluster, &owner, &mut users, memory).await?;
+    let has_members = !kube.statefulsets.is_empty();
+    let system = act::users::ensure_file(
+        ctx,
+        &cluster,
+        &owner,
+        &mut users,
+        (memory, has_members),
+        events,
+    )
+    .await?;
     let desired = decide::objects(&cluster, &owner, &placement, &kube);
     let orphaned = cleanup::Orphans {
         pdbs: cleanup::orphaned_pdbs(&cluster, &desired, &kube),
@@ -166,7 +175,7 @@ async fn run(
         &cluster,
         &kube,
         target.old,
-        (&auth, operator_login, rotation.login(&auth)),
+        (&auth, system.operator.clone(), rotation.login(&auth)),
         &tls,
     )
     .await;
@@ -238,8 +247,29 @@ async fn run(
             )
             .await?;
         }
-        if act::users::sync(ctx, &valkey.session, &users, memory, events).await > 0 {
-            act::users::ensure_file(ctx, &cluster, &owner, &mut users, memory).await?;
+        act::users::keep_primaryauth(ctx, &valkey.session, &system.replication_password).await;
+        let listed = act::users::list(&valkey.session).await;
+        let everyone_reachable = valkey
+            .observed
+            .members
+            .iter()
+            .all(|m| matches!(m.state, valkey::model::MemberState::Reachable(_)));
+        let rolled = act::rotation::all_rolled(&cluster, &kube, &desired);
+        if let Some(want) =
+            act::rotation::default_want(&rotation, auth.password(), rolled, everyone_reachable)
+        {
+            act::rotation::close_default(ctx, &valkey.session, &kube, &listed, &want).await;
+        }
+        if act::users::sync(ctx, &valkey.session, &listed, &users, memory, events).await > 0 {
+            act::users::ensure_file(
+                ctx,
+                &cluster,
+                &owner,
+                &mut users,
+                (memory, has_members),
+                events,
+            )
+            .await?;
         }
         act::tls::advance_rotation(
             ctx,

@@ -103,7 +103,13 @@ pub async fn apply_storage_class(client: &Client) -> Result<(), ApiError> {
     let sc = serde_json::json!({
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
-        "metadata": {"name": STORAGE_CLASS},
+        // The default class, as kind's `standard` and every cloud's is: a
+        // claim that names no class gets it (the DefaultStorageClass
+        // admission plugin), instead of staying Pending.
+        "metadata": {
+            "name": STORAGE_CLASS,
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
         "provisioner": PROVISIONER,
         // Like a local disk: the scheduler picks the node, then the volume is
         // made there.

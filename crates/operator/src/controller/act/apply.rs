@@ -118,6 +118,21 @@ where
         if contains(&have, &strip_type_meta(want.clone())) {
             return Ok(false);
         }
+    } else {
+        // Not among the cluster's objects: a same-named object the cluster
+        // does not own must be refused, not taken over by the forced apply
+        // below (the garbage collector would delete it with the cluster).
+        // One GET, only when the object is missing from the view.
+        let existing = api.get_opt(&name).await.map_err(|source| Error::Read {
+            kind,
+            name: name.clone(),
+            source,
+        })?;
+        if let Some(existing) = existing
+            && !same_owner(existing.meta(), desired.meta())
+        {
+            return Err(Error::NotOwned { kind, name });
+        }
     }
     metrics.api_write(kind, "apply");
     api.patch(
@@ -128,6 +143,22 @@ where
     .await
     .map_err(|source| Error::Apply { kind, name, source })?;
     Ok(true)
+}
+
+/// Whether `existing` is owned by the owner `desired` names (its first
+/// owner reference's uid).
+pub fn same_owner(
+    existing: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    desired: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    let Some(owner) = desired.owner_references.as_ref().and_then(|o| o.first()) else {
+        return true;
+    };
+    existing
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.uid == owner.uid)
 }
 
 /// apiVersion and kind are not always present on objects read back from a list.
@@ -158,6 +189,21 @@ pub fn kind_name(kind: &str) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_object_of_another_owner_is_not_ours() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+        let owned_by = |uid: &str| ObjectMeta {
+            owner_references: Some(vec![OwnerReference {
+                uid: uid.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert!(super::same_owner(&owned_by("a"), &owned_by("a")));
+        assert!(!super::same_owner(&owned_by("b"), &owned_by("a")));
+        assert!(!super::same_owner(&ObjectMeta::default(), &owned_by("a")));
+    }
+
     use super::*;
     use serde_json::json;
 

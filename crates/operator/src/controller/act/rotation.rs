@@ -26,9 +26,24 @@
 //!
 //! Connected clients stay connected throughout: a password is checked at
 //! AUTH only, and clients move to the new password at their own pace until
-//! step 4. The decision ([`may_finish`]) is pure. Changing the password again
-//! before `PasswordRotated` is not supported: members restarted onto the
-//! first new password would take neither the second nor the old one.
+//! step 4. The decisions ([`decide`], [`may_finish`], [`default_fix`]) are
+//! pure.
+//!
+//! Users change their minds, and every path converges to what the spec says
+//! now:
+//! - Each new password gets a rotation number of its own (the record keeps
+//!   the target and its number), so a second change before
+//!   `PasswordRotated` restarts the members already on the first one again,
+//!   onto the newest; a change back to the recorded password restarts them
+//!   back, and once every member runs it, `default` takes it alone.
+//! - Auth turned off, then on again before the roll finished: the members
+//!   running with the password had been given `nopass` live; they get the
+//!   password back at once ([`close_default`], which checks every member's
+//!   `default` against the spec each reconcile), the others at their
+//!   restart.
+//! - A deleted `<cluster>-auth-applied` is rebuilt from the Secret and the
+//!   rotation number the StatefulSets carry (nothing restarts); a deleted
+//!   `<cluster>-auth` is made again from the record (`act::kube`).
 //!
 //! Turning auth on or off ([`Switch`]) is the same kind of roll. Which
 //! members still run the other way is read off their pods (the password in
@@ -51,7 +66,10 @@
 
 use super::users::password_hash;
 use crate::builders::Desired;
-use crate::builders::secret::{APPLIED_GENERATION_KEY, APPLIED_KEY, applied_secret};
+use crate::builders::secret::{
+    APPLIED_GENERATION_KEY, APPLIED_KEY, APPLIED_TARGET_GENERATION_KEY, APPLIED_TARGET_KEY,
+    AppliedRecord, applied_secret,
+};
 use crate::controller::act::kube::AuthState;
 use crate::controller::act::secrets;
 use crate::controller::events::{Events, reason};
@@ -118,7 +136,7 @@ pub fn switch_of(
 
 /// Member pods (new copies of moves included) that run with and without the
 /// password.
-fn pods_by_password(view: &KubeView) -> (usize, usize) {
+pub fn pods_by_password(view: &KubeView) -> (usize, usize) {
     let with = view
         .members
         .values()
@@ -128,8 +146,171 @@ fn pods_by_password(view: &KubeView) -> (usize, usize) {
     (with, view.members.len() + view.surges.len() - with)
 }
 
-/// Reads `<cluster>-auth-applied` against the Secret's password; records
-/// the password when there is no record yet.
+/// What `<cluster>-auth-applied` said when read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// The record exists (a deleted one is not "auth off").
+    pub exists: bool,
+    /// The password the members were last given in full (`None`: "" or absent).
+    pub password: Option<String>,
+    pub generation: u64,
+    /// A rotation under way: the password it moves to and its number.
+    pub target: Option<(String, u64)>,
+}
+
+impl Recorded {
+    pub fn of(secret: Option<&Secret>) -> Recorded {
+        let Some(secret) = secret else {
+            return Recorded::default();
+        };
+        let text = |key| crate::builders::secret::secret_text(secret, key);
+        let number = |key| text(key).and_then(|g| g.trim().parse::<u64>().ok());
+        Recorded {
+            exists: true,
+            password: text(APPLIED_KEY),
+            generation: number(APPLIED_GENERATION_KEY).unwrap_or(0),
+            target: text(APPLIED_TARGET_KEY).zip(number(APPLIED_TARGET_GENERATION_KEY)),
+        }
+    }
+}
+
+/// The record to write, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordWrite {
+    pub password: String,
+    pub generation: u64,
+    pub target: Option<(String, u64)>,
+}
+
+/// What a change of auth is worth an event for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announce {
+    AuthEnabled,
+    AuthDisabled,
+}
+
+/// The decision [`state`] carries out: the rotation, the record to write
+/// and the event to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RotationDecision {
+    pub rotation: Rotation,
+    pub write: Option<RecordWrite>,
+    pub announce: Option<Announce>,
+}
+
+/// Decides where a rotation or a switch of auth stands from the spec
+/// (`enabled`, the Secret's `password`), the record, how many member pods
+/// run with and without a password, and the highest rotation number the
+/// StatefulSets carry (read when the record is gone, so that deleting it
+/// restarts nothing). Pure.
+pub fn decide(
+    enabled: bool,
+    password: Option<&str>,
+    recorded: &Recorded,
+    pods: (usize, usize),
+    statefulsets_generation: u64,
+) -> RotationDecision {
+    let generation = if recorded.exists {
+        recorded.generation
+    } else {
+        statefulsets_generation
+    };
+    let switch = switch_of(enabled, recorded.password.as_deref(), pods);
+    let rotation = |previous: Option<String>, generation: u64, switch: Option<Switch>| Rotation {
+        previous,
+        generation,
+        switch,
+    };
+    let keep = |rotation: Rotation| RotationDecision {
+        rotation,
+        write: None,
+        announce: None,
+    };
+    if !enabled {
+        // Off, and no member runs with the password any more: record it.
+        if switch.is_none() && recorded.password.is_some() {
+            return RotationDecision {
+                rotation: rotation(None, generation, None),
+                write: Some(RecordWrite {
+                    password: String::new(),
+                    generation,
+                    target: None,
+                }),
+                announce: Some(Announce::AuthDisabled),
+            };
+        }
+        return keep(rotation(None, generation, switch));
+    }
+    // The password Secret is missing: keep the members as they are.
+    let Some(password) = password else {
+        return keep(rotation(None, generation, None));
+    };
+    match recorded.password.as_deref() {
+        Some(r) if r == password => {
+            // Back to the recorded password (a rotation reverted): the
+            // target goes; members restarted onto it restart back, and the
+            // extra password is dropped once all have (`close_default`).
+            let write = recorded.target.is_some().then(|| RecordWrite {
+                password: r.to_string(),
+                generation,
+                target: None,
+            });
+            RotationDecision {
+                rotation: rotation(None, generation, switch),
+                write,
+                announce: None,
+            }
+        }
+        Some(r) => {
+            let target_generation = match &recorded.target {
+                Some((t, g)) if t == password => *g,
+                Some((_, g)) => generation.max(*g) + 1,
+                None => generation + 1,
+            };
+            let target = Some((password.to_string(), target_generation));
+            let write = (recorded.target != target).then(|| RecordWrite {
+                password: r.to_string(),
+                generation,
+                target,
+            });
+            RotationDecision {
+                rotation: rotation(Some(r.to_string()), target_generation, switch.clone()),
+                write,
+                announce: None,
+            }
+        }
+        // No record (a new cluster, a deleted record, one from before
+        // records) or auth was off: the members get this password from now on.
+        None => RotationDecision {
+            announce: switch.is_some().then_some(Announce::AuthEnabled),
+            rotation: rotation(None, generation, switch),
+            write: Some(RecordWrite {
+                password: password.to_string(),
+                generation,
+                target: None,
+            }),
+        },
+    }
+}
+
+/// The highest rotation number the StatefulSets carry.
+fn statefulsets_generation(view: &KubeView) -> u64 {
+    view.statefulsets
+        .values()
+        .filter_map(|s| {
+            s.metadata
+                .annotations
+                .as_ref()?
+                .get(crate::builders::statefulset::ANNOTATION_AUTH_GENERATION)?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Reads `<cluster>-auth-applied`, decides ([`decide`]) and writes the
+/// record when the decision changes it.
 pub async fn state(
     ctx: &Context,
     cluster: &ValidatedCluster,
@@ -141,20 +322,23 @@ pub async fn state(
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = auth_applied_secret_name(&cluster.name);
     let record = secrets::read(&api, &name).await?;
-    let recorded = record
-        .as_ref()
-        .and_then(|s| crate::builders::secret::secret_text(s, APPLIED_KEY));
-    let generation: u64 = record
-        .as_ref()
-        .and_then(|s| crate::builders::secret::secret_text(s, APPLIED_GENERATION_KEY))
-        .and_then(|g| g.trim().parse().ok())
-        .unwrap_or(0);
-    let pods = pods_by_password(view);
-    let switch = switch_of(cluster.auth.enabled, recorded.as_deref(), pods);
-    if !cluster.auth.enabled {
-        // Off, and no member runs with the password any more: record it.
-        if switch.is_none() && recorded.as_deref().is_some_and(|r| !r.is_empty()) {
-            secrets::apply(ctx, &api, &applied_secret(cluster, owner, "", generation)).await?;
+    let decision = decide(
+        cluster.auth.enabled,
+        auth.password(),
+        &Recorded::of(record.as_ref()),
+        pods_by_password(view),
+        statefulsets_generation(view),
+    );
+    if let Some(w) = &decision.write {
+        let record = AppliedRecord {
+            password: &w.password,
+            generation: w.generation,
+            target: w.target.as_ref().map(|(p, g)| (p.as_str(), *g)),
+        };
+        secrets::apply(ctx, &api, &applied_secret(cluster, owner, &record)).await?;
+    }
+    match decision.announce {
+        Some(Announce::AuthDisabled) => {
             events
                 .normal(
                     reason::AUTH_DISABLED,
@@ -163,56 +347,140 @@ pub async fn state(
                 )
                 .await;
         }
-        return Ok(Rotation {
-            previous: None,
-            generation,
-            switch,
-        });
-    }
-    // The password Secret is missing: keep the members as they are.
-    let Some(password) = auth.password() else {
-        return Ok(Rotation {
-            previous: None,
-            generation,
-            switch: None,
-        });
-    };
-    Ok(match recorded {
-        Some(r) if r == password => Rotation {
-            previous: None,
-            generation,
-            switch,
-        },
-        Some(r) if !r.is_empty() => Rotation {
-            previous: Some(r),
-            generation: generation + 1,
-            switch,
-        },
-        // No record (a new cluster, or one from before records) or auth was
-        // off: the members get this password from now on.
-        _ => {
-            secrets::apply(
-                ctx,
-                &api,
-                &applied_secret(cluster, owner, password, generation),
-            )
-            .await?;
-            if switch.is_some() {
-                events
-                    .normal(
-                        reason::AUTH_ENABLED,
-                        "SwitchAuth",
-                        "auth is on: the members restart onto the password one at a time",
-                    )
-                    .await;
-            }
-            Rotation {
-                previous: None,
-                generation,
-                switch,
-            }
+        Some(Announce::AuthEnabled) => {
+            events
+                .normal(
+                    reason::AUTH_ENABLED,
+                    "SwitchAuth",
+                    "auth is on: the members restart onto the password one at a time",
+                )
+                .await;
         }
+        None => {}
+    }
+    Ok(decision.rotation)
+}
+
+/// What `default` must become on one member so that what it takes is what
+/// the spec says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DefaultFix {
+    /// `ACL SETUSER default on #<hash>...`: adds these passwords (SHA-256
+    /// hex), keeps those it has, and ends `nopass` (Valkey clears the flag
+    /// when a password is added).
+    Add(Vec<String>),
+    /// `ACL SETUSER default on resetpass #<hash>`: this password only.
+    Only(String),
+}
+
+/// The spec's auth as every member's `default` should take it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultWant {
+    /// SHA-256 hex of the Secret's password.
+    pub password: String,
+    /// SHA-256 hex of the password a rotation moves away from.
+    pub previous: Option<String>,
+    /// No rotation or switch under way, every member runs the environment
+    /// its StatefulSet asks for and answered: `password` alone may remain.
+    pub settled: bool,
+}
+
+/// What the spec's auth asks of every `default`, or `None` when nothing
+/// does: auth off (every member takes any password, [`advance_switch`]),
+/// or the password unknown (its Secret missing).
+pub fn default_want(
+    rotation: &Rotation,
+    password: Option<&str>,
+    rolled: bool,
+    everyone_reachable: bool,
+) -> Option<DefaultWant> {
+    if matches!(rotation.switch, Some(Switch::Off { .. })) {
+        return None;
+    }
+    Some(DefaultWant {
+        password: password_hash(password?),
+        previous: rotation.previous.as_deref().map(password_hash),
+        settled: rotation.previous.is_none()
+            && rotation.switch.is_none()
+            && rolled
+            && everyone_reachable,
     })
+}
+
+/// What one member's `default` needs (see [`DefaultWant`]), from its
+/// `ACL LIST` entry and whether its pod runs with the password. A member
+/// that still runs without one (auth being turned on, its restart to come)
+/// keeps taking any password until it restarts: its probes send none. Every
+/// other member is closed at once: a `nopass` left from auth turned off,
+/// then on again before the roll finished, ends now (pure).
+pub fn default_fix(
+    entry: Option<&valkey::acl::AclEntry>,
+    runs_with_password: bool,
+    want: &DefaultWant,
+) -> Option<DefaultFix> {
+    if !runs_with_password {
+        return None;
+    }
+    let wanted = || {
+        std::iter::once(want.password.clone())
+            .chain(want.previous.clone())
+            .collect()
+    };
+    match entry {
+        None => Some(DefaultFix::Add(wanted())),
+        Some(e) if !e.enabled || e.nopass || !e.hashes.contains(&want.password) => {
+            Some(DefaultFix::Add(wanted()))
+        }
+        Some(e) if want.settled && e.hashes.len() > 1 => {
+            Some(DefaultFix::Only(want.password.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// Brings every connected member's `default` to what the spec says
+/// ([`default_fix`]), from the `ACL LIST` each gave this reconcile.
+/// Failures are logged; the next reconcile tries again.
+pub async fn close_default(
+    ctx: &Context,
+    session: &Session,
+    view: &KubeView,
+    listed: &super::users::Listed,
+    want: &DefaultWant,
+) {
+    for (m, admin) in session {
+        let pod = match m.member {
+            valkey::model::MemberIndex::Member(i) => view.members.get(&(m.shard.0, i)),
+            valkey::model::MemberIndex::NewCopyOf(i) => view.surges.get(&(m.shard.0, i)),
+        };
+        let runs_with_password = pod.is_some_and(|p| PodFacts::of(p).runs_with_password);
+        // A member whose list failed is left for the next reconcile.
+        let Some(list) = listed.get(m) else {
+            continue;
+        };
+        let Some(fix) = default_fix(
+            list.get(valkey::acl::DEFAULT_USER),
+            runs_with_password,
+            want,
+        ) else {
+            continue;
+        };
+        ctx.metrics.valkey_command("AclSetUserDefault");
+        let done = match &fix {
+            DefaultFix::Add(hashes) => {
+                let mut result = Ok(());
+                for hash in hashes {
+                    result = result.and(admin.add_default_password(hash).await);
+                }
+                result
+            }
+            DefaultFix::Only(hash) => admin.set_default_password_only(hash).await,
+        };
+        match done {
+            Ok(()) => tracing::info!(member = %m, ?fix, "default user brought to the spec's auth"),
+            Err(error) => tracing::warn!(member = %m, %error, "setting the default user failed"),
+        }
+    }
 }
 
 /// Moves a switch of auth on (see the module doc): when auth is being
@@ -340,12 +608,12 @@ pub async fn advance(
         }
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
-    secrets::apply(
-        ctx,
-        &api,
-        &applied_secret(cluster, owner, password, cluster.auth_generation),
-    )
-    .await?;
+    let record = AppliedRecord {
+        password,
+        generation: cluster.auth_generation,
+        target: None,
+    };
+    secrets::apply(ctx, &api, &applied_secret(cluster, owner, &record)).await?;
     events
         .normal(
             reason::PASSWORD_ROTATED,
@@ -404,6 +672,182 @@ mod tests {
             rotating.login(&AuthState::Password("new".into())),
             (Some("new"), Some("old"))
         );
+    }
+
+    fn recorded(password: &str, generation: u64, target: Option<(&str, u64)>) -> Recorded {
+        Recorded {
+            exists: true,
+            password: (!password.is_empty()).then(|| password.to_string()),
+            generation,
+            target: target.map(|(p, g)| (p.to_string(), g)),
+        }
+    }
+
+    #[test]
+    fn each_new_password_gets_a_rotation_number_of_its_own() {
+        // A -> B: number 4, B recorded as the target.
+        let d = decide(true, Some("B"), &recorded("A", 3, None), (3, 0), 3);
+        assert_eq!(d.rotation.previous.as_deref(), Some("A"));
+        assert_eq!(d.rotation.generation, 4);
+        assert_eq!(
+            d.write.as_ref().and_then(|w| w.target.clone()),
+            Some(("B".into(), 4))
+        );
+        // The next reconcile: nothing to write, the same number.
+        let d = decide(
+            true,
+            Some("B"),
+            &recorded("A", 3, Some(("B", 4))),
+            (3, 0),
+            4,
+        );
+        assert_eq!((d.rotation.generation, d.write), (4, None));
+        // B -> C before B finished: a number past B's, so members already
+        // restarted onto B restart again onto C.
+        let d = decide(
+            true,
+            Some("C"),
+            &recorded("A", 3, Some(("B", 4))),
+            (3, 0),
+            4,
+        );
+        assert_eq!(d.rotation.generation, 5);
+        assert_eq!(d.rotation.previous.as_deref(), Some("A"));
+        // Back to A: no rotation, the recorded number (members on B restart
+        // back), the target cleared.
+        let d = decide(
+            true,
+            Some("A"),
+            &recorded("A", 3, Some(("B", 4))),
+            (3, 0),
+            4,
+        );
+        assert_eq!((d.rotation.previous, d.rotation.generation), (None, 3));
+        assert_eq!(d.write.map(|w| w.target), Some(None));
+    }
+
+    #[test]
+    fn a_deleted_record_is_rebuilt_without_restarting_anyone() {
+        // The StatefulSets say their pods run rotation 7.
+        let d = decide(true, Some("pw"), &Recorded::default(), (3, 0), 7);
+        assert_eq!(d.rotation.generation, 7);
+        assert_eq!(d.rotation.previous, None);
+        assert_eq!(
+            d.write,
+            Some(RecordWrite {
+                password: "pw".into(),
+                generation: 7,
+                target: None
+            })
+        );
+        assert_eq!(d.announce, None);
+    }
+
+    #[test]
+    fn auth_off_then_on_again_is_a_switch_on_with_the_recorded_password() {
+        // Off: two of three pods still run with the password.
+        let d = decide(false, None, &recorded("pw", 2, None), (2, 1), 2);
+        assert_eq!(
+            d.rotation.switch,
+            Some(Switch::Off {
+                password: "pw".into()
+            })
+        );
+        assert_eq!(d.write, None);
+        // On again before the roll finished: a switch on, no rotation.
+        let d = decide(true, Some("pw"), &recorded("pw", 2, None), (2, 1), 2);
+        assert_eq!(d.rotation.switch, Some(Switch::On));
+        assert_eq!(d.rotation.previous, None);
+        // Off completed: recorded as "".
+        let d = decide(false, None, &recorded("pw", 2, None), (0, 3), 2);
+        assert_eq!(d.write.map(|w| w.password), Some(String::new()));
+        assert_eq!(d.announce, Some(Announce::AuthDisabled));
+    }
+
+    fn entry(nopass: bool, hashes: &[&str]) -> valkey::acl::AclEntry {
+        valkey::acl::AclEntry {
+            enabled: true,
+            nopass,
+            hashes: hashes.iter().map(|h| h.to_string()).collect(),
+            rest: String::new(),
+        }
+    }
+
+    fn want(previous: Option<&str>, settled: bool) -> DefaultWant {
+        DefaultWant {
+            password: "P".into(),
+            previous: previous.map(str::to_string),
+            settled,
+        }
+    }
+
+    #[test]
+    fn a_member_left_open_by_auth_off_is_closed_when_auth_is_on_again() {
+        // Runs with the password, but `default` takes any: closed at once.
+        assert_eq!(
+            default_fix(Some(&entry(true, &[])), true, &want(None, false)),
+            Some(DefaultFix::Add(vec!["P".into()]))
+        );
+        // Still runs without one (its restart onto the password is to
+        // come): its probes send none, so it stays open until then.
+        assert_eq!(
+            default_fix(Some(&entry(true, &[])), false, &want(None, false)),
+            None
+        );
+        // A disabled default or none at all gets the password too.
+        let mut off = entry(false, &["P"]);
+        off.enabled = false;
+        assert_eq!(
+            default_fix(Some(&off), true, &want(Some("Q"), false)),
+            Some(DefaultFix::Add(vec!["P".into(), "Q".into()]))
+        );
+        assert_eq!(
+            default_fix(None, true, &want(None, false)),
+            Some(DefaultFix::Add(vec!["P".into()]))
+        );
+    }
+
+    #[test]
+    fn a_reverted_rotation_drops_the_other_password_once_settled() {
+        // Both valid while members still roll back.
+        assert_eq!(
+            default_fix(Some(&entry(false, &["P", "B"])), true, &want(None, false)),
+            None
+        );
+        // Settled: the Secret's password alone.
+        assert_eq!(
+            default_fix(Some(&entry(false, &["P", "B"])), true, &want(None, true)),
+            Some(DefaultFix::Only("P".into()))
+        );
+        // Nothing to do when it takes exactly the password.
+        assert_eq!(
+            default_fix(Some(&entry(false, &["P"])), true, &want(None, true)),
+            None
+        );
+    }
+
+    #[test]
+    fn nothing_is_asked_of_default_while_auth_goes_off_or_without_a_password() {
+        let off = Rotation {
+            previous: None,
+            generation: 0,
+            switch: Some(Switch::Off {
+                password: "old".into(),
+            }),
+        };
+        assert_eq!(default_want(&off, Some("pw"), true, true), None);
+        assert_eq!(default_want(&Rotation::default(), None, true, true), None);
+        let settled = default_want(&Rotation::default(), Some("pw"), true, true).unwrap();
+        assert!(settled.settled);
+        assert_eq!(settled.password, password_hash("pw"));
+        let rotating = Rotation {
+            previous: Some("old".into()),
+            generation: 1,
+            switch: None,
+        };
+        let w = default_want(&rotating, Some("pw"), true, true).unwrap();
+        assert!(!w.settled);
+        assert_eq!(w.previous, Some(password_hash("old")));
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! (`TLSSecretMissing`), like a missing password.
 
 use super::secrets;
-use crate::builders::secret::secret_text;
+use crate::builders::secret::{conditional_replace_patch, secret_text};
 use crate::builders::tls::{self, CaPhase, CaSet, CaStep, IssuedFacts};
 use crate::controller::events::{Events, reason};
 use crate::controller::observe::kube::KubeView;
@@ -26,7 +26,7 @@ use api::constants::{
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use valkey::client::{ConnectOptions, TlsIdentity, ValkeyAdmin};
@@ -284,8 +284,8 @@ pub struct RotationInputs<'a> {
 
 /// Moves a rotation of the operator's CA on by one step when
 /// [`tls::ca_step`] says so (or starts one): the new state goes to
-/// `<cluster>-tls-ca-key` (a replace at the resourceVersion read, so two
-/// reconciles never both step), and the next reconcile's [`ensure`] hands it
+/// `<cluster>-tls-ca-key` (a merge patch conditional on the resourceVersion
+/// read, so two reconciles never both step), and the next reconcile's [`ensure`] hands it
 /// to the members.
 pub async fn advance_rotation(
     ctx: &Context,
@@ -327,14 +327,14 @@ pub async fn advance_rotation(
     if CaSet::of(&current).as_ref() != Some(set) {
         return Ok(());
     }
-    let mut body = tls::ca_key_secret(cluster, owner, &after);
-    body.metadata.resource_version = current.metadata.resource_version.clone();
-    ctx.metrics.api_write("Secret", "replace");
-    let pp = PostParams {
+    let body = tls::ca_key_secret(cluster, owner, &after);
+    let patch = conditional_replace_patch(&current, &body);
+    ctx.metrics.api_write("Secret", "patch");
+    let pp = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    match api.replace(&name, &pp, &body).await {
+    match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
         Err(source) => {

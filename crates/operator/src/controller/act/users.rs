@@ -246,8 +246,9 @@ pub async fn ensure_file(
     cluster: &ValidatedCluster,
     owner: &OwnerReference,
     users: &mut Users,
-    memory: &Memory,
-) -> Result<Login, Error> {
+    (memory, has_members): (&Memory, bool),
+    events: &Events<'_>,
+) -> Result<SystemLogins, Error> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = api::constants::users_secret_name(&cluster.name);
     let live = secrets::read(&api, &name).await?;
@@ -288,19 +289,103 @@ pub async fn ensure_file(
         let secret = crate::builders::secret::users_secret(cluster, owner, &next, &passwords);
         secrets::apply(ctx, &api, &secret).await?;
         tracing::info!(secret = %name, users = next.lines().count() - 1, "users file written");
+        if live.is_none() && has_members {
+            events
+                .warning(
+                    reason::USERS_SECRET_RECREATED,
+                    "CreateSecret",
+                    format!(
+                        "Secret {name} was deleted: made again; the system users' passwords are new \
+                         (the members get them live, replicas their primaryauth; no restart)"
+                    ),
+                )
+                .await;
+        }
     }
-    Ok(Login {
-        user: api::constants::OPERATOR_USER.to_string(),
-        password: passwords.operator,
+    Ok(SystemLogins {
+        operator: Login {
+            user: api::constants::OPERATOR_USER.to_string(),
+            password: passwords.operator,
+        },
+        replication_password: passwords.replication,
     })
 }
 
-/// Brings the users of every connected member to the spec. Failures are
-/// logged and reported; the next reconcile tries again. Returns how many
-/// ACL commands went through.
+/// The system users' logins [`ensure_file`] keeps.
+pub struct SystemLogins {
+    /// The operator's own login to every member.
+    pub operator: Login,
+    /// `valkey-replication`'s password: every replica's `primaryauth`.
+    pub replication_password: String,
+}
+
+/// Keeps every member that logs in to its primary as the replication user
+/// on its current password (`CONFIG SET primaryauth`, live): a replica's
+/// `primaryauth` comes from its environment at start, so when the password
+/// changed since (`<cluster>-users` deleted and made again) the replica
+/// would be refused at its next link drop. Failures are logged; the next
+/// reconcile tries again.
+pub async fn keep_primaryauth(ctx: &Context, session: &Session, replication_password: &str) {
+    use valkey::client::Admin as _;
+    let keys = ["primaryuser".to_string(), "primaryauth".to_string()];
+    for (m, admin) in session {
+        let Ok(config) = admin.config_get(&keys).await else {
+            continue;
+        };
+        let as_replication_user = config
+            .get("primaryuser")
+            .is_some_and(|u| u == api::constants::REPLICATION_USER);
+        if !as_replication_user
+            || config.get("primaryauth").map(String::as_str) == Some(replication_password)
+        {
+            continue;
+        }
+        ctx.metrics.valkey_command("ConfigSet");
+        match admin
+            .config_set_secret("primaryauth", replication_password)
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(member = %m, "primaryauth set to the replication user's password")
+            }
+            Err(error) => tracing::warn!(member = %m, %error, "CONFIG SET primaryauth failed"),
+        }
+    }
+}
+
+/// Every connected member's `ACL LIST`, by member (one whose list failed
+/// is absent).
+pub type Listed = BTreeMap<valkey::model::MemberRef, BTreeMap<String, acl::AclEntry>>;
+
+/// Asks every connected member for its `ACL LIST`, all at once: what
+/// [`sync`] and the `default` user's check (`rotation::close_default`)
+/// read, once per reconcile.
+pub async fn list(session: &Session) -> Listed {
+    let listed = futures::future::join_all(
+        session
+            .iter()
+            .map(|(member, admin)| async move { (*member, admin.acl_list().await) }),
+    )
+    .await;
+    let mut observed = BTreeMap::new();
+    for (member, result) in listed {
+        match result {
+            Ok(list) => {
+                observed.insert(member, list);
+            }
+            Err(error) => tracing::warn!(%member, %error, "ACL LIST failed"),
+        }
+    }
+    observed
+}
+
+/// Brings the users of every connected member to the spec, from what each
+/// listed ([`list`]). Failures are logged and reported; the next reconcile
+/// tries again. Returns how many ACL commands went through.
 pub async fn sync(
     ctx: &Context,
     session: &Session,
+    observed: &Listed,
     users: &Users,
     memory: &mut Memory,
     events: &Events<'_>,
@@ -321,27 +406,12 @@ pub async fn sync(
         }
         memory.announced.users_missing = missing;
     }
-    let listed = futures::future::join_all(
-        session
-            .iter()
-            .map(|(member, admin)| async move { (*member, admin.acl_list().await) }),
-    )
-    .await;
-    let mut observed = BTreeMap::new();
-    for (member, result) in listed {
-        match result {
-            Ok(list) => {
-                observed.insert(member, list);
-            }
-            Err(error) => tracing::warn!(%member, %error, "ACL LIST failed"),
-        }
-    }
     // Forget members and users that are gone.
     memory.acl.retain(|(member, user), _| {
         session.contains_key(member) && users.desired.iter().any(|u| &u.name == user)
     });
-    acl::learn(&mut memory.acl, &observed, &users.desired);
-    let actions: Vec<AclAction> = acl::plan(&observed, &users.desired, &memory.acl)
+    acl::learn(&mut memory.acl, observed, &users.desired);
+    let actions: Vec<AclAction> = acl::plan(observed, &users.desired, &memory.acl)
         .into_iter()
         .filter(|a| match a {
             AclAction::DelUser { name, .. } => !users.unresolved.contains_key(name),
@@ -442,7 +512,7 @@ mod tests {
             format!(
                 "user valkey-operator reset on #{} +ping +info +role +wait +config|get \
                  +config|set +acl|list +acl|setuser +acl|deluser +client|kill +client|setinfo \
-                 +client|setname +cluster|addslotsrange +cluster|cancelslotmigrations \
+                 +client|setname +cluster|addslotsrange +cluster|bumpepoch +cluster|cancelslotmigrations \
                  +cluster|failover +cluster|forget +cluster|getslotmigrations +cluster|info \
                  +cluster|meet +cluster|migrateslots +cluster|myid +cluster|nodes \
                  +cluster|replicate +cluster|reset +cluster|shards +hello +auth",

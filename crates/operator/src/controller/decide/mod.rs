@@ -164,7 +164,7 @@ pub fn next(
         .unwrap_or_default();
     let heal = heal::decide(
         &heal::lost_members(f),
-        f.cluster.persistence.is_some(),
+        crate::builders::config::durable(f.cluster),
         volume_grace,
     );
     Ok(Decision {

@@ -189,7 +189,7 @@ pub fn roll(f: &Facts<'_>, desired: &Desired, placement: &Placement, cluster_rea
         &members,
         cluster_ready,
         &preference,
-        cluster.persistence.is_some(),
+        crate::builders::config::durable(cluster),
     );
     Roll {
         step,

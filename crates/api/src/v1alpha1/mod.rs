@@ -17,5 +17,5 @@ pub use status::*;
 pub use validation::{
     FieldError, MemberRequest, OperatorPods, ResolvedSpreadConstraint, ValidatedCluster,
     ValidatedExporter, ValidatedNetworkPolicy, ValidatedTls, ValidatedUser, ValidationError,
-    default_exporter_resources, validate,
+    ValidationSettings, default_exporter_resources, validate, validate_with,
 };

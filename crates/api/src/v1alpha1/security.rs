@@ -9,10 +9,23 @@
 //! the operator's value of that field (a whole sub-object such as
 //! `capabilities` or `seccompProfile` is replaced, not merged), and fields the
 //! user leaves out keep the defaults.
+//!
+//! What the user sets must keep the pods within the `restricted` profile
+//! (<https://kubernetes.io/docs/concepts/security/pod-security-standards/>):
+//! whoever may edit a ValkeyCluster gets pods the operator creates, so
+//! without this a tenant could run privileged pods, root, or added
+//! capabilities in a namespace that enforces no Pod Security level. Only the
+//! operator's administrator can allow more, with the operator's flag
+//! [`ALLOW_PRIVILEGED_FLAG`] ([`ValidationSettings`]). These rules are not
+//! CEL rules of the CRD, on purpose: the API server would apply them whatever
+//! the flag says, and the flag could allow nothing.
+//!
+//! [`ValidationSettings`]: super::validation::ValidationSettings
 
 use super::validation::FieldError;
 use k8s_openapi::api::core::v1::{
-    Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
+    AppArmorProfile, Capabilities, PodSecurityContext, SELinuxOptions, SeccompProfile,
+    SecurityContext, WindowsSecurityContextOptions,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -92,31 +105,64 @@ fn overlay<T: Serialize + DeserializeOwned + Clone>(defaults: &T, user: Option<&
     serde_json::from_value(serde_json::Value::Object(base)).unwrap_or_else(|_| user.clone())
 }
 
+/// The operator's flag that lets `spec.podSecurityContext` and
+/// `spec.securityContext` go beyond the `restricted` profile.
+pub const ALLOW_PRIVILEGED_FLAG: &str = "--allow-privileged-security-context";
+
+/// Capabilities the `restricted` profile lets a container add.
+pub const RESTRICTED_ADDABLE_CAPABILITIES: &[&str] = &["NET_BIND_SERVICE"];
+
+/// seccomp and AppArmor profile types the `restricted` profile allows
+/// (`Unconfined` is what it refuses).
+pub const RESTRICTED_PROFILE_TYPES: &[&str] = &["RuntimeDefault", "Localhost"];
+
+/// SELinux types the `baseline` (and so `restricted`) profile allows, besides
+/// none.
+pub const RESTRICTED_SELINUX_TYPES: &[&str] = &[
+    "container_t",
+    "container_init_t",
+    "container_kvm_t",
+    "container_engine_t",
+];
+
+/// The sysctls the `baseline` (and so `restricted`) profile allows: those
+/// namespaced per pod (Kubernetes' "safe" set).
+pub const RESTRICTED_SYSCTLS: &[&str] = &[
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+];
+
+const POD: &str = "spec.podSecurityContext";
+const CONTAINER: &str = "spec.securityContext";
+
 /// The effective pod and container security contexts, or the errors of a
 /// combination no pod could start with (Kubernetes would only report it as
-/// CreateContainerConfigError on every member).
+/// CreateContainerConfigError on every member) or, unless `allow_privileged`,
+/// one beyond the `restricted` profile.
 pub fn resolve(
     pod: Option<&PodSecurityContext>,
     container: Option<&SecurityContext>,
+    allow_privileged: bool,
 ) -> Result<(PodSecurityContext, SecurityContext), Vec<FieldError>> {
     let pod_sc = overlay(&default_pod_security_context(), pod);
     let container_sc = overlay(&default_security_context(), container);
-    let mut errors = Vec::new();
-    let uid_field = if container.and_then(|c| c.run_as_user).is_some() {
-        "spec.securityContext.runAsUser"
+    // The defaults are restricted, so whatever the effective contexts hold
+    // beyond it comes from the field of the same name the user set.
+    let mut errors = if allow_privileged {
+        contradictions(container, &pod_sc, &container_sc)
     } else {
-        "spec.podSecurityContext.runAsUser"
+        beyond_restricted(&pod_sc, &container_sc)
     };
-    let uid = container_sc.run_as_user.or(pod_sc.run_as_user);
-    let non_root = container_sc.run_as_non_root.or(pod_sc.run_as_non_root);
-    if non_root == Some(true) && uid == Some(0) {
-        errors.push(FieldError {
-            field: uid_field.into(),
-            message: "0 (root) contradicts runAsNonRoot: true; set runAsNonRoot: false \
-                      as well to run Valkey as root"
-                .into(),
-        });
-    }
     for (field, value) in [
         ("spec.podSecurityContext.runAsUser", pod_sc.run_as_user),
         ("spec.podSecurityContext.runAsGroup", pod_sc.run_as_group),
@@ -140,13 +186,217 @@ pub fn resolve(
     }
 }
 
+/// With the `restricted` profile lifted: the settings that contradict a
+/// default the user left in place, which the API server or the kubelet
+/// would refuse on every member pod.
+fn contradictions(
+    container: Option<&SecurityContext>,
+    pod_sc: &PodSecurityContext,
+    container_sc: &SecurityContext,
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let uid_field = if container.and_then(|c| c.run_as_user).is_some() {
+        "spec.securityContext.runAsUser"
+    } else {
+        "spec.podSecurityContext.runAsUser"
+    };
+    let uid = container_sc.run_as_user.or(pod_sc.run_as_user);
+    let non_root = container_sc.run_as_non_root.or(pod_sc.run_as_non_root);
+    if non_root == Some(true) && uid == Some(0) {
+        errors.push(FieldError {
+            field: uid_field.into(),
+            message: "0 (root) contradicts runAsNonRoot: true; set runAsNonRoot: false \
+                      as well to run Valkey as root"
+                .into(),
+        });
+    }
+    // The API server refuses both with allowPrivilegeEscalation: false,
+    // which is the operator's default.
+    if container_sc.allow_privilege_escalation == Some(false) {
+        if container_sc.privileged == Some(true) {
+            errors.push(FieldError {
+                field: format!("{CONTAINER}.privileged"),
+                message: "true contradicts allowPrivilegeEscalation: false; set \
+                          allowPrivilegeEscalation: true as well"
+                    .into(),
+            });
+        }
+        let added = container_sc
+            .capabilities
+            .as_ref()
+            .and_then(|c| c.add.as_ref());
+        for (i, cap) in added.into_iter().flatten().enumerate() {
+            if cap == "CAP_SYS_ADMIN" {
+                errors.push(FieldError {
+                    field: format!("{CONTAINER}.capabilities.add[{i}]"),
+                    message: "CAP_SYS_ADMIN contradicts allowPrivilegeEscalation: false; set \
+                              allowPrivilegeEscalation: true as well"
+                        .into(),
+                });
+            }
+        }
+    }
+    errors
+}
+
+/// The fields the pod and the container security contexts share.
+struct Level<'a> {
+    at: &'static str,
+    run_as_non_root: Option<bool>,
+    run_as_user: Option<i64>,
+    seccomp: Option<&'a SeccompProfile>,
+    app_armor: Option<&'a AppArmorProfile>,
+    se_linux: Option<&'a SELinuxOptions>,
+    windows: Option<&'a WindowsSecurityContextOptions>,
+}
+
+/// Every field of the effective contexts beyond the `restricted` profile,
+/// as far as a security context can express it (host namespaces, host
+/// ports and volumes are the operator's, and restricted).
+fn beyond_restricted(pod_sc: &PodSecurityContext, c: &SecurityContext) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let mut refuse = |field: String, what: String| {
+        errors.push(FieldError {
+            field,
+            message: format!(
+                "{what}: member pods keep to the restricted Pod Security Standard unless the \
+                 operator runs with {ALLOW_PRIVILEGED_FLAG}"
+            ),
+        });
+    };
+    let pod_level = Level {
+        at: POD,
+        run_as_non_root: pod_sc.run_as_non_root,
+        run_as_user: pod_sc.run_as_user,
+        seccomp: pod_sc.seccomp_profile.as_ref(),
+        app_armor: pod_sc.app_armor_profile.as_ref(),
+        se_linux: pod_sc.se_linux_options.as_ref(),
+        windows: pod_sc.windows_options.as_ref(),
+    };
+    let container_level = Level {
+        at: CONTAINER,
+        run_as_non_root: c.run_as_non_root,
+        run_as_user: c.run_as_user,
+        seccomp: c.seccomp_profile.as_ref(),
+        app_armor: c.app_armor_profile.as_ref(),
+        se_linux: c.se_linux_options.as_ref(),
+        windows: c.windows_options.as_ref(),
+    };
+    for level in [pod_level, container_level] {
+        let at = level.at;
+        if level.run_as_non_root == Some(false) {
+            refuse(format!("{at}.runAsNonRoot"), "must not be false".into());
+        }
+        if level.run_as_user == Some(0) {
+            refuse(format!("{at}.runAsUser"), "0 (root) is refused".into());
+        }
+        for (name, profile_type) in [
+            ("seccompProfile", level.seccomp.map(|p| &p.type_)),
+            ("appArmorProfile", level.app_armor.map(|p| &p.type_)),
+        ] {
+            if let Some(t) = profile_type
+                && !RESTRICTED_PROFILE_TYPES.contains(&t.as_str())
+            {
+                refuse(
+                    format!("{at}.{name}.type"),
+                    format!("{t:?} is refused (RuntimeDefault or Localhost)"),
+                );
+            }
+        }
+        if let Some(se) = level.se_linux {
+            if let Some(t) = se.type_.as_deref()
+                && !t.is_empty()
+                && !RESTRICTED_SELINUX_TYPES.contains(&t)
+            {
+                refuse(
+                    format!("{at}.seLinuxOptions.type"),
+                    format!(
+                        "{t:?} is refused (one of {}, or none)",
+                        RESTRICTED_SELINUX_TYPES.join(", ")
+                    ),
+                );
+            }
+            for (name, value) in [("user", &se.user), ("role", &se.role)] {
+                if value.as_deref().is_some_and(|v| !v.is_empty()) {
+                    refuse(
+                        format!("{at}.seLinuxOptions.{name}"),
+                        "must be left out".into(),
+                    );
+                }
+            }
+        }
+        if level.windows.and_then(|w| w.host_process) == Some(true) {
+            refuse(
+                format!("{at}.windowsOptions.hostProcess"),
+                "must not be true".into(),
+            );
+        }
+    }
+    for (i, sysctl) in pod_sc.sysctls.iter().flatten().enumerate() {
+        if !RESTRICTED_SYSCTLS.contains(&sysctl.name.as_str()) {
+            refuse(
+                format!("{POD}.sysctls[{i}].name"),
+                format!(
+                    "{:?} is refused (only sysctls namespaced per pod: {})",
+                    sysctl.name,
+                    RESTRICTED_SYSCTLS.join(", ")
+                ),
+            );
+        }
+    }
+    if c.privileged == Some(true) {
+        refuse(format!("{CONTAINER}.privileged"), "must not be true".into());
+    }
+    if c.allow_privilege_escalation != Some(false) {
+        refuse(
+            format!("{CONTAINER}.allowPrivilegeEscalation"),
+            "must be false".into(),
+        );
+    }
+    let caps = c.capabilities.as_ref();
+    for (i, cap) in caps
+        .and_then(|c| c.add.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if !RESTRICTED_ADDABLE_CAPABILITIES.contains(&cap.as_str()) {
+            refuse(
+                format!("{CONTAINER}.capabilities.add[{i}]"),
+                format!("{cap:?} is refused (only NET_BIND_SERVICE may be added)"),
+            );
+        }
+    }
+    if !caps
+        .and_then(|c| c.drop.as_ref())
+        .is_some_and(|d| d.iter().any(|cap| cap == "ALL"))
+    {
+        refuse(
+            format!("{CONTAINER}.capabilities.drop"),
+            "must include ALL (a capabilities object replaces the operator's, which drops \
+             ALL: write drop: [ALL] beside add)"
+                .into(),
+        );
+    }
+    if let Some(p) = c.proc_mount.as_deref()
+        && p != "Default"
+    {
+        refuse(
+            format!("{CONTAINER}.procMount"),
+            format!("{p:?} is refused (Default, or none)"),
+        );
+    }
+    errors
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Sysctl;
 
     #[test]
     fn defaults_are_the_restricted_profile() {
-        let (pod, c) = resolve(None, None).unwrap();
+        let (pod, c) = resolve(None, None, false).unwrap();
         assert_eq!(pod.run_as_non_root, Some(true));
         assert_eq!(pod.run_as_user, Some(999));
         assert_eq!(pod.fs_group, Some(999));
@@ -169,7 +419,7 @@ mod tests {
             fs_group: Some(2000),
             ..Default::default()
         };
-        let (pod, _) = resolve(Some(&user), None).unwrap();
+        let (pod, _) = resolve(Some(&user), None, false).unwrap();
         assert_eq!(pod.run_as_user, Some(1001));
         assert_eq!(pod.fs_group, Some(2000));
         assert_eq!(pod.run_as_group, Some(999));
@@ -178,7 +428,7 @@ mod tests {
             read_only_root_filesystem: Some(false),
             ..Default::default()
         };
-        let (_, c) = resolve(None, Some(&user)).unwrap();
+        let (_, c) = resolve(None, Some(&user), false).unwrap();
         assert_eq!(c.read_only_root_filesystem, Some(false));
         assert_eq!(c.allow_privilege_escalation, Some(false));
     }
@@ -189,10 +439,11 @@ mod tests {
             run_as_user: Some(0),
             ..Default::default()
         };
-        let errors = resolve(None, Some(&user)).unwrap_err();
+        let errors = resolve(None, Some(&user), true).unwrap_err();
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].field, "spec.securityContext.runAsUser");
-        // Root is allowed when the user says so twice.
+        assert!(errors[0].message.contains("contradicts"), "{}", errors[0]);
+        // Root is allowed when the user says so twice, and the operator lets it.
         let pod = PodSecurityContext {
             run_as_user: Some(0),
             run_as_non_root: Some(false),
@@ -202,12 +453,269 @@ mod tests {
             run_as_non_root: Some(false),
             ..Default::default()
         };
-        assert!(resolve(Some(&pod), Some(&user)).is_ok());
+        assert!(resolve(Some(&pod), Some(&user), true).is_ok());
         let bad = PodSecurityContext {
             run_as_group: Some(-1),
             ..Default::default()
         };
-        let errors = resolve(Some(&bad), None).unwrap_err();
+        let errors = resolve(Some(&bad), None, true).unwrap_err();
         assert_eq!(errors[0].field, "spec.podSecurityContext.runAsGroup");
+    }
+
+    fn caps(add: &[&str], drop: &[&str]) -> Option<Capabilities> {
+        let list = |l: &[&str]| Some(l.iter().map(|c| c.to_string()).collect());
+        Some(Capabilities {
+            add: list(add),
+            drop: list(drop),
+        })
+    }
+
+    fn profile(type_: &str) -> Option<SeccompProfile> {
+        Some(SeccompProfile {
+            type_: type_.into(),
+            localhost_profile: None,
+        })
+    }
+
+    /// Overlays beyond the `restricted` profile, each with exactly the fields
+    /// it must be refused for; every one is accepted with the operator's flag.
+    fn beyond_restricted_cases() -> Vec<(PodSecurityContext, SecurityContext, Vec<&'static str>)> {
+        let pod = PodSecurityContext::default;
+        let container = SecurityContext::default;
+        vec![
+            (
+                pod(),
+                SecurityContext {
+                    privileged: Some(true),
+                    allow_privilege_escalation: Some(true),
+                    ..container()
+                },
+                vec![
+                    "spec.securityContext.privileged",
+                    "spec.securityContext.allowPrivilegeEscalation",
+                ],
+            ),
+            (
+                pod(),
+                SecurityContext {
+                    allow_privilege_escalation: Some(true),
+                    ..container()
+                },
+                vec!["spec.securityContext.allowPrivilegeEscalation"],
+            ),
+            (
+                pod(),
+                SecurityContext {
+                    capabilities: caps(&["NET_BIND_SERVICE", "NET_ADMIN"], &["ALL"]),
+                    ..container()
+                },
+                vec!["spec.securityContext.capabilities.add[1]"],
+            ),
+            (
+                pod(),
+                SecurityContext {
+                    capabilities: caps(&["NET_BIND_SERVICE"], &[]),
+                    ..container()
+                },
+                vec!["spec.securityContext.capabilities.drop"],
+            ),
+            (
+                pod(),
+                SecurityContext {
+                    run_as_user: Some(0),
+                    run_as_non_root: Some(false),
+                    ..container()
+                },
+                vec![
+                    "spec.securityContext.runAsNonRoot",
+                    "spec.securityContext.runAsUser",
+                ],
+            ),
+            (
+                PodSecurityContext {
+                    run_as_user: Some(0),
+                    run_as_non_root: Some(false),
+                    ..pod()
+                },
+                SecurityContext {
+                    run_as_non_root: Some(false),
+                    ..container()
+                },
+                vec![
+                    "spec.podSecurityContext.runAsNonRoot",
+                    "spec.podSecurityContext.runAsUser",
+                    "spec.securityContext.runAsNonRoot",
+                ],
+            ),
+            (
+                PodSecurityContext {
+                    seccomp_profile: profile("Unconfined"),
+                    ..pod()
+                },
+                container(),
+                vec!["spec.podSecurityContext.seccompProfile.type"],
+            ),
+            (
+                pod(),
+                SecurityContext {
+                    seccomp_profile: profile("Unconfined"),
+                    ..container()
+                },
+                vec!["spec.securityContext.seccompProfile.type"],
+            ),
+            (
+                pod(),
+                SecurityContext {
+                    app_armor_profile: Some(AppArmorProfile {
+                        type_: "Unconfined".into(),
+                        localhost_profile: None,
+                    }),
+                    ..container()
+                },
+                vec!["spec.securityContext.appArmorProfile.type"],
+            ),
+            (
+                PodSecurityContext {
+                    se_linux_options: Some(SELinuxOptions {
+                        type_: Some("spc_t".into()),
+                        user: Some("system_u".into()),
+                        role: Some("system_r".into()),
+                        level: Some("s0:c1,c2".into()),
+                    }),
+                    ..pod()
+                },
+                container(),
+                vec![
+                    "spec.podSecurityContext.seLinuxOptions.type",
+                    "spec.podSecurityContext.seLinuxOptions.user",
+                    "spec.podSecurityContext.seLinuxOptions.role",
+                ],
+            ),
+            (
+                pod(),
+                SecurityContext {
+                    windows_options: Some(WindowsSecurityContextOptions {
+                        host_process: Some(true),
+                        ..Default::default()
+                    }),
+                    ..container()
+                },
+                vec!["spec.securityContext.windowsOptions.hostProcess"],
+            ),
+            (
+                pod(),
+                SecurityContext {
+                    proc_mount: Some("Unmasked".into()),
+                    ..container()
+                },
+                vec!["spec.securityContext.procMount"],
+            ),
+            (
+                PodSecurityContext {
+                    sysctls: Some(vec![
+                        Sysctl {
+                            name: "net.ipv4.tcp_keepalive_time".into(),
+                            value: "60".into(),
+                        },
+                        Sysctl {
+                            name: "net.core.somaxconn".into(),
+                            value: "4096".into(),
+                        },
+                    ]),
+                    ..pod()
+                },
+                container(),
+                vec!["spec.podSecurityContext.sysctls[1].name"],
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_field_beyond_the_restricted_profile_is_refused_by_name() {
+        for (pod, container, fields) in beyond_restricted_cases() {
+            let errors = resolve(Some(&pod), Some(&container), false).unwrap_err();
+            let named: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+            assert_eq!(named, fields, "{errors:?}");
+            for e in &errors {
+                assert!(e.message.contains(ALLOW_PRIVILEGED_FLAG), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_operator_flag_lets_every_one_of_them_through() {
+        for (pod, container, _) in beyond_restricted_cases() {
+            let (p, c) = resolve(Some(&pod), Some(&container), true).unwrap();
+            // What the user set is what the pod gets.
+            for (mine, theirs) in [
+                (serde_json::to_value(&pod), serde_json::to_value(&p)),
+                (serde_json::to_value(&container), serde_json::to_value(&c)),
+            ] {
+                let (Ok(serde_json::Value::Object(mine)), Ok(theirs)) = (mine, theirs) else {
+                    panic!("security contexts serialize as objects");
+                };
+                for (k, v) in mine {
+                    assert_eq!(theirs[&k], v, "{k}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn what_the_restricted_profile_allows_is_accepted() {
+        let pod = PodSecurityContext {
+            run_as_user: Some(1001),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "Localhost".into(),
+                localhost_profile: Some("profiles/valkey.json".into()),
+            }),
+            se_linux_options: Some(SELinuxOptions {
+                type_: Some("container_t".into()),
+                level: Some("s0:c1,c2".into()),
+                ..Default::default()
+            }),
+            sysctls: Some(vec![Sysctl {
+                name: "net.ipv4.ip_local_port_range".into(),
+                value: "1024 65535".into(),
+            }]),
+            ..Default::default()
+        };
+        let container = SecurityContext {
+            capabilities: caps(&["NET_BIND_SERVICE"], &["ALL"]),
+            privileged: Some(false),
+            proc_mount: Some("Default".into()),
+            app_armor_profile: Some(AppArmorProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            read_only_root_filesystem: Some(false),
+            ..Default::default()
+        };
+        assert!(resolve(Some(&pod), Some(&container), false).is_ok());
+    }
+
+    #[test]
+    fn with_the_flag_a_privileged_container_must_allow_escalation_too() {
+        // The API server refuses privileged (or CAP_SYS_ADMIN) with the
+        // operator's default allowPrivilegeEscalation: false.
+        let privileged = SecurityContext {
+            privileged: Some(true),
+            capabilities: caps(&["CAP_SYS_ADMIN"], &[]),
+            ..Default::default()
+        };
+        let errors = resolve(None, Some(&privileged), true).unwrap_err();
+        let named: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            named,
+            [
+                "spec.securityContext.privileged",
+                "spec.securityContext.capabilities.add[0]"
+            ]
+        );
+        let escalating = SecurityContext {
+            allow_privilege_escalation: Some(true),
+            ..privileged
+        };
+        assert!(resolve(None, Some(&escalating), true).is_ok());
     }
 }

@@ -215,14 +215,22 @@ pub struct ValkeyClusterSpec {
     /// official image's `valkey` user), fsGroup 999 so Valkey can write its
     /// volumes, seccomp RuntimeDefault. Every field set here replaces the
     /// operator's value of that field; the others keep the defaults. A change
-    /// rolls the members one at a time.
+    /// rolls the members one at a time. The result must stay within the
+    /// `restricted` profile (no runAsNonRoot false, runAsUser 0, Unconfined
+    /// seccomp or AppArmor, custom SELinux user, role or type, unsafe
+    /// sysctls, or Windows hostProcess) unless the operator runs with
+    /// --allow-privileged-security-context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_security_context: Option<PodSecurityContext>,
 
     /// Security context of the Valkey container. By default no privilege
     /// escalation, every capability dropped and a read-only root filesystem
     /// (Valkey writes only to /data). Every field set here replaces the
-    /// operator's value of that field; the others keep the defaults.
+    /// operator's value of that field; the others keep the defaults. The
+    /// result must stay within the `restricted` profile (not privileged, no
+    /// privilege escalation, capabilities dropping ALL and adding at most
+    /// NET_BIND_SERVICE, procMount Default, and the pod-level limits above)
+    /// unless the operator runs with --allow-privileged-security-context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<SecurityContext>,
 

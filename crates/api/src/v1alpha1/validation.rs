@@ -540,9 +540,30 @@ impl Errors {
     }
 }
 
-/// Checks `cluster` and resolves its defaults and aliases. The namespace
-/// defaults to `default` (a manifest read from a file may have none).
+/// What the operator's flags allow beyond the rules every cluster follows.
+/// The default is the strictest: what `validate` applies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ValidationSettings {
+    /// Let `spec.podSecurityContext` and `spec.securityContext` go beyond the
+    /// `restricted` Pod Security Standard (privileged, root, added
+    /// capabilities, Unconfined seccomp...): the operator's
+    /// `--allow-privileged-security-context`. Off: they are refused, naming
+    /// the field.
+    pub allow_privileged_security_context: bool,
+}
+
+/// Checks `cluster` and resolves its defaults and aliases, with the default
+/// (strictest) [`ValidationSettings`]. The namespace defaults to `default`
+/// (a manifest read from a file may have none).
 pub fn validate(cluster: &ValkeyCluster) -> Result<ValidatedCluster, ValidationError> {
+    validate_with(cluster, &ValidationSettings::default())
+}
+
+/// [`validate`], with what the operator's `settings` allow.
+pub fn validate_with(
+    cluster: &ValkeyCluster,
+    settings: &ValidationSettings,
+) -> Result<ValidatedCluster, ValidationError> {
     let mut errors = Errors::default();
     let name = cluster.metadata.name.clone().unwrap_or_default();
     if name.is_empty() {
@@ -553,7 +574,7 @@ pub fn validate(cluster: &ValkeyCluster) -> Result<ValidatedCluster, ValidationE
         .namespace
         .clone()
         .unwrap_or_else(|| "default".to_string());
-    let validated = validate_spec(&name, &namespace, &cluster.spec, &mut errors);
+    let validated = validate_spec(&name, &namespace, &cluster.spec, settings, &mut errors);
     match validated {
         Some(mut v) if errors.0.is_empty() => {
             v.uid = cluster.metadata.uid.clone();
@@ -602,6 +623,7 @@ fn validate_spec(
     name: &str,
     namespace: &str,
     spec: &ValkeyClusterSpec,
+    settings: &ValidationSettings,
     errors: &mut Errors,
 ) -> Option<ValidatedCluster> {
     let shards = if (1..=MAX_SHARDS).contains(&spec.shards) {
@@ -767,6 +789,7 @@ fn validate_spec(
     let (pod_security_context, security_context) = match super::security::resolve(
         spec.pod_security_context.as_ref(),
         spec.security_context.as_ref(),
+        settings.allow_privileged_security_context,
     ) {
         Ok(contexts) => contexts,
         Err(found) => {
@@ -2046,6 +2069,7 @@ mod tests {
                 users: vec![user("app", "~app:* (~x:* +get) +@read +@write")],
                 ..Default::default()
             },
+            &ValidationSettings::default(),
             &mut Errors::default(),
         )
         .unwrap();
@@ -2126,5 +2150,35 @@ mod tests {
         for key in [HOSTNAME_KEY, ZONE_KEY, REGION_KEY] {
             assert!(cel::spread_unique().contains(key));
         }
+    }
+
+    #[test]
+    fn a_privileged_overlay_is_refused_unless_the_operator_allows_it() {
+        use k8s_openapi::api::core::v1::Capabilities;
+        let c = cluster(ValkeyClusterSpec {
+            security_context: Some(SecurityContext {
+                capabilities: Some(Capabilities {
+                    add: Some(vec!["SYS_PTRACE".into()]),
+                    drop: Some(vec!["ALL".into()]),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let err = validate(&c).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "spec.securityContext.capabilities.add[0]: \"SYS_PTRACE\" is refused \
+                 (only NET_BIND_SERVICE may be added)"
+            ),
+            "{err}"
+        );
+        let allowing = ValidationSettings {
+            allow_privileged_security_context: true,
+        };
+        let v = validate_with(&c, &allowing).unwrap();
+        let added = v.security_context.capabilities.and_then(|c| c.add);
+        assert_eq!(added, Some(vec!["SYS_PTRACE".to_string()]));
+        assert!(!ValidationSettings::default().allow_privileged_security_context);
     }
 }

@@ -122,6 +122,15 @@ pub struct RunArgs {
     /// no rule names the operator.
     #[arg(long, value_delimiter = ',', value_parser = parse_label)]
     pub operator_pod_labels: Vec<(String, String)>,
+
+    /// The images a ValkeyCluster may run (`spec.image`), as patterns where
+    /// `*` stands for any text (separate with commas), e.g.
+    /// `valkey/valkey:*,registry.example.com/valkey/*`. Unset: any image. A
+    /// cluster whose image matches none is refused (condition and event,
+    /// nothing changed) until its spec changes: the operator talks to the
+    /// servers those images run, so a platform may want to allow only its own.
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_images: Vec<String>,
 }
 
 /// `key=value` with a valid label key and value.
@@ -300,6 +309,7 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
         pulse: (args.pulse_seconds > 0).then(|| Duration::from_secs(args.pulse_seconds)),
         exporter_image: args.exporter_image.clone(),
         member_network_policy: args.member_network_policy,
+        allowed_images: args.allowed_images.clone(),
         operator_pods: (!args.operator_pod_labels.is_empty()).then(|| {
             api::v1alpha1::OperatorPods {
                 namespace: own_namespace(),

@@ -93,6 +93,46 @@ pub struct Settings {
     pub member_network_policy: bool,
     /// The operator's own pods, which the members' NetworkPolicy admits.
     pub operator_pods: Option<api::v1alpha1::OperatorPods>,
+    /// `--allowed-images`: the patterns `spec.image` must match (empty: any).
+    pub allowed_images: Vec<String>,
+}
+
+impl Settings {
+    /// Why `image` may not run under `--allowed-images`, or `None` when it
+    /// may.
+    pub fn image_refused(&self, image: &str) -> Option<String> {
+        if self.allowed_images.is_empty()
+            || self.allowed_images.iter().any(|p| wildcard_match(p, image))
+        {
+            return None;
+        }
+        Some(format!(
+            "spec.image: {image:?} matches none of the images this operator allows ({})",
+            self.allowed_images.join(", ")
+        ))
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any text
+/// (possibly empty) and every other character for itself. Written here: a
+/// glob crate would bring path rules (`/` special) that image references do
+/// not want.
+pub fn wildcard_match(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    // No `*` (one part): the text itself.
+    let [first, middle @ .., last] = parts.as_slice() else {
+        return pattern == text;
+    };
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 impl Default for Settings {
@@ -108,6 +148,7 @@ impl Default for Settings {
             exporter_image: api::v1alpha1::defaults::EXPORTER_IMAGE.to_string(),
             member_network_policy: true,
             operator_pods: None,
+            allowed_images: Vec::new(),
         }
     }
 }
@@ -442,6 +483,38 @@ fn retry_after(failures: u32) -> Duration {
 }
 
 use kube::Resource as _;
+
+#[cfg(test)]
+mod image_tests {
+    use super::{Settings, wildcard_match};
+
+    #[test]
+    fn a_star_stands_for_any_text() {
+        assert!(wildcard_match("valkey/valkey:*", "valkey/valkey:9.1.2"));
+        assert!(wildcard_match("*", "anything"));
+        assert!(wildcard_match("reg.example.com/*/valkey:*", "reg.example.com/team/valkey:9"));
+        assert!(wildcard_match("valkey/valkey:9.1.2", "valkey/valkey:9.1.2"));
+        assert!(!wildcard_match("valkey/valkey:9.1.2", "valkey/valkey:9.1.3"));
+        assert!(!wildcard_match("valkey/valkey:*", "evil/valkey:9"));
+        assert!(!wildcard_match("a*b*c", "acb"));
+        assert!(wildcard_match("a*b*c", "abc"));
+        // The end must not overlap what the start took.
+        assert!(!wildcard_match("ab*ba", "aba"));
+    }
+
+    #[test]
+    fn an_image_outside_the_allowed_patterns_is_refused_with_the_field_named() {
+        let open = Settings::default();
+        assert_eq!(open.image_refused("anything:1"), None);
+        let strict = Settings {
+            allowed_images: vec!["valkey/valkey:*".into()],
+            ..Settings::default()
+        };
+        assert_eq!(strict.image_refused("valkey/valkey:9.1.2"), None);
+        let why = strict.image_refused("evil/server:1").unwrap();
+        assert!(why.starts_with("spec.image: "), "{why}");
+    }
+}
 
 #[cfg(test)]
 mod retry_tests {

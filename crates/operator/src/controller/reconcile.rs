@@ -83,10 +83,15 @@ async fn run(
             .normal(reason::RESUMED, "Pause", "reconciles resumed")
             .await;
     }
-    let mut cluster = match api::v1alpha1::validate(vc) {
+    let validated = api::v1alpha1::validate(vc)
+        .map_err(|e| e.to_string())
+        .and_then(|c| match ctx.settings.image_refused(&c.image) {
+            Some(why) => Err(why),
+            None => Ok(c),
+        });
+    let mut cluster = match validated {
         Ok(c) => c,
-        Err(e) => {
-            let message = e.to_string();
+        Err(message) => {
             let status = report::invalid(&target, vc.metadata.generation, &message);
             let conditions = metrics::conditions_of(&status);
             report::write_status(ctx, &target, status).await?;

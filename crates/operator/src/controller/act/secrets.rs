@@ -15,9 +15,21 @@ pub async fn read(api: &Api<Secret>, name: &str) -> Result<Option<Secret>, Error
     })
 }
 
-/// Server-side applies `secret` (its metadata, type and data).
+/// Server-side applies `secret` (its metadata, type and data), unless a
+/// Secret of that name exists that the cluster does not own: that one is
+/// refused (`NotOwned`), not taken over by the forced apply (the garbage
+/// collector would delete it with the cluster). Writes are rare (a change),
+/// so the GET this costs is too.
 pub async fn apply(ctx: &Context, api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
     let name = secret.metadata.name.clone().unwrap_or_default();
+    if let Some(existing) = read(api, &name).await?
+        && !super::apply::same_owner(&existing.metadata, &secret.metadata)
+    {
+        return Err(Error::NotOwned {
+            kind: "Secret",
+            name,
+        });
+    }
     ctx.metrics.api_write("Secret", "apply");
     let mut body = secret.clone();
     body.metadata.managed_fields = None;

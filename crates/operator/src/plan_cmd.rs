@@ -199,18 +199,115 @@ fn read(path: &Path) -> Result<String, PlanCmdError> {
     std::fs::read_to_string(path).map_err(|e| PlanCmdError::new(path, format!("cannot read: {e}")))
 }
 
+/// Nodes (mappings, sequences and scalars) a file may hold once its aliases
+/// are expanded, per byte of the file. Without aliases a file holds at most
+/// about one node per byte (`kubectl get -o yaml` writes one per 20 bytes or
+/// so), so this leaves room for any sharing a YAML writer does (PyYAML
+/// anchors an object once and aliases every other use of it) while an alias
+/// bomb (`billion laughs`: a kilobyte that expands to 10^9 nodes) is refused
+/// after a bounded amount of work and memory.
+const EXPANDED_NODES_PER_BYTE: usize = 8;
+/// The least node limit, for small files: an alias bomb stopped there has
+/// taken under a second and some 200 MB.
+const MIN_EXPANDED_NODES: usize = 1_000_000;
+/// The least limit on scalar text once aliases are expanded (serde-saphyr's
+/// own default).
+const MIN_EXPANDED_SCALAR_BYTES: usize = 64 * 1024 * 1024;
+
+/// How a file of `input_len` bytes is parsed: what its aliases expand to is
+/// bounded, relative to its size ([`EXPANDED_NODES_PER_BYTE`]), not how many
+/// aliases it has per anchor. serde-saphyr's default budget refuses more than
+/// 10 aliases per anchor past 100 aliases (`AliasAnchorRatio`), which refuses
+/// a valid pod list whose pods share one anchored `resources` (PyYAML's
+/// `&id001` once, `*id001` for every other pod) that the API server and
+/// kubectl accept; and its absolute caps (250 000 nodes, 1 024 documents,
+/// 50 000 aliases) refuse `kubectl get pods -A -o yaml` of a large cluster.
+fn yaml_options(input_len: usize) -> serde_saphyr::Options {
+    let nodes = input_len
+        .saturating_mul(EXPANDED_NODES_PER_BYTE)
+        .max(MIN_EXPANDED_NODES);
+    // A document, an alias and an anchor each take at least two bytes of the
+    // file, so none of these counts can reach this cap: they are no limits
+    // of their own. What aliases cost is their expansion, which the
+    // node, event and byte limits bound.
+    let count_cap = input_len.max(MIN_EXPANDED_NODES);
+    // Each node opens with one event and a container closes with one; each
+    // document adds two, the stream two.
+    let events = nodes
+        .saturating_mul(2)
+        .saturating_add(count_cap.saturating_mul(2))
+        .saturating_add(2);
+    let mut budget = serde_saphyr::Budget::default();
+    budget.enforce_alias_anchor_ratio = false;
+    budget.max_nodes = nodes;
+    budget.max_events = events;
+    budget.max_total_scalar_bytes = input_len
+        .saturating_mul(EXPANDED_NODES_PER_BYTE)
+        .max(MIN_EXPANDED_SCALAR_BYTES);
+    budget.max_documents = count_cap;
+    budget.max_aliases = count_cap;
+    budget.max_anchors = count_cap;
+    // Copies of events kept for anchors (nested anchors copy an event once
+    // per open anchor): bounded like the events themselves.
+    budget.max_recorded_anchor_events = events;
+    budget.max_recorded_anchor_bytes = budget.max_total_scalar_bytes;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    // serde-saphyr also counts replayed events on its own (1 000 000 by
+    // default); the budget above is the one limit.
+    options.alias_limits.max_total_replayed_events = events;
+    options
+}
+
+/// The one-line message of a YAML error: serde-saphyr's message draws the
+/// offending line under its first line; the first line alone (`line 5 column
+/// 20: unclosed bracket`) keeps the one-line error the CLI promises. A file
+/// over the expansion limits of [`yaml_options`] is named as such.
+fn yaml_error_message(error: &serde_saphyr::Error, budget: &serde_saphyr::Budget) -> String {
+    use serde_saphyr::Error as E;
+    use serde_saphyr::budget::BudgetBreach as B;
+    let mut inner = error;
+    while let E::AliasError { error, .. } | E::WithSnippet { error, .. } = inner {
+        inner = &**error;
+    }
+    let limit = |what: &str, max: usize| {
+        format!(
+            "invalid YAML: more than {max} {what} once aliases are expanded (the limit is \
+             {EXPANDED_NODES_PER_BYTE} per byte of the file, at least {MIN_EXPANDED_NODES}): \
+             an alias bomb?"
+        )
+    };
+    match inner {
+        E::Budget {
+            breach: B::Nodes { .. } | B::Events { .. } | B::RecordedAnchorEvents { .. },
+            ..
+        }
+        | E::AliasReplayLimitExceeded { .. } => limit("nodes", budget.max_nodes),
+        E::Budget {
+            breach: B::ScalarBytes { .. } | B::RecordedAnchorBytes { .. },
+            ..
+        } => format!(
+            "invalid YAML: more than {} bytes of text once aliases are expanded (the limit \
+             is {EXPANDED_NODES_PER_BYTE} per byte of the file, at least \
+             {MIN_EXPANDED_SCALAR_BYTES}): an alias bomb?",
+            budget.max_total_scalar_bytes
+        ),
+        _ => {
+            let text = error.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            format!("invalid YAML: {first}")
+        }
+    }
+}
+
 /// The YAML documents of `text`, skipping empty ones; each with a label for
 /// errors (`document 2: `, or nothing when the file holds one document).
 fn documents(path: &Path, text: &str) -> Result<Vec<(String, Value)>, PlanCmdError> {
-    // serde-saphyr's message draws the offending line under its first line;
-    // the first line alone (`line 5 column 20: unclosed bracket`) keeps the
-    // one-line error the CLI promises.
-    let values: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| {
-        let text = e.to_string();
-        let first = text.lines().next().unwrap_or_default();
-        let first = first.strip_prefix("error: ").unwrap_or(first);
-        PlanCmdError::new(path, format!("invalid YAML: {first}"))
-    })?;
+    let options = yaml_options(text.len());
+    let budget = options.budget.clone().unwrap_or_default();
+    let values: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)
+        .map_err(|e| PlanCmdError::new(path, yaml_error_message(&e, &budget)))?;
     let mut docs = Vec::new();
     for (i, value) in values.into_iter().enumerate() {
         if !value.is_null() {
@@ -557,6 +654,64 @@ mod tests {
         ] {
             assert!(parse_time_limit(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_stream_of_more_than_1024_documents_loads() {
+        // serde-saphyr's default budget stops at 1 024 documents.
+        let stream: String = (0..1500)
+            .map(|i| format!("---\nkind: Node\nmetadata: {{name: n{i}}}\n"))
+            .collect();
+        let f = file(&stream);
+        assert_eq!(load_objects::<Node>(&f.0, "Node").unwrap().len(), 1500);
+    }
+
+    #[test]
+    fn many_aliases_of_one_anchor_load_and_expand() {
+        let mut list = String::from(
+            "kind: List\nitems:\n- kind: Node\n  metadata: {name: n0, labels: &l {zone: a}}\n",
+        );
+        for i in 1..2000 {
+            list.push_str(&format!(
+                "- kind: Node\n  metadata: {{name: n{i}, labels: *l}}\n"
+            ));
+        }
+        let nodes: Vec<Node> = load_objects(&file(&list).0, "Node").unwrap();
+        assert_eq!(nodes.len(), 2000);
+        let zone = |n: &Node| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("zone"))
+                .cloned()
+        };
+        assert!(nodes.iter().all(|n| zone(n).as_deref() == Some("a")));
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_in_one_line() {
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (prev, level) in "abcdefgh".chars().zip("bcdefghi".chars()) {
+            let aliases = vec![format!("*{prev}"); 10].join(", ");
+            bomb.push_str(&format!("{level}: &{level} [{aliases}]\n"));
+        }
+        let err = load_objects::<Node>(&file(&bomb).0, "Node").unwrap_err();
+        assert!(
+            err.message
+                .starts_with("invalid YAML: more than 1000000 nodes once aliases"),
+            "{err}"
+        );
+        assert_eq!(err.to_string().lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn aliases_may_expand_a_file_eightfold_past_a_million_nodes() {
+        let small = yaml_options(1000).budget.unwrap();
+        assert_eq!(small.max_nodes, 1_000_000);
+        assert!(!small.enforce_alias_anchor_ratio);
+        let big = yaml_options(10_000_000).budget.unwrap();
+        assert_eq!(big.max_nodes, 80_000_000);
+        assert!(big.max_events > 2 * big.max_nodes);
     }
 
     #[test]

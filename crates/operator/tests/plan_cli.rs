@@ -663,3 +663,147 @@ fn a_single_node_object_is_accepted() {
         r.stderr
     );
 }
+
+// ---------- YAML aliases: shared objects are fine, alias bombs are refused ----------
+
+/// Nodes for the alias tests: 3 zones x 3 nodes with room for 200 pods each
+/// (1000 pods need more than the fixtures' 110).
+fn roomy_nodes() -> String {
+    let mut yaml = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for zone in ["a", "b", "c"] {
+        for i in 1..=3 {
+            let name = format!("node-{zone}{i}");
+            yaml.push_str(&format!(
+                "- apiVersion: v1\n  kind: Node\n  metadata:\n    name: {name}\n    labels:\n      \
+                 {HOST}: {name}\n      {ZONE}: zone-{zone}\n  status:\n    allocatable: \
+                 {{cpu: '64', memory: 256Gi, pods: '200'}}\n    conditions:\n    - {{type: Ready, \
+                 status: 'True'}}\n"
+            ));
+        }
+    }
+    yaml
+}
+
+/// 1000 running pods as PyYAML's `yaml.dump` writes a list whose pods share
+/// one `resources` object: anchored (`&id001`) at its first use, an alias
+/// (`*id001`) at the 999 others. With `members`, the first 9 are the members
+/// of demo, as pods-members.yaml places them (shard s member m on
+/// node-<zone (s+m)%3><s+1>); the others spread over the 9 nodes.
+fn pods_sharing_one_anchor(members: bool) -> String {
+    let mut yaml = String::from("apiVersion: v1\nitems:\n");
+    for p in 0..1000 {
+        let (labels, node) = if members && p < 9 {
+            let (s, m) = (p / 3, p % 3);
+            let zone = ["a", "b", "c"][(s + m) % 3];
+            let role = if m == 0 { "primary" } else { "replica" };
+            (
+                format!(
+                    "    labels:\n      valkey.rs/cluster: demo\n      valkey.rs/member: '{m}'\n      \
+                     valkey.rs/role: {role}\n      valkey.rs/shard: '{s}'\n    name: demo-{s}-{m}-0\n"
+                ),
+                format!("node-{zone}{}", s + 1),
+            )
+        } else {
+            let zone = ["a", "b", "c"][p % 3];
+            (
+                format!("    name: other-{p}\n"),
+                format!("node-{zone}{}", p / 3 % 3 + 1),
+            )
+        };
+        let resources = if p == 0 {
+            "      resources: &id001\n        requests:\n          cpu: 10m\n          memory: 16Mi\n"
+        } else {
+            "      resources: *id001\n"
+        };
+        yaml.push_str(&format!(
+            "- apiVersion: v1\n  kind: Pod\n  metadata:\n{labels}    namespace: default\n  spec:\n    \
+             containers:\n    - image: x\n      name: main\n{resources}    nodeName: {node}\n  \
+             status:\n    phase: Running\n"
+        ));
+    }
+    yaml.push_str("kind: List\n");
+    yaml
+}
+
+#[test]
+fn a_thousand_pods_sharing_one_anchor_plan_fine() {
+    let dir = tempdir::Dir::new("one-anchor");
+    let pods = pods_sharing_one_anchor(true);
+    assert_eq!(pods.matches("*id001").count(), 999);
+    let pods = dir.write("pods.yaml", &pods);
+    let nodes = dir.write("nodes.yaml", &roomy_nodes());
+    let cluster = fixture("cluster-required.yaml");
+    let r = run(&[
+        "--cluster",
+        &cluster,
+        "--nodes",
+        &nodes,
+        "--pods",
+        &pods,
+        "--output",
+        "json",
+    ]);
+    assert_eq!(r.code, 0, "stderr: {}", r.stderr);
+    let plan: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(members(&plan).len(), 9);
+    assert!(
+        members(&plan).iter().all(|m| m["moved"] == false),
+        "the running members were read from the list: {plan}"
+    );
+}
+
+/// The pods' requests are what the alias expands to: some 111 pods of 10m
+/// on a node of 1 cpu leave no room for a member's 100m (were the alias read
+/// as nothing, every member would fit).
+#[test]
+fn what_an_alias_stands_for_counts_as_requests() {
+    let dir = tempdir::Dir::new("alias-requests");
+    let pods = dir.write("pods.yaml", &pods_sharing_one_anchor(false));
+    let nodes = dir.write(
+        "nodes.yaml",
+        &roomy_nodes().replace("cpu: '64'", "cpu: '1'"),
+    );
+    let cluster = fixture("cluster-required.yaml");
+    let r = run(&[
+        "--cluster",
+        &cluster,
+        "--nodes",
+        &nodes,
+        "--pods",
+        &pods,
+        "--output",
+        "json",
+    ]);
+    assert_eq!(r.code, 2, "stderr: {}", r.stderr);
+    let plan: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(plan["unplaced"].as_array().unwrap().len(), 9, "{plan}");
+}
+
+#[test]
+fn an_alias_bomb_is_refused_quickly_naming_the_file() {
+    // `billion laughs`: nine levels of nine aliases, 9^9 (387 million)
+    // strings from under a kilobyte.
+    let mut bomb = String::from("a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for (prev, level) in "abcdefgh".chars().zip("bcdefghi".chars()) {
+        let aliases = vec![format!("*{prev}"); 9].join(", ");
+        bomb.push_str(&format!("{level}: &{level} [{aliases}]\n"));
+    }
+    let dir = tempdir::Dir::new("alias-bomb");
+    let pods = dir.write("bomb.yaml", &bomb);
+    let (cluster, nodes) = (fixture("cluster-required.yaml"), fixture("nodes-3x3.yaml"));
+    let started = std::time::Instant::now();
+    let r = run(&["--cluster", &cluster, "--nodes", &nodes, "--pods", &pods]);
+    let took = started.elapsed();
+    assert_eq!(r.code, 1, "stdout: {}\nstderr: {}", r.stdout, r.stderr);
+    assert!(r.stdout.is_empty(), "stdout: {}", r.stdout);
+    let lines: Vec<&str> = r.stderr.trim_end().lines().collect();
+    assert_eq!(lines.len(), 1, "one message on stderr, got: {}", r.stderr);
+    for expected in [pods.as_str(), "invalid YAML", "aliases are expanded"] {
+        assert!(
+            lines[0].contains(expected),
+            "{:?} should contain {expected:?}",
+            lines[0]
+        );
+    }
+    assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
+}

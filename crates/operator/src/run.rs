@@ -131,6 +131,14 @@ pub struct RunArgs {
     /// servers those images run, so a platform may want to allow only its own.
     #[arg(long, value_delimiter = ',')]
     pub allowed_images: Vec<String>,
+
+    /// Let `spec.securityContext` and `spec.podSecurityContext` go beyond
+    /// the restricted Pod Security Standard (root, privileged, added
+    /// capabilities...). Off by default: a tenant's cluster cannot ask for
+    /// more than restricted. The operator's own containers (the exporter)
+    /// stay restricted whatever the overlay says.
+    #[arg(long)]
+    pub allow_privileged_security_context: bool,
 }
 
 /// `key=value` with a valid label key and value.
@@ -310,6 +318,9 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
         exporter_image: args.exporter_image.clone(),
         member_network_policy: args.member_network_policy,
         allowed_images: args.allowed_images.clone(),
+        validation: api::v1alpha1::ValidationSettings {
+            allow_privileged_security_context: args.allow_privileged_security_context,
+        },
         operator_pods: (!args.operator_pod_labels.is_empty()).then(|| {
             api::v1alpha1::OperatorPods {
                 namespace: own_namespace(),

@@ -95,6 +95,9 @@ pub struct Settings {
     pub operator_pods: Option<api::v1alpha1::OperatorPods>,
     /// `--allowed-images`: the patterns `spec.image` must match (empty: any).
     pub allowed_images: Vec<String>,
+    /// What `validate` allows beyond the restricted defaults
+    /// (`--allow-privileged-security-context`).
+    pub validation: api::v1alpha1::ValidationSettings,
 }
 
 impl Settings {
@@ -149,6 +152,7 @@ impl Default for Settings {
             member_network_policy: true,
             operator_pods: None,
             allowed_images: Vec::new(),
+            validation: api::v1alpha1::ValidationSettings::default(),
         }
     }
 }

@@ -83,7 +83,7 @@ async fn run(
             .normal(reason::RESUMED, "Pause", "reconciles resumed")
             .await;
     }
-    let validated = api::v1alpha1::validate(vc)
+    let validated = api::v1alpha1::validate_with(vc, &ctx.settings.validation)
         .map_err(|e| e.to_string())
         .and_then(|c| match ctx.settings.image_refused(&c.image) {
             Some(why) => Err(why),

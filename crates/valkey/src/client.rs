@@ -4,7 +4,8 @@
 //! [`execute`] to send a planned [`Action`].
 //!
 //! Errors name the node's address and the command, so a failed reconcile says which
-//! member refused what.
+//! member refused what. Connections run over [`crate::wire`]'s stream, which bounds
+//! what one reply may make this process hold (a member's image is a tenant's).
 
 use crate::actions::{Action, FailoverMode, ResetMode};
 use crate::model::{
@@ -15,13 +16,13 @@ use crate::parse::{
     SlotMigration,
 };
 use crate::slots::SlotSet;
+use crate::wire;
 use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
-};
+use redis::{AsyncConnectionConfig, RedisConnectionInfo, Value};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Errors talking to a Valkey node.
@@ -245,40 +246,6 @@ impl Default for ConnectOptions {
     }
 }
 
-/// A TLS client for `ip:port` trusting only `ca_pem`. The node's
-/// certificate must chain to that CA, but need not name the IP: members are
-/// reached by pod IP, and a certificate issued before a pod got its IP (or a
-/// user's certificate that names DNS names only) would otherwise lock the
-/// operator out. Only a holder of a key the cluster's CA signed can pass.
-fn tls_client(
-    ip: IpAddr,
-    port: u16,
-    redis: RedisConnectionInfo,
-    ca_pem: &[u8],
-    identity: Option<&TlsIdentity>,
-) -> Result<Client, redis::RedisError> {
-    let addr = ConnectionAddr::TcpTls {
-        host: ip.to_string(),
-        port,
-        insecure: false,
-        tls_params: None,
-    };
-    let info = addr.into_connection_info()?.set_redis_settings(redis);
-    let built = Client::build_with_tls(
-        info,
-        redis::TlsCertificates {
-            client_tls: identity.map(|i| redis::ClientTlsConfig {
-                client_cert: i.cert_pem.clone(),
-                client_key: i.key_pem.clone(),
-            }),
-            root_cert: Some(ca_pem.to_vec()),
-        },
-    )?;
-    let mut addr = built.get_connection_info().addr().clone();
-    addr.set_danger_accept_invalid_hostnames(true);
-    Client::open(built.get_connection_info().clone().set_addr(addr))
-}
-
 /// The admin commands the planner's actions need, and the observe calls, on one node.
 pub trait Admin: Send + Sync {
     /// `ip:port` of the node, for messages.
@@ -353,8 +320,21 @@ pub trait Admin: Send + Sync {
 pub struct ValkeyAdmin {
     addr: String,
     conn: MultiplexedConnection,
+    /// The task that reads and writes the connection; stopped with the last clone.
+    _driver: Arc<Driver>,
     /// Logged in as [`ConnectOptions::own_login`]'s user.
     pub own_login: bool,
+}
+
+/// Aborts the connection's task when dropped: redis-rs does so for the
+/// connections it opens itself, not for those built over a stream of one's own,
+/// whose task would otherwise keep reading from a node nobody listens to.
+struct Driver(tokio::task::JoinHandle<()>);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl std::fmt::Debug for ValkeyAdmin {
@@ -438,28 +418,36 @@ impl ValkeyAdmin {
         if let Some(password) = &opts.password {
             redis = redis.set_password(password);
         }
-        let client = match opts.tls_ca_pem.as_ref().filter(|_| tls) {
-            None => {
-                let info = ConnectionAddr::Tcp(ip.to_string(), port)
-                    .into_connection_info()
-                    .map_err(connect_err)?
-                    .set_redis_settings(redis);
-                Client::open(info).map_err(connect_err)?
-            }
-            Some(ca) => {
-                tls_client(ip, port, redis, ca, opts.tls_identity.as_ref()).map_err(connect_err)?
+        let tls = opts
+            .tls_ca_pem
+            .as_ref()
+            .filter(|_| tls)
+            .map(|ca| wire::TlsSettings {
+                ca_pem: ca,
+                identity: opts
+                    .tls_identity
+                    .as_ref()
+                    .map(|i| (i.cert_pem.as_slice(), i.key_pem.as_slice())),
+            });
+        let config = AsyncConnectionConfig::new().set_response_timeout(Some(opts.command_timeout));
+        // The connect timeout bounds TCP, TLS and the login together, as redis-rs's
+        // own connect did.
+        let setup = async {
+            let stream = wire::open(ip, port, tls.as_ref()).await?;
+            MultiplexedConnection::new_with_config(&redis, stream, config).await
+        };
+        let (conn, driver) = match tokio::time::timeout(opts.connect_timeout, setup).await {
+            Ok(result) => result.map_err(connect_err)?,
+            Err(_) => {
+                return Err(connect_err(
+                    std::io::Error::from(std::io::ErrorKind::TimedOut).into(),
+                ));
             }
         };
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(opts.connect_timeout))
-            .set_response_timeout(Some(opts.command_timeout));
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(connect_err)?;
         Ok(ValkeyAdmin {
             addr,
             conn,
+            _driver: Arc::new(Driver(tokio::spawn(driver))),
             own_login: false,
         })
     }

@@ -11,6 +11,7 @@
 //! - [`acl`]: ACL users: `ACL LIST` parsed, the `ACL SETUSER`/`DELUSER` to send (pure).
 //! - [`client`]: the side-effect seam: the [`client::Admin`] trait, its redis-rs
 //!   implementation (one plain connection per node), `observe_cluster`, `execute`.
+//! - [`wire`]: the byte stream under it: TCP or TLS, and the bound on one reply's size.
 //!
 //! A reconcile step with this crate:
 //!
@@ -35,6 +36,7 @@ pub mod model;
 pub mod parse;
 pub mod planner;
 pub mod slots;
+pub mod wire;
 
 pub use actions::{Action, FailoverMode, Plan, ResetMode, Wait};
 pub use model::{

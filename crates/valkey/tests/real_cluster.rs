@@ -135,21 +135,35 @@ struct Server {
     dir: PathBuf,
     addr: MemberAddr,
     child: Option<Child>,
+    /// Arguments after the usual ones (the last of a setting wins).
+    extra_args: Vec<String>,
 }
 
 impl Server {
     fn new(binary: &Path, root: &Path, member: MemberRef) -> Server {
+        Server::with_args(binary, root, member, |_| Vec::new())
+    }
+
+    /// A server with more arguments, made from its address.
+    fn with_args(
+        binary: &Path,
+        root: &Path,
+        member: MemberRef,
+        extra_args: impl FnOnce(MemberAddr) -> Vec<String>,
+    ) -> Server {
         let dir = root.join(format!("s{}-m{}", member.shard, member.member));
         std::fs::create_dir_all(&dir).unwrap();
+        let addr = MemberAddr {
+            ip: LOCALHOST,
+            port: free_port(),
+            bus_port: free_port(),
+        };
         let mut server = Server {
             binary: binary.to_path_buf(),
             dir,
-            addr: MemberAddr {
-                ip: LOCALHOST,
-                port: free_port(),
-                bus_port: free_port(),
-            },
+            addr,
             child: None,
+            extra_args: extra_args(addr),
         };
         server.start();
         server
@@ -176,6 +190,7 @@ impl Server {
             .args(["--save", ""])
             .args(["--dir", self.dir.to_str().unwrap()])
             .args(["--logfile", "valkey.log"])
+            .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -200,9 +215,13 @@ impl Server {
     }
 
     async fn wait_ready(&self) {
+        self.wait_ready_with(&connect_options()).await;
+    }
+
+    async fn wait_ready_with(&self, opts: &ConnectOptions) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(admin) = ValkeyAdmin::connect_member(self.addr, &connect_options()).await
+            if let Ok(admin) = ValkeyAdmin::connect_member(self.addr, opts).await
                 && admin.cluster_myid().await.is_ok()
             {
                 return;
@@ -832,4 +851,103 @@ fn sha256_hex(password: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// A CA, and a certificate it signed for `names` (no IP) with its key, PEM.
+fn tls_material(names: &[&str]) -> (String, String, String) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name
+        .push(DnType::CommonName, "real_cluster test CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    leaf.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert_pem = leaf.signed_by(&key, &issuer).unwrap().pem();
+    (ca_pem, cert_pem, key.serialize_pem())
+}
+
+/// The admin client's own TLS stream against valkey-server's TLS: the server's
+/// certificate must chain to the CA given, but need not name the IP it is
+/// reached by; the client presents its identity when the server asks for one;
+/// a plaintext attempt first (a cluster switching to TLS) falls through to TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_checks_the_chain_not_the_name_and_presents_the_identity() {
+    let Some(h) = Harness::new("tls", 0, 0).await else {
+        return;
+    };
+    let (ca, cert, key) = tls_material(&["member.valkey.invalid"]);
+    let (other_ca, _, _) = tls_material(&["member.valkey.invalid"]);
+    for (name, text) in [("ca.pem", &ca), ("cert.pem", &cert), ("key.pem", &key)] {
+        std::fs::write(h.root.0.join(name), text).unwrap();
+    }
+    let file = |name: &str| h.root.0.join(name).to_str().unwrap().to_string();
+    let server = Server::with_args(&h.binary, &h.root.0, MemberRef::new(0, 0), |addr| {
+        let mut args: Vec<String> = ["--port", "0", "--tls-auth-clients", "yes"]
+            .map(String::from)
+            .to_vec();
+        args.extend([
+            "--tls-port".to_string(),
+            addr.port.to_string(),
+            "--tls-cert-file".to_string(),
+            file("cert.pem"),
+            "--tls-key-file".to_string(),
+            file("key.pem"),
+            "--tls-ca-cert-file".to_string(),
+            file("ca.pem"),
+        ]);
+        args
+    });
+    let tls = ConnectOptions {
+        tls_ca_pem: Some(ca.clone().into_bytes()),
+        tls_identity: Some(valkey::client::TlsIdentity {
+            cert_pem: cert.clone().into_bytes(),
+            key_pem: key.clone().into_bytes(),
+        }),
+        ..connect_options()
+    };
+    server.wait_ready_with(&tls).await;
+    let admin = ValkeyAdmin::connect_member(server.addr, &tls)
+        .await
+        .unwrap();
+    admin.cluster_myid().await.unwrap();
+
+    let first_plaintext = ConnectOptions {
+        plaintext: valkey::client::Plaintext::First,
+        ..tls.clone()
+    };
+    let admin = ValkeyAdmin::connect_member(server.addr, &first_plaintext)
+        .await
+        .unwrap();
+    admin.cluster_myid().await.unwrap();
+
+    let untrusted = ConnectOptions {
+        tls_ca_pem: Some(other_ca.into_bytes()),
+        ..tls.clone()
+    };
+    let err = ValkeyAdmin::connect_member(server.addr, &untrusted)
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "connect", "{err}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+
+    let anonymous = ConnectOptions {
+        tls_identity: None,
+        ..tls.clone()
+    };
+    assert!(
+        ValkeyAdmin::connect_member(server.addr, &anonymous)
+            .await
+            .is_err(),
+        "the server asks for a client certificate"
+    );
 }

@@ -1021,7 +1021,15 @@ pub async fn execute<A: Admin>(
 
 /// Sends every action in order, each to its member's connection, and returns each
 /// outcome. A failure does not stop the rest: the actions of one plan do not depend
-/// on each other, and the next reconcile re-plans from what the members then say.
+/// on each other's success, and the next reconcile re-plans from what the members
+/// then say.
+///
+/// One at a time, in the plan's order, not concurrently across members: the order
+/// is the planner's promise ([`Action`]'s rank: membership first, then slots,
+/// replication, settings, and the moves last; the operator's own executor keeps it
+/// too), and sending a rank's commands together would gain little: each is one
+/// round trip on a connection already open, except CLUSTER FAILOVER, whose wait
+/// for ROLE the planner asks of one shard at a time anyway.
 pub async fn execute_all(
     conns: &Connections,
     actions: &[Action],

@@ -64,6 +64,10 @@ pub enum Action {
     },
     /// CLUSTER RESET: only for an empty member that carries a view of another cluster.
     ResetNode { on: MemberRef, mode: ResetMode },
+    /// CLUSTER BUMPEPOCH, sent to a primary whose replica's change of role another
+    /// member missed: the primary takes a new highest config epoch, which its
+    /// replica's messages then carry (see the planner's `stale_roles`).
+    BumpEpoch { on: MemberRef },
     /// CONFIG SET key value.
     ConfigSet {
         on: MemberRef,
@@ -83,6 +87,7 @@ impl Action {
             | Action::Failover { on, .. }
             | Action::MigrateSlots { on, .. }
             | Action::ResetNode { on, .. }
+            | Action::BumpEpoch { on }
             | Action::ConfigSet { on, .. } => *on,
         }
     }
@@ -97,6 +102,7 @@ impl Action {
             Action::Failover { .. } => "Failover",
             Action::MigrateSlots { .. } => "MigrateSlots",
             Action::ResetNode { .. } => "ResetNode",
+            Action::BumpEpoch { .. } => "BumpEpoch",
             Action::ConfigSet { .. } => "ConfigSet",
         }
     }
@@ -110,9 +116,10 @@ impl Action {
             Action::Meet { .. } => 2,
             Action::AddSlotsRange { .. } => 3,
             Action::Replicate { .. } => 4,
-            Action::ConfigSet { .. } => 5,
-            Action::Failover { .. } => 6,
-            Action::MigrateSlots { .. } => 7,
+            Action::BumpEpoch { .. } => 5,
+            Action::ConfigSet { .. } => 6,
+            Action::Failover { .. } => 7,
+            Action::MigrateSlots { .. } => 8,
         }
     }
 }
@@ -149,6 +156,7 @@ impl fmt::Display for Action {
                 ResetMode::Soft => write!(f, "CLUSTER RESET SOFT on {on}"),
                 ResetMode::Hard => write!(f, "CLUSTER RESET HARD on {on}"),
             },
+            Action::BumpEpoch { on } => write!(f, "CLUSTER BUMPEPOCH on {on}"),
             Action::ConfigSet { on, key, value } => write!(f, "CONFIG SET {key} {value} on {on}"),
         }
     }

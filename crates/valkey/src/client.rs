@@ -121,6 +121,7 @@ pub const COMMANDS_SENT: &[&str] = &[
     "client|setinfo",
     "client|setname",
     "cluster|addslotsrange",
+    "cluster|bumpepoch",
     "cluster|cancelslotmigrations",
     "cluster|failover",
     "cluster|forget",
@@ -313,6 +314,9 @@ pub trait Admin: Send + Sync {
         &self,
         mode: ResetMode,
     ) -> impl Future<Output = Result<(), ClientError>> + Send;
+    /// CLUSTER BUMPEPOCH (`BUMPED n`, or `STILL n` when it already has the
+    /// highest epoch: both are success).
+    fn cluster_bumpepoch(&self) -> impl Future<Output = Result<(), ClientError>> + Send;
 }
 
 /// An [`Admin`] over one redis-rs multiplexed connection to one node.
@@ -830,6 +834,10 @@ impl Admin for ValkeyAdmin {
         });
         self.ok(&cmd, "CLUSTER RESET").await
     }
+
+    async fn cluster_bumpepoch(&self) -> Result<(), ClientError> {
+        self.ok(&cluster("BUMPEPOCH"), "CLUSTER BUMPEPOCH").await
+    }
 }
 
 /// Collects one node's [`NodeReport`]: CLUSTER NODES, INFO replication,
@@ -1015,6 +1023,7 @@ pub async fn execute<A: Admin>(
             ranges, target_id, ..
         } => admin.cluster_migrateslots(ranges, target_id).await,
         Action::ResetNode { mode, .. } => admin.cluster_reset(*mode).await,
+        Action::BumpEpoch { .. } => admin.cluster_bumpepoch().await,
         Action::ConfigSet { key, value, .. } => admin.config_set(key, value).await,
     }
 }

@@ -31,6 +31,10 @@
 //!    shard at a time, never with a replica that is behind).
 //! 6. **Settings** differing from the desired ones are set live (CONFIG SET).
 //!
+//! While views disagree, one disagreement Valkey does not resolve by itself is
+//! repaired: a member that missed a node's turn from primary to replica because of
+//! a stale config epoch gets the primary's epoch bumped (`stale_roles`).
+//!
 //! [`health`] summarises the same analysis for the operator's conditions.
 
 mod analysis;
@@ -217,6 +221,7 @@ pub fn next_actions(
         plan.wait(Wait::WaitingForViewsToAgree {
             members: a.disagreeing.clone(),
         });
+        stale_roles(&a, &mut plan);
     }
     for r in &a.migrating {
         plan.wait(Wait::WaitingForSlotMigration { member: *r });
@@ -227,6 +232,70 @@ pub fn next_actions(
     plan.removable = removable(&a);
     plan.actions.sort_by_key(Action::rank);
     Ok(plan)
+}
+
+/// A member that missed a node's turn from primary to replica for good, and the
+/// CLUSTER BUMPEPOCH that lets the news through.
+///
+/// Fresh empty primaries resolve equal config epochs by bumping one of them, so a
+/// node may hold a higher epoch than the primary it is then told to replicate
+/// (1/1 gets 4 while 1/0 has 3). A replica's messages carry its primary's epoch,
+/// and Valkey ignores a "primary turned replica" message from a node of the same
+/// shard whose epoch is below the one it recorded for the sender (the stale-message
+/// guard in `clusterProcessPacket`). A member that recorded 4 for 1/1 keeps listing
+/// it as a primary for ever (seen: a whole minute, until the test gave up), and the
+/// views never agree. BUMPEPOCH on the primary gives it a new highest epoch; its
+/// replica learns it from the primary's next ping, carries it, and passes.
+///
+/// The node's own line is the word on its role: it must say it replicates P, and P
+/// must say it is a primary and be one in the anchor's view (a bumped epoch makes
+/// P's slot claims win, so never for a primary the cluster has replaced). The
+/// stale view may be the anchor's own (in a fresh cluster the anchor is the lowest
+/// member, as likely as any to be the one that missed it), so every joined
+/// member's view is read, not only those that differ from the anchor's. Until the
+/// replica has heard of the bump this asks again, and P answers `STILL` (it holds
+/// the highest epoch already); after, the condition no longer holds.
+fn stale_roles(a: &Analysis<'_>, plan: &mut Plan) {
+    let Some(anchor_view) = a.anchor_view() else {
+        return;
+    };
+    let mut bump = BTreeSet::new();
+    for m in &a.joined {
+        let Some(view) = a.reports.get(m).map(|rep| &rep.nodes) else {
+            continue;
+        };
+        for (n, n_id) in &a.ids {
+            let Some(seen) = view.get(n_id).filter(|_| n != m) else {
+                continue;
+            };
+            let Some(n_view) = a.reports.get(n).map(|rep| &rep.nodes) else {
+                continue;
+            };
+            let me = n_view.myself();
+            let (Some(Role::Primary), Some(Role::Replica), Some(p_id)) =
+                (seen.role(), me.role(), me.primary_id.as_ref())
+            else {
+                continue;
+            };
+            let Some(p) = a.claimed.get(p_id).copied() else {
+                continue;
+            };
+            let p_is_primary = a
+                .reports
+                .get(&p)
+                .is_some_and(|rep| rep.nodes.myself().role() == Some(Role::Primary))
+                && anchor_view.get(p_id).is_some_and(|there| {
+                    there.role() == Some(Role::Primary) && !there.is_failing()
+                });
+            // What the node's messages carry: its own record of P's epoch.
+            let carried = n_view.get(p_id).map(|p_there| p_there.config_epoch);
+            if p_is_primary && carried.is_some_and(|carried| seen.config_epoch > carried) {
+                bump.insert(p);
+            }
+        }
+    }
+    plan.actions
+        .extend(bump.into_iter().map(|on| Action::BumpEpoch { on }));
 }
 
 fn unreachable_members(a: &Analysis<'_>, plan: &mut Plan) {

@@ -578,6 +578,9 @@ impl Sim {
             Action::ConfigSet { key, value, .. } => {
                 self.nodes[on].config.insert(key.clone(), value.clone());
             }
+            // The simulator renders every config epoch as 0, so no view can
+            // hold a stale higher one: asking for a bump here is a planner bug.
+            Action::BumpEpoch { .. } => panic!("{action}: no stale epoch to bump"),
         }
     }
 
@@ -2072,4 +2075,165 @@ fn slot_keys_route_to_the_owner_in_the_view() {
     let truth = sim.nodes.iter().find(|n| n.slots.contains(slot)).unwrap();
     assert_eq!(owner.id, truth.id);
     let _ = SlotRange::full();
+}
+
+// ---------------------------------------------------------------- epochs
+
+/// A fresh 3x1 bootstrap as the real flake left it: every member but 2/0, and
+/// 1/1 itself, say 1/1 is `slave` of 1/0 with epoch 3 (its primary's); 2/0
+/// still lists 1/1 as `master` with epoch 4, the epoch 1/1 took when fresh
+/// primaries' equal epochs were resolved. `stale` is 2/0's epoch for 1/1;
+/// `viewer` is the member with the stale view (4 for 2/0, 0 for the anchor 0/0).
+fn stale_role_cluster(stale: u64) -> (DesiredCluster, ObservedCluster) {
+    stale_role_seen_by(4, stale)
+}
+
+fn stale_role_seen_by(viewer: usize, stale: u64) -> (DesiredCluster, ObservedCluster) {
+    let ids: Vec<String> = "abcdef".chars().map(|c| c.to_string().repeat(40)).collect();
+    let (a, b, c, d, e, f) = (&ids[0], &ids[1], &ids[2], &ids[3], &ids[4], &ids[5]);
+    let addr = |i: u8| format!("10.0.0.{i}:6379@16379");
+    // The view every member but 2/0 shares, from the viewer `me` (index into ids).
+    let agreed = |me: usize| {
+        let lines = [
+            format!("{a} {} master - 0 0 1 connected 0-5460", addr(1)),
+            format!("{b} {} slave {a} 0 0 1 connected", addr(2)),
+            format!("{c} {} master - 0 0 3 connected 5461-10922", addr(3)),
+            format!("{d} {} slave {c} 0 0 3 connected", addr(4)),
+            format!("{e} {} master - 0 0 2 connected 10923-16383", addr(5)),
+            format!("{f} {} slave {e} 0 0 2 connected", addr(6)),
+        ];
+        lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                if i == me {
+                    l.replacen(" master", " myself,master", 1).replacen(
+                        " slave",
+                        " myself,slave",
+                        1,
+                    )
+                } else {
+                    l.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let stale_view = agreed(viewer).replace(
+        &format!("{d} {} slave {c} 0 0 3 connected", addr(4)),
+        &format!("{d} {} master - 0 0 {stale} connected", addr(4)),
+    );
+    let mut members = Vec::new();
+    for i in 0..6u8 {
+        let member = MemberRef::new(u32::from(i / 2), u32::from(i % 2));
+        let text = if usize::from(i) == viewer {
+            stale_view.clone()
+        } else {
+            agreed(usize::from(i))
+        };
+        let replication = if i % 2 == 0 {
+            "role:master\nmaster_repl_offset:100\nconnected_slaves:1\n".to_string()
+        } else {
+            format!(
+                "role:slave\nmaster_host:10.0.0.{}\nmaster_port:6379\nmaster_link_status:up\n\
+                 master_sync_in_progress:0\nslave_repl_offset:100\nmaster_repl_offset:100\n",
+                i
+            )
+        };
+        let report = NodeReport {
+            nodes: ClusterNodes::parse(&text).unwrap(),
+            replication: ReplicationInfo::parse(&replication).unwrap(),
+            slot_migrations: vec![],
+            keys: 0,
+            config: BTreeMap::new(),
+            cluster_state_ok: true,
+        };
+        members.push(ObservedMember {
+            member,
+            addr: Some(MemberAddr {
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, i + 1)),
+                port: 6379,
+                bus_port: 16379,
+            }),
+            known_node_id: None,
+            state: MemberState::Reachable(Box::new(report)),
+        });
+    }
+    (desired(3, 1), ObservedCluster { members })
+}
+
+#[test]
+fn a_member_stuck_on_a_replicas_old_higher_epoch_gets_its_primary_epoch_bumped() {
+    let (want, observed) = stale_role_cluster(4);
+    let plan = next_actions(&want, &observed, &PlannerOptions::default()).unwrap();
+    assert_eq!(
+        plan.actions,
+        vec![Action::BumpEpoch {
+            on: MemberRef::new(1, 0)
+        }],
+        "{plan:#?}"
+    );
+    assert!(
+        plan.waiting.contains(&Wait::WaitingForViewsToAgree {
+            members: vec![MemberRef::new(2, 0)]
+        }),
+        "{plan:#?}"
+    );
+    assert_eq!(
+        plan.actions[0].to_string(),
+        "CLUSTER BUMPEPOCH on shard 1 member 0"
+    );
+}
+
+#[test]
+fn a_role_change_still_spreading_with_no_higher_epoch_is_only_waited_for() {
+    // The same disagreement, but 2/0's epoch for 1/1 is not above 1/0's: the
+    // news passes Valkey's guard at the next ping, nothing to bump.
+    let (want, observed) = stale_role_cluster(3);
+    let plan = next_actions(&want, &observed, &PlannerOptions::default()).unwrap();
+    assert!(plan.actions.is_empty(), "{plan:#?}");
+    assert!(
+        plan.waiting.contains(&Wait::WaitingForViewsToAgree {
+            members: vec![MemberRef::new(2, 0)]
+        }),
+        "{plan:#?}"
+    );
+}
+
+#[test]
+fn a_stale_view_on_the_anchor_itself_gets_the_primary_epoch_bumped_too() {
+    // 0/0 is the anchor (all views alike but one, lowest member first): every
+    // other member now differs from it, and the bump must still go to 1/0.
+    let (want, observed) = stale_role_seen_by(0, 4);
+    let plan = next_actions(&want, &observed, &PlannerOptions::default()).unwrap();
+    assert_eq!(
+        plan.actions,
+        vec![Action::BumpEpoch {
+            on: MemberRef::new(1, 0)
+        }],
+        "{plan:#?}"
+    );
+}
+
+#[test]
+fn no_bump_for_a_primary_the_anchor_sees_failed() {
+    // The same stale view, but the anchor (0/0) marks 1/0 failed: a bumped epoch
+    // would make a primary the cluster may be replacing win, so nothing is sent.
+    let (want, mut observed) = stale_role_cluster(4);
+    let c: NodeId = "c".repeat(40).parse().unwrap();
+    let MemberState::Reachable(anchor) = &mut observed.members[0].state else {
+        panic!("the anchor is reachable");
+    };
+    let mut nodes = anchor.nodes.nodes().to_vec();
+    for n in &mut nodes {
+        if n.id == c {
+            n.flags.fail = true;
+        }
+    }
+    anchor.nodes = ClusterNodes::from_nodes(nodes).unwrap();
+    let plan = next_actions(&want, &observed, &PlannerOptions::default()).unwrap();
+    assert!(
+        !plan.actions.iter().any(|a| a.kind() == "BumpEpoch"),
+        "{plan:#?}"
+    );
 }

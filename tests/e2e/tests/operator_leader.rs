@@ -212,7 +212,7 @@ struct Takeover {
 }
 
 /// Waits until `r` holds the Lease.
-fn wait_holder(env: &Env, ns: &str, r: &Replica, timeout: Duration) -> Result<Takeover> {
+fn wait_holder(env: &Env, r: &Replica, timeout: Duration) -> Result<Takeover> {
     let started = Instant::now();
     let (mut before, mut last) = (None, None);
     wait_until(timeout, Duration::from_millis(200), || {
@@ -429,7 +429,7 @@ fn run(env: &Env, ns: &str, replicas: &mut Vec<Replica>) -> Result<()> {
     // (b) SIGKILL the leader: no release, the standby waits for expiry.
     replicas[leader_i].op.kill();
     let killed_at = Instant::now();
-    let takeover = wait_holder(env, ns, &replicas[standby_i], Duration::from_secs(60))?;
+    let takeover = wait_holder(env, &replicas[standby_i], Duration::from_secs(60))?;
     // The old holder's last renewal to the new holder's acquisition: the
     // lease must have expired first, and be taken soon after.
     let renewed = takeover
@@ -497,7 +497,7 @@ fn run(env: &Env, ns: &str, replicas: &mut Vec<Replica>) -> Result<()> {
         code == Some(0),
         "the leader should exit 0 on SIGTERM, got {code:?}"
     );
-    let handover = wait_holder(env, ns, &replicas[c_i], Duration::from_secs(60))?.took;
+    let handover = wait_holder(env, &replicas[c_i], Duration::from_secs(60))?.took;
     println!(
         "operator_leader: (c) leader SIGTERMed: exited in {:.1}s, Lease taken {:.1}s later",
         stopped.as_secs_f64(),

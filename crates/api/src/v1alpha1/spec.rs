@@ -262,7 +262,8 @@ pub struct MemberNetworkPolicy {
     /// Keep the NetworkPolicy `<cluster>-members` (true) or none (false).
     /// When unset, the operator's default: the Helm chart's
     /// `networkPolicy.members` (`valkey-operator run --member-network-policy`),
-    /// off unless set there.
+    /// on unless turned off there. Without it (and without `tls`) the cluster
+    /// bus is open to any pod that reaches it: the bus has no authentication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
 

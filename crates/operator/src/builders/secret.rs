@@ -51,6 +51,10 @@ pub struct AppliedRecord<'a> {
     /// first finished restarts the members again (onto the newest password)
     /// rather than leaving some on the one in between.
     pub target: Option<(&'a str, u64)>,
+    /// The highest rotation number ever handed out: numbers are never
+    /// given twice, so a pod's number always says which password it started
+    /// with (a reverted rotation's number stays used).
+    pub highest: u64,
 }
 
 /// `<cluster>-auth-applied`: the password the members were last given,
@@ -68,6 +72,10 @@ pub fn applied_secret(
             bytes(&record.generation.to_string()),
         ),
     ]);
+    data.insert(
+        APPLIED_HIGHEST_KEY.to_string(),
+        bytes(&record.highest.to_string()),
+    );
     if let Some((password, generation)) = record.target {
         data.insert(APPLIED_TARGET_KEY.to_string(), bytes(password));
         data.insert(
@@ -129,6 +137,8 @@ pub const APPLIED_GENERATION_KEY: &str = "generation";
 pub const APPLIED_TARGET_KEY: &str = "target-password";
 /// That rotation's number.
 pub const APPLIED_TARGET_GENERATION_KEY: &str = "target-generation";
+/// The highest rotation number ever handed out.
+pub const APPLIED_HIGHEST_KEY: &str = "highest-generation";
 
 /// The text of `key` in a Secret (`data`, else `stringData`).
 pub fn secret_text(secret: &Secret, key: &str) -> Option<String> {

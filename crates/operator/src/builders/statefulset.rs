@@ -63,11 +63,12 @@ use std::collections::BTreeMap;
 
 /// Pod annotation: hash of what only a restart applies.
 pub const ANNOTATION_RESTART_HASH: &str = "valkey.rs/restart-hash";
-/// On the StatefulSet itself (not its pod template, so it restarts
-/// nothing): the password rotation's number its pods run with
-/// (`auth_generation`). Should `<cluster>-auth-applied` be deleted, the
-/// operator reads the number back from here instead of starting again at 0,
-/// which would restart every member for nothing.
+/// On the StatefulSet and its pod template (the number is in the restart
+/// hash already, so it restarts nothing more): the password rotation's
+/// number the pods run with (`auth_generation`). Should
+/// `<cluster>-auth-applied` be deleted, the operator reads the numbers back
+/// from here instead of starting again at 0, which would restart every
+/// member for nothing, or give a number twice.
 pub const ANNOTATION_AUTH_GENERATION: &str = "valkey.rs/auth-generation";
 /// Pod annotation: hash of the pod's scheduling rules.
 pub const ANNOTATION_PLACEMENT_HASH: &str = "valkey.rs/placement-hash";
@@ -229,6 +230,14 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
 
     let mut annotations = c.pod_annotations.clone();
     annotations.insert(ANNOTATION_RESTART_HASH.into(), restart_hash);
+    // Which rotation's password the pod starts with (already in the restart
+    // hash, so it restarts nothing more): read back when the record is gone.
+    if c.auth_generation > 0 {
+        annotations.insert(
+            ANNOTATION_AUTH_GENERATION.into(),
+            c.auth_generation.to_string(),
+        );
+    }
     annotations.insert(ANNOTATION_PLACEMENT_HASH.into(), placement_hash);
 
     let claim_templates = c

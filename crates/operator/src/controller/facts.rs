@@ -39,6 +39,10 @@ pub struct Facts<'a> {
     pub primaries: BTreeMap<u32, u32>,
     /// Each shard as failover preference and primary balancing see it.
     pub shards: Vec<ShardView>,
+    /// Members that started with another password than the one they
+    /// should run (`observe::valkey::password_stale`): restarted like
+    /// members of an outdated template.
+    pub password_stale: std::collections::BTreeSet<(u32, u32)>,
 }
 
 impl<'a> Facts<'a> {
@@ -58,6 +62,7 @@ impl<'a> Facts<'a> {
             keys,
             primaries,
             shards: Vec::new(),
+            password_stale: std::collections::BTreeSet::new(),
         };
         facts.shards = facts.shard_views();
         facts

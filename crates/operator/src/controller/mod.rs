@@ -496,9 +496,15 @@ mod image_tests {
     fn a_star_stands_for_any_text() {
         assert!(wildcard_match("valkey/valkey:*", "valkey/valkey:9.1.2"));
         assert!(wildcard_match("*", "anything"));
-        assert!(wildcard_match("reg.example.com/*/valkey:*", "reg.example.com/team/valkey:9"));
+        assert!(wildcard_match(
+            "reg.example.com/*/valkey:*",
+            "reg.example.com/team/valkey:9"
+        ));
         assert!(wildcard_match("valkey/valkey:9.1.2", "valkey/valkey:9.1.2"));
-        assert!(!wildcard_match("valkey/valkey:9.1.2", "valkey/valkey:9.1.3"));
+        assert!(!wildcard_match(
+            "valkey/valkey:9.1.2",
+            "valkey/valkey:9.1.3"
+        ));
         assert!(!wildcard_match("valkey/valkey:*", "evil/valkey:9"));
         assert!(!wildcard_match("a*b*c", "acb"));
         assert!(wildcard_match("a*b*c", "abc"));

@@ -184,7 +184,14 @@ async fn run(
         &tls,
     )
     .await;
-    let facts = Facts::new(&cluster, &kube, &valkey.observed, target.now.0);
+    let member_auth = observe::valkey::member_auth(&valkey.session).await;
+    let expected_password = if cluster.auth.enabled {
+        auth.password()
+    } else {
+        Some("")
+    };
+    let mut facts = Facts::new(&cluster, &kube, &valkey.observed, target.now.0);
+    facts.password_stale = observe::valkey::password_stale(expected_password, &member_auth);
     let now = Instant::now();
     // The quiet period also starts when the operator first sees the cluster.
     memory.last_disturbance.get_or_insert(now);
@@ -240,26 +247,44 @@ async fn run(
         if let (Some(switch), (Some(password), _)) = (&rotation.switch, rotation.login(&auth)) {
             act::rotation::advance_switch(ctx, &valkey.session, switch, password).await;
         }
+        if let (true, Some(password)) = (rotation.unrecorded, auth.password()) {
+            act::rotation::rebuild_record(
+                ctx,
+                &cluster,
+                &owner,
+                (&valkey.observed, &member_auth),
+                (password, rotation.highest),
+            )
+            .await?;
+        }
         if let (Some(previous), Some(password)) = (&rotation.previous, auth.password()) {
             act::rotation::advance(
                 ctx,
                 &cluster,
                 &owner,
-                (&valkey.observed, &valkey.session),
-                act::rotation::all_rolled(&cluster, &kube, &desired),
-                (password, previous),
+                (&valkey.observed, &valkey.session, &kube),
+                act::rotation::all_rolled(&cluster, &kube, &desired)
+                    && facts.password_stale.is_empty(),
+                (password, previous, rotation.highest),
                 events,
             )
             .await?;
         }
-        act::users::keep_primaryauth(ctx, &valkey.session, &system.replication_password).await;
+        act::users::keep_primaryauth(
+            ctx,
+            &valkey.session,
+            &member_auth,
+            &system.replication_password,
+        )
+        .await;
         let listed = act::users::list(&valkey.session).await;
         let everyone_reachable = valkey
             .observed
             .members
             .iter()
             .all(|m| matches!(m.state, valkey::model::MemberState::Reachable(_)));
-        let rolled = act::rotation::all_rolled(&cluster, &kube, &desired);
+        let rolled =
+            act::rotation::all_rolled(&cluster, &kube, &desired) && facts.password_stale.is_empty();
         if let Some(want) =
             act::rotation::default_want(&rotation, auth.password(), rolled, everyone_reachable)
         {

@@ -325,18 +325,18 @@ pub struct SystemLogins {
 /// changed since (`<cluster>-users` deleted and made again) the replica
 /// would be refused at its next link drop. Failures are logged; the next
 /// reconcile tries again.
-pub async fn keep_primaryauth(ctx: &Context, session: &Session, replication_password: &str) {
-    use valkey::client::Admin as _;
-    let keys = ["primaryuser".to_string(), "primaryauth".to_string()];
+pub async fn keep_primaryauth(
+    ctx: &Context,
+    session: &Session,
+    auth: &BTreeMap<valkey::model::MemberRef, crate::controller::observe::valkey::MemberAuth>,
+    replication_password: &str,
+) {
     for (m, admin) in session {
-        let Ok(config) = admin.config_get(&keys).await else {
+        let Some(a) = auth.get(m) else {
             continue;
         };
-        let as_replication_user = config
-            .get("primaryuser")
-            .is_some_and(|u| u == api::constants::REPLICATION_USER);
-        if !as_replication_user
-            || config.get("primaryauth").map(String::as_str) == Some(replication_password)
+        if a.primaryuser != api::constants::REPLICATION_USER
+            || a.primaryauth == replication_password
         {
             continue;
         }

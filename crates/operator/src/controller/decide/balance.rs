@@ -294,6 +294,7 @@ mod tests {
             keys: keys(),
             primaries: BTreeMap::new(),
             shards: spread_cluster([1, 0, 0]),
+            password_stale: Default::default(),
         };
         let now = Instant::now();
         let disturbed = now - Duration::from_secs(4);

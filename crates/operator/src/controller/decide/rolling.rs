@@ -160,7 +160,9 @@ pub fn roll(f: &Facts<'_>, desired: &Desired, placement: &Placement, cluster_rea
                 .as_ref()
                 .is_some_and(|f| !f.unscheduled() && !f.terminating);
             let restart = match (&facts, sts) {
-                (Some(f), Some(sts)) => running && needs_restart(f, sts),
+                (Some(pod), Some(sts)) => {
+                    running && (needs_restart(pod, sts) || f.password_stale.contains(&(s, m)))
+                }
                 _ => false,
             };
             let moving = running && placement.moved(s, m);

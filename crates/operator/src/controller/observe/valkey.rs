@@ -127,3 +127,106 @@ pub async fn members(
         opts,
     }
 }
+
+/// How one member authenticates, as it says itself (`CONFIG GET`): the
+/// password it started with (`requirepass`, from its environment at start)
+/// and how it logs in to its primary. Kept out of the observed config: it
+/// holds secrets, and that one may be logged or reported.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct MemberAuth {
+    pub requirepass: String,
+    pub primaryuser: String,
+    pub primaryauth: String,
+}
+
+impl std::fmt::Debug for MemberAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberAuth")
+            .field("primaryuser", &self.primaryuser)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Asks every connected member how it authenticates, all at once; a
+/// member that did not answer is absent.
+pub async fn member_auth(session: &Session) -> std::collections::BTreeMap<MemberRef, MemberAuth> {
+    use valkey::client::Admin as _;
+    let keys = [
+        "requirepass".to_string(),
+        "primaryuser".to_string(),
+        "primaryauth".to_string(),
+    ];
+    let answers = futures::future::join_all(session.iter().map(|(m, admin)| {
+        let keys = &keys;
+        async move { (*m, admin.config_get(keys).await) }
+    }))
+    .await;
+    answers
+        .into_iter()
+        .filter_map(|(m, answer)| {
+            let c = answer.ok()?;
+            let get = |k: &str| c.get(k).cloned().unwrap_or_default();
+            Some((
+                m,
+                MemberAuth {
+                    requirepass: get("requirepass"),
+                    primaryuser: get("primaryuser"),
+                    primaryauth: get("primaryauth"),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// The members of the spec that started with another password than the
+/// one they should run (`expected`: the Secret's, or "" with auth off;
+/// `None` when it is not known), whatever their restart hash says: a pod
+/// started after the Secret changed but before its StatefulSet did, or
+/// changed back, carries a hash that does not tell. They must restart
+/// (pure).
+pub fn password_stale(
+    expected: Option<&str>,
+    auth: &std::collections::BTreeMap<MemberRef, MemberAuth>,
+) -> BTreeSet<(u32, u32)> {
+    let Some(expected) = expected else {
+        return BTreeSet::new();
+    };
+    auth.iter()
+        .filter(|(_, a)| a.requirepass != expected)
+        .filter_map(|(m, _)| match m.member {
+            MemberIndex::Member(i) => Some((m.shard.0, i)),
+            MemberIndex::NewCopyOf(_) => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod auth_tests {
+    use super::*;
+
+    #[test]
+    fn a_member_started_with_another_password_must_restart() {
+        let auth = |p: &str| MemberAuth {
+            requirepass: p.into(),
+            ..MemberAuth::default()
+        };
+        let members = std::collections::BTreeMap::from([
+            (MemberRef::new(0, 0), auth("new")),
+            (MemberRef::new(0, 1), auth("old")),
+            (MemberRef::new(1, 0), auth("")),
+        ]);
+        assert_eq!(
+            password_stale(Some("new"), &members),
+            BTreeSet::from([(0, 1), (1, 0)])
+        );
+        // Auth off: every member that started with a password.
+        assert_eq!(
+            password_stale(Some(""), &members),
+            BTreeSet::from([(0, 0), (0, 1)])
+        );
+        assert!(password_stale(None, &members).is_empty());
+        // Its Debug leaves the passwords out.
+        let text = format!("{:?}", auth("s3cret"));
+        assert!(!text.contains("s3cret"), "{text}");
+    }
+}

@@ -165,10 +165,48 @@ pub fn build(
         balance: d.balance.clone(),
         activity,
         blocker,
+        volumes_pending: volumes_pending(f),
     };
     let conds = status::conditions(&input);
     let observations = observations::observations(f, &d.health, &spread, done.last_action.clone());
     status::build(t.old, &conds, cluster.generation, observations, &t.now)
+}
+
+/// How long a claim may stay Pending before it is reported: a claim of
+/// a `WaitForFirstConsumer` class is Pending until its pod is scheduled.
+const CLAIM_PENDING_GRACE_SECONDS: i64 = 30;
+
+/// The members not Ready whose volume claim has been Pending for longer
+/// than [`CLAIM_PENDING_GRACE_SECONDS`], and why, as one message.
+fn volumes_pending(f: &Facts<'_>) -> Option<String> {
+    let (cluster, view) = (f.cluster, f.kube);
+    let lines: Vec<String> = desired_members(cluster)
+        .filter_map(|(s, m)| {
+            let pod = view.members.get(&(s, m))?;
+            if PodFacts::of(pod).ready {
+                return None;
+            }
+            let claim = crate::controller::facts::claim_of(&pod.metadata.name.clone()?);
+            let pvc = view.pvcs.get(&claim)?;
+            let pending = pvc.status.as_ref()?.phase.as_deref() == Some("Pending");
+            let created = pvc.metadata.creation_timestamp.as_ref()?.0;
+            let age = f.now.as_second() - created.as_second();
+            (pending && age > CLAIM_PENDING_GRACE_SECONDS).then(|| {
+                let class = pvc.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+                let why = match class {
+                    None => "it names no StorageClass (persistence.storageClassName) and the \
+                             cluster has no default one"
+                        .to_string(),
+                    Some(c) => format!(
+                        "StorageClass {c} has not provisioned it: does the class exist, and can \
+                         it make a volume on the pod's node?"
+                    ),
+                };
+                format!("member {s}/{m}: volume claim {claim} is Pending: {why}")
+            })
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("; "))
 }
 
 /// Whether the cluster still has work in flight (requeue soon).

@@ -114,6 +114,9 @@ pub struct StatusInput {
     /// A problem outside Valkey that keeps the cluster from converging (the
     /// password Secret is missing...), as (reason, message).
     pub blocker: Option<(String, String)>,
+    /// Members whose volume claim stays Pending, and why (a root cause: such
+    /// a member does not answer either).
+    pub volumes_pending: Option<String>,
 }
 
 /// The five conditions for a valid spec.
@@ -132,6 +135,10 @@ pub fn conditions(input: &StatusInput) -> Vec<Cond> {
         let (reason, message) = match (&input.blocker, &unplaceable, &c.reason) {
             (Some((r, m)), _, _) => (r.clone(), m.clone()),
             (None, Some(u), _) => ("MembersUnplaceable".to_string(), u.clone()),
+            (None, None, _) if input.volumes_pending.is_some() => (
+                "VolumeClaimPending".to_string(),
+                input.volumes_pending.clone().unwrap_or_default(),
+            ),
             (None, None, Some(r)) => (r.clone(), c.message.clone()),
             (None, None, None) => ("NotReady".to_string(), c.message.clone()),
         };
@@ -422,7 +429,21 @@ mod tests {
             balance: BalanceState::Aligned,
             activity: Activity::default(),
             blocker: None,
+            volumes_pending: None,
         }
+    }
+
+    #[test]
+    fn a_pending_volume_claim_is_the_reason_a_member_does_not_answer() {
+        let mut input = healthy();
+        input.cluster.ready = false;
+        input.cluster.reason = Some("MemberUnreachable".into());
+        input.volumes_pending = Some("member 0/0: volume claim data-c-0-0-0 is Pending".into());
+        let cs = conditions(&input);
+        let ready = find(&cs, CONDITION_READY);
+        assert!(!ready.status);
+        assert_eq!(ready.reason, "VolumeClaimPending");
+        assert!(ready.message.contains("data-c-0-0-0"), "{}", ready.message);
     }
 
     fn find<'a>(cs: &'a [Cond], t: &str) -> &'a Cond {

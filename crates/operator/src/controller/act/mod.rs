@@ -95,7 +95,13 @@ pub async fn carry_out(
             last_action = Some(done);
         }
     }
-    kube::delete_claims(ctx, cluster, &cleanup::moved_volumes(cluster, a.kube)).await?;
+    let holds = |s: u32, m: u32| f.primaries.get(&s) == Some(&m) || f.in_sync(s, m);
+    kube::delete_claims(
+        ctx,
+        cluster,
+        &cleanup::moved_volumes(cluster, a.kube, holds),
+    )
+    .await?;
     let rolled = match &d.roll.step {
         RollStep::Surge { shard, member } if quiet => moves::start(a, *shard, *member).await?,
         RollStep::Restart { shard, member } if quiet => moves::restart(a, *shard, *member).await?,

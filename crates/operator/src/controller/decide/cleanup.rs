@@ -154,13 +154,22 @@ pub fn pending_pods_to_replace<'v>(
 }
 
 /// The claims of copies a finished move removed: ordinals below the
-/// StatefulSet's start are never used again (ordinals only grow).
-pub fn moved_volumes(cluster: &ValidatedCluster, view: &KubeView) -> Vec<Doomed> {
+/// StatefulSet's start are never used again (ordinals only grow). Only once
+/// the member's current copy holds the shard's data (`holds(s, m)`: it is
+/// the shard's live primary, or a replica in sync with it): until then an
+/// old copy's volume may be the shard's last copy of data (a start moved
+/// by hand, a new copy that lost its volume), the same evidence the other
+/// paths that end a copy ask for (`safety`).
+pub fn moved_volumes(
+    cluster: &ValidatedCluster,
+    view: &KubeView,
+    holds: impl Fn(u32, u32) -> bool,
+) -> Vec<Doomed> {
     if cluster.persistence.is_none() {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for (s, m) in desired_members(cluster) {
+    for (s, m) in desired_members(cluster).filter(|&(s, m)| holds(s, m)) {
         let name = member_name(&cluster.name, s, m);
         let Some(live) = view.statefulsets.get(&name) else {
             continue;

@@ -202,15 +202,18 @@ fn volumes_below_a_moved_members_start_are_swept_and_no_others() {
     ] {
         v.pvcs.insert(name.into(), pvc(name));
     }
-    let swept: Vec<String> = cleanup::moved_volumes(&c, &v)
+    let swept: Vec<String> = cleanup::moved_volumes(&c, &v, |_, _| true)
         .into_iter()
         .map(|d| d.name)
         .collect();
     assert_eq!(swept, ["data-cache-0-0-0", "data-cache-0-0-1"]);
     assert_eq!(claim_of("cache-0-0-2"), "data-cache-0-0-2");
+    // Not while the member's current copy does not hold the shard's data
+    // (neither the live primary nor a replica in sync).
+    assert!(cleanup::moved_volumes(&c, &v, |_, _| false).is_empty());
     // Without persistence nothing is swept.
     let c = cluster("shards: 1\nreplicas: 0");
-    assert!(cleanup::moved_volumes(&c, &v).is_empty());
+    assert!(cleanup::moved_volumes(&c, &v, |_, _| true).is_empty());
 }
 
 #[test]

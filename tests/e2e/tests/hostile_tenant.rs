@@ -1,0 +1,324 @@
+//! No tenant can harm another: a ValkeyCluster whose member image is a hostile
+//! fake Valkey server (`src/bin/hostile-valkey.rs`: after the login, a
+//! connection gets `$2000000000` and bytes for ever, or no answer at all, or
+//! a byte a second) runs beside a healthy 3x1
+//! cluster, served by the same operator. While the operator talks to the
+//! hostile member:
+//! - the healthy cluster heals a SIGKILLed primary (Valkey fails over, the
+//!   operator re-attaches the restarted member) to Ready with its shape in
+//!   normal time (under 60 s; 10-20 s is usual);
+//! - the operator's resident memory stays under the chart's 128Mi limit.
+//!
+//! The hostile image is built here from the e2e crate's `hostile-valkey`
+//! binary (scripts/image/build.py with `--path-in-image`, so the member's
+//! `valkey-server` command runs it) and loaded into the testbed under a name
+//! without "valkey" in it (the testbed runs the host's valkey-server for
+//! images naming valkey). The hostile cluster uses `spec.persistence`, whose
+//! member command is `valkey-server ARGS` (without it the command is a shell
+//! script the image cannot run).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::cluster::{Env, condition_status, tail_file, wait_until};
+use e2e::manifest::cluster_manifest;
+use e2e::suite::Suite;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const HEALTHY: &str = "tenant";
+const HOSTILE: &str = "hostile";
+/// No "valkey" in it: the testbed would run the host's valkey-server.
+const HOSTILE_IMAGE: &str = "hostile/server:1";
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long the operator talks to the hostile member before the fault.
+const SOAK: Duration = Duration::from_secs(20);
+/// From the kill to the healthy cluster Ready with its shape.
+const HEAL_LIMIT: Duration = Duration::from_secs(60);
+/// The chart's memory limit of the operator (deploy/helm values: 128Mi).
+const RSS_LIMIT_KIB: u64 = 128 * 1024;
+
+/// Builds the hostile image from the `hostile-valkey` binary cargo built for
+/// this test, and loads it into the testbed as [`HOSTILE_IMAGE`].
+fn load_hostile_image(env: &Env) -> Result<()> {
+    let out_dir = env.work_dir("hostile_tenant-image")?;
+    let binary = env!("CARGO_BIN_EXE_hostile-valkey");
+    let built = std::process::Command::new("python3")
+        .arg(env.root.join("scripts/image/build.py"))
+        .args(["--binary", binary, "--name", "hostile-server"])
+        .args(["--path-in-image", "/usr/local/bin/valkey-server"])
+        .arg("--out-dir")
+        .arg(&out_dir)
+        .output()
+        .context("running scripts/image/build.py")?;
+    ensure!(
+        built.status.success(),
+        "build.py for the hostile image failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let archive = std::fs::read_dir(&out_dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".oci.tar"))
+        .with_context(|| format!("build.py wrote no .oci.tar in {}", out_dir.display()))?;
+    let archive = archive.to_string_lossy();
+    env.testbed(&["image", "load", &archive, "--name", HOSTILE_IMAGE])?;
+    Ok(())
+}
+
+/// VmRSS of `pid` in KiB, from /proc/PID/status.
+fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status: is the operator gone?"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no VmRSS in /proc/{pid}/status"))
+}
+
+/// Samples the operator's RSS every 250 ms until stopped; the samples (KiB),
+/// or the first read that failed.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<Vec<u64>>>,
+}
+
+impl RssSampler {
+    fn start(pid: u32) -> RssSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                samples.push(rss_kib(pid)?);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Ok(samples)
+        });
+        RssSampler { stop, thread }
+    }
+
+    fn finish(self) -> Result<Vec<u64>> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the RSS sampler panicked"))?
+    }
+}
+
+/// The log of the hostile member's `valkey` container (what the fake server
+/// printed: whom it harmed, and how), once its pod exists.
+fn hostile_log(env: &Env, ns: &str) -> Option<PathBuf> {
+    let pod = env.members(ns, HOSTILE).ok()?.into_iter().next()?;
+    Some(
+        env.testbed_dir
+            .join("logs/pods")
+            .join(format!("{ns}_{}_valkey.log", pod.name)),
+    )
+}
+
+/// Waits until the hostile member has served the operator (not its own
+/// exporter sidecar, which comes from 127.0.0.1) each of its harms.
+fn wait_operator_attacked(env: &Env, ns: &str) -> Result<()> {
+    let mut log = None;
+    wait_until(Duration::from_secs(120), Duration::from_secs(1), || {
+        log = hostile_log(env, ns);
+        let text = log
+            .as_ref()
+            .and_then(|l| std::fs::read_to_string(l).ok())
+            .unwrap_or_default();
+        let from_operator = |harm: &str| {
+            text.lines()
+                .any(|l| !l.starts_with("127.0.0.1:") && l.ends_with(harm))
+        };
+        Ok(["-> EndlessBulk", "-> Silent", "-> Trickle"]
+            .iter()
+            .all(|h| from_operator(h)))
+    })
+    .with_context(|| {
+        let log = log.as_deref().unwrap_or(Path::new("(no pod)"));
+        format!(
+            "the hostile member never served the operator each of its harms; {}:\n{}",
+            log.display(),
+            tail_file(log, 20)
+        )
+    })
+}
+
+/// The most bytes of an endless reply the hostile member sent the operator
+/// on one connection before the operator hung up (socket buffers included).
+fn most_endless_bytes(env: &Env, ns: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(hostile_log(env, ns)?).ok()?;
+    text.lines()
+        .filter(|l| !l.starts_with("127.0.0.1:"))
+        .filter_map(|l| {
+            l.split_once("closed after EndlessBulk, ")?
+                .1
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .max()
+}
+
+/// Ready for its generation and exactly 3x1, checked every second until
+/// `limit`; the time from `since`.
+fn wait_healed(env: &Env, ns: &str, since: Instant, limit: Duration) -> Result<Duration> {
+    let mut last = String::new();
+    let res = wait_until(limit, Duration::from_secs(1), || {
+        let obj = env.cluster(ns, HEALTHY)?;
+        let ready = condition_status(&obj, "Ready").as_deref() == Some("True")
+            && obj["status"]["observedGeneration"] == obj["metadata"]["generation"];
+        if !ready {
+            last = "Ready is not True".into();
+            return Ok(false);
+        }
+        match env.check_shape(ns, HEALTHY, 3, 1) {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                last = format!("{e:#}");
+                Ok(false)
+            }
+        }
+    });
+    if res.is_err() {
+        bail!(
+            "{HEALTHY}: not healed {:.0}s after its primary was killed: {last}",
+            since.elapsed().as_secs_f64()
+        );
+    }
+    Ok(since.elapsed())
+}
+
+fn delete_clusters(env: &Env, ns: &str) -> Result<Duration> {
+    let started = Instant::now();
+    env.kubectl(&[
+        "delete",
+        "valkeycluster",
+        HEALTHY,
+        HOSTILE,
+        "-n",
+        ns,
+        "--wait=true",
+        "--timeout=120s",
+    ])?;
+    Ok(started.elapsed())
+}
+
+fn scenario(env: &Env, ns: &str, operator_pid: u32) -> Result<()> {
+    let started = Instant::now();
+    load_hostile_image(env)?;
+    let healthy = cluster_manifest(HEALTHY, 3, 1);
+    let took = env.create_cluster(ns, &healthy, READY_TIMEOUT)?;
+    let password = env.password(ns, HEALTHY)?;
+    let rss_before = rss_kib(operator_pid)?;
+    println!(
+        "hostile_tenant: {HEALTHY} 3x1 Ready {:.1}s after apply; operator RSS {} KiB",
+        took.as_secs_f64(),
+        rss_before
+    );
+
+    let sampler = RssSampler::start(operator_pid);
+    let hostile = cluster_manifest(HOSTILE, 1, 0)
+        .image(HOSTILE_IMAGE)
+        .persistence("64Mi", "Delete");
+    env.apply(ns, &hostile.yaml())?;
+    let attacked = Instant::now();
+    wait_operator_attacked(env, ns)?;
+    println!(
+        "hostile_tenant: the operator met each harm of the hostile member {:.1}s after apply (an endless reply, none, a trickle)",
+        attacked.elapsed().as_secs_f64()
+    );
+    std::thread::sleep(SOAK);
+
+    let victim = env.member_with_role(ns, HEALTHY, 0, "primary")?;
+    let replica = env.member_with_role(ns, HEALTHY, 0, "replica")?;
+    let pid = env.kill_valkey(&victim.ip)?;
+    let killed = Instant::now();
+    println!(
+        "hostile_tenant: killed valkey-server pid {pid} of {} ({}), shard 0 primary",
+        victim.name, victim.ip
+    );
+    // Valkey's own failover first (the status may still say Ready from
+    // before the kill), then the operator's part: the restarted member
+    // attached again and the status Ready with the shape.
+    wait_until(HEAL_LIMIT, Duration::from_millis(250), || {
+        let role = env
+            .valkey_cli(&replica.ip, &password, &["role"])
+            .unwrap_or_default();
+        Ok(role.starts_with("master"))
+    })
+    .context("the replica of shard 0 was never promoted")?;
+    let failover = killed.elapsed();
+    let healed = wait_healed(env, ns, killed, HEAL_LIMIT.saturating_sub(killed.elapsed()))?;
+    println!(
+        "hostile_tenant: {HEALTHY} healed beside the hostile tenant: replica promoted {:.1}s, Ready 3x1 {:.1}s after the kill",
+        failover.as_secs_f64(),
+        healed.as_secs_f64()
+    );
+    ensure!(
+        healed < HEAL_LIMIT,
+        "healing took {healed:?}, limit {HEAL_LIMIT:?}"
+    );
+
+    let samples = sampler.finish()?;
+    let max = samples.iter().copied().max().unwrap_or_default();
+    println!(
+        "hostile_tenant: operator RSS with the hostile tenant: max {max} KiB ({:.1} MiB) over {} samples, {rss_before} KiB before it; limit {RSS_LIMIT_KIB} KiB",
+        max as f64 / 1024.0,
+        samples.len()
+    );
+    ensure!(
+        max < RSS_LIMIT_KIB,
+        "the operator's RSS reached {max} KiB, over the chart's limit {RSS_LIMIT_KIB} KiB"
+    );
+    ensure!(samples.len() >= 10, "only {} RSS samples", samples.len());
+
+    if let Some(most) = most_endless_bytes(env, ns) {
+        println!(
+            "hostile_tenant: an endless reply reached at most {most} bytes ({:.1} MiB, kernel socket buffers included) before the operator hung up",
+            most as f64 / 1048576.0
+        );
+    }
+    let deleted = delete_clusters(env, ns)?;
+    println!(
+        "hostile_tenant: both clusters deleted in {:.1}s; the suite took {:.1}s",
+        deleted.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// What the healthy cluster's diagnostics do not show: the hostile cluster's
+/// status and pods, and what its member printed (no redis-cli against it: it
+/// would never answer).
+fn hostile_diagnostics(env: &Env, ns: &str) -> String {
+    let status = env
+        .cluster(ns, HOSTILE)
+        .map(|o| serde_json::to_string_pretty(&o["status"]).unwrap_or_default())
+        .unwrap_or_else(|e| e.to_string());
+    let pods = env
+        .kubectl(&["get", "pods", "-n", ns, "-o", "wide"])
+        .unwrap_or_else(|e| e.to_string());
+    let log = hostile_log(env, ns).unwrap_or_else(|| PathBuf::from("(no pod)"));
+    let log = log.as_path();
+    format!(
+        "--- valkeycluster {ns}/{HOSTILE} status:\n{status}\n--- pods:\n{pods}--- {}:\n{}\n",
+        log.display(),
+        tail_file(log, 20)
+    )
+}
+
+#[test]
+fn a_hostile_member_image_does_not_slow_another_tenants_healing_nor_grow_the_operator() {
+    let Some(suite) = Suite::start("hostile_tenant", "hostile", "e2e-hostile") else {
+        return;
+    };
+    let pid = suite.operator.pid().expect("the operator runs");
+    suite.run(&[HEALTHY], |env, ns| {
+        scenario(env, ns, pid).inspect_err(|_| eprintln!("{}", hostile_diagnostics(env, ns)))
+    });
+}

@@ -37,6 +37,7 @@ pub mod reason {
     pub const TLS_ENABLED: &str = "TLSEnabled";
     pub const USER_SECRET_MISSING: &str = "UserSecretMissing";
     pub const PASSWORD_ROTATED: &str = "PasswordRotated";
+    pub const PASSWORD_ROTATION_WAITING: &str = "PasswordRotationWaiting";
     pub const AUTH_ENABLED: &str = "AuthEnabled";
     pub const AUTH_DISABLED: &str = "AuthDisabled";
     pub const USERS_APPLIED: &str = "UsersApplied";

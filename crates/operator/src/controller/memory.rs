@@ -64,6 +64,8 @@ pub struct Announced {
     pub paused: bool,
     /// The users whose password Secret is missing.
     pub users_missing: Option<String>,
+    /// The members a password rotation waits for (unreachable).
+    pub rotation_waiting: Option<String>,
 }
 
 impl Memory {

@@ -257,6 +257,21 @@ async fn run(
             )
             .await?;
         }
+        // A rotation finishes only once every member answered: say which
+        // it waits for, once per change (the old password stays valid).
+        let waiting = rotation_waiting(&rotation, &valkey.observed);
+        if waiting != memory.announced.rotation_waiting {
+            if let Some(w) = &waiting {
+                events
+                    .warning(
+                        reason::PASSWORD_ROTATION_WAITING,
+                        "RotatePassword",
+                        w.clone(),
+                    )
+                    .await;
+            }
+            memory.announced.rotation_waiting = waiting;
+        }
         if let (Some(previous), Some(password)) = (&rotation.previous, auth.password()) {
             act::rotation::advance(
                 ctx,
@@ -342,6 +357,30 @@ async fn run(
         decision.wake_in,
         &ctx.settings,
     )))
+}
+
+/// The members a password rotation (or a switch of auth) waits for
+/// because they do not answer, as a message; `None` when it waits for none.
+fn rotation_waiting(
+    rotation: &act::rotation::Rotation,
+    observed: &valkey::model::ObservedCluster,
+) -> Option<String> {
+    if rotation.previous.is_none() && rotation.switch.is_none() {
+        return None;
+    }
+    let silent: Vec<String> = observed
+        .members
+        .iter()
+        .filter(|m| !matches!(m.state, valkey::model::MemberState::Reachable(_)))
+        .map(|m| m.member.to_string())
+        .collect();
+    (!silent.is_empty()).then(|| {
+        format!(
+            "the password change waits for {} (not answering): both passwords stay valid until \
+             every member answered and runs the new one",
+            silent.join(", ")
+        )
+    })
 }
 
 /// When to reconcile again without a change: soon while converging, else at

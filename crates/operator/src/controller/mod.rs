@@ -335,6 +335,16 @@ async fn watch_scope(
         watcher::Config::default().any_semantic(),
     );
     let cluster_store = ctl.store();
+    let referencing = cluster_store.clone();
+    // Secrets the user names (spec.auth.passwordSecret, spec.users,
+    // spec.tls.secretName) carry no label of ours: their metadata alone is
+    // watched, and a change reconciles the clusters that name them at once
+    // rather than at the next resync (a rotation starts within a second).
+    let user_secrets = watcher(
+        scoped::<kube::core::PartialObjectMeta<Secret>>(&client, ns),
+        watcher::Config::default().any_semantic(),
+    )
+    .touched_objects();
     // Reconciles the pulse asks for (a member changed between resyncs).
     let (pulse_tx, pulse_rx) = tokio::sync::mpsc::unbounded_channel();
     ctx.pulse.add_trigger(ns.map(str::to_string), pulse_tx);
@@ -348,6 +358,19 @@ async fn watch_scope(
         .owns(scoped::<PodDisruptionBudget>(&client, ns), owned.clone())
         .owns(scoped::<NetworkPolicy>(&client, ns), owned.clone())
         .owns(scoped::<Secret>(&client, ns), owned.clone())
+        .watches_stream(
+            user_secrets,
+            move |secret: kube::core::PartialObjectMeta<Secret>| {
+                let name = secret.name_any();
+                let ns = secret.namespace();
+                referencing
+                    .state()
+                    .iter()
+                    .filter(|c| c.namespace() == ns && names_secret(c, &name))
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
         .watches(scoped::<Pod>(&client, ns), owned, |pod: Pod| {
             let cluster = pod.labels().get(LABEL_CLUSTER).cloned();
             let ns = pod.namespace();
@@ -465,6 +488,18 @@ async fn reconcile_entry(vc: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Ac
     result
 }
 
+/// Whether the cluster's spec names Secret `name` (the password, a user's
+/// passwords, the TLS certificate).
+fn names_secret(c: &ValkeyCluster, name: &str) -> bool {
+    let spec = &c.spec;
+    spec.auth
+        .password_secret
+        .as_ref()
+        .is_some_and(|s| s.name == name)
+        || spec.users.iter().any(|u| u.password_secret.name == name)
+        || spec.tls.secret_name.as_deref() == Some(name)
+}
+
 /// The longest a reconcile may run. The longest step a healthy cluster
 /// takes is a graceful failover (15 s, `Timeouts::failover`) after a few
 /// commands of at most 3 s each; 60 s leaves room for a slow API server.
@@ -487,6 +522,30 @@ fn retry_after(failures: u32) -> Duration {
 }
 
 use kube::Resource as _;
+
+#[cfg(test)]
+mod secret_tests {
+    #[test]
+    fn a_cluster_names_its_password_users_and_tls_secrets() {
+        let c: api::ValkeyCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.rs/v1alpha1",
+            "kind": "ValkeyCluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {
+                "shards": 1,
+                "replicas": 0,
+                "auth": {"passwordSecret": {"name": "pw"}},
+                "users": [{"name": "app", "passwordSecret": {"name": "app-pw"}, "permissions": "+@read"}],
+                "tls": {"enabled": true, "secretName": "certs"}
+            }
+        }))
+        .unwrap();
+        for name in ["pw", "app-pw", "certs"] {
+            assert!(super::names_secret(&c, name), "{name}");
+        }
+        assert!(!super::names_secret(&c, "other"));
+    }
+}
 
 #[cfg(test)]
 mod image_tests {

@@ -19,6 +19,12 @@
 //! 6. `<cluster>-users` deleted: made again; a replica whose link to its
 //!    primary is dropped (`CLIENT KILL TYPE master`) links up again as the
 //!    replication user.
+//!
+//! And two hostile or mistaken specs, each refused without harm: a
+//! `securityContext` beyond the restricted profile (Ready False
+//! `InvalidSpec` naming the field, no pod made), and a cluster whose
+//! ConfigMap name is taken by an object it does not own (`NotOwned`, the
+//! object left as it was).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
@@ -262,6 +268,67 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
         "security_reversals: {users} deleted: made again; replicas link up after a drop, no restart"
     );
     Ok(())
+}
+
+fn hostile_specs(env: &Env, ns: &str) -> Result<()> {
+    // A privileged container is refused with the field named; nothing runs.
+    let privileged = cluster_manifest("priv", 1, 0).extra_spec(
+        "  securityContext:\n    privileged: true\n    allowPrivilegeEscalation: true\n",
+    );
+    env.apply(ns, &privileged.yaml())?;
+    let obj = env.wait_condition(ns, "priv", "Ready", "False", Duration::from_secs(30))?;
+    let ready = e2e::cluster::condition(&obj, "Ready")
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        ready["reason"] == "InvalidSpec"
+            && ready["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("spec.securityContext.privileged")),
+        "a privileged securityContext was not refused with the field named: {ready}"
+    );
+    ensure!(
+        env.members(ns, "priv")?.is_empty(),
+        "a refused cluster got pods"
+    );
+    println!(
+        "security_reversals: privileged securityContext refused: {}",
+        ready["message"]
+    );
+
+    // An object of the cluster's name that it does not own is not taken over.
+    env.apply(
+        ns,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: taken-config\ndata:\n  mine: \"yes\"\n",
+    )?;
+    env.apply(ns, &cluster_manifest("taken", 1, 0).yaml())?;
+    wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+        Ok(env
+            .object_events(ns, "ValkeyCluster", "taken")?
+            .iter()
+            .any(|e| e.message.contains("not owned by this ValkeyCluster")))
+    })
+    .context("no event says the ConfigMap is not owned")?;
+    let cm = env.kubectl_json(&["get", "configmap", "taken-config", "-n", ns])?;
+    ensure!(
+        cm["data"]["mine"] == "yes"
+            && cm["data"].get("valkey.conf").is_none()
+            && cm["metadata"]["ownerReferences"].is_null(),
+        "the user's ConfigMap was taken over: {cm}"
+    );
+    println!(
+        "security_reversals: a ConfigMap of the cluster's name it does not own is left alone (NotOwned)"
+    );
+    Ok(())
+}
+
+#[test]
+fn hostile_specs_are_refused_and_nothing_is_taken_over() {
+    let Some(suite) = Suite::start("security_reversals", "hostile-specs", "e2e-hostile-spec")
+    else {
+        return;
+    };
+    suite.run(&["priv", "taken"], hostile_specs);
 }
 
 #[test]

@@ -244,8 +244,12 @@ async fn run(
             events,
         )
         .await?;
+        // Every member's ACL users, asked once: the rotation, the check of
+        // `default` and the users' sync read it.
+        let listed = act::users::list(&valkey.session).await;
         if let (Some(switch), (Some(password), _)) = (&rotation.switch, rotation.login(&auth)) {
-            act::rotation::advance_switch(ctx, &valkey.session, switch, password).await;
+            act::rotation::advance_switch(ctx, &valkey.session, &member_auth, switch, password)
+                .await;
         }
         if let (true, Some(password)) = (rotation.unrecorded, auth.password()) {
             act::rotation::rebuild_record(
@@ -278,8 +282,12 @@ async fn run(
                 &cluster,
                 &owner,
                 (&valkey.observed, &valkey.session, &kube),
-                act::rotation::all_rolled(&cluster, &kube, &desired)
-                    && facts.password_stale.is_empty(),
+                (
+                    &listed,
+                    &member_auth,
+                    act::rotation::all_rolled(&cluster, &kube, &desired)
+                        && facts.password_stale.is_empty(),
+                ),
                 (password, previous, rotation.highest),
                 events,
             )
@@ -292,7 +300,6 @@ async fn run(
             &system.replication_password,
         )
         .await;
-        let listed = act::users::list(&valkey.session).await;
         let everyone_reachable = valkey
             .observed
             .members
@@ -300,8 +307,11 @@ async fn run(
             .all(|m| matches!(m.state, valkey::model::MemberState::Reachable(_)));
         let rolled =
             act::rotation::all_rolled(&cluster, &kube, &desired) && facts.password_stale.is_empty();
+        // While a rotation runs, `advance` gives every member both
+        // passwords; the listing predates its adds.
         if let Some(want) =
             act::rotation::default_want(&rotation, auth.password(), rolled, everyone_reachable)
+            && rotation.previous.is_none()
         {
             act::rotation::close_default(ctx, &valkey.session, &kube, &listed, &want).await;
         }

@@ -75,6 +75,7 @@ use crate::controller::act::secrets;
 use crate::controller::events::{Events, reason};
 use crate::controller::observe::kube::KubeView;
 use crate::controller::observe::pods::{PodFacts, needs_restart};
+use crate::controller::observe::valkey::MemberAuths;
 use crate::controller::valkey_io::Session;
 use crate::controller::{Context, Error};
 use api::ValidatedCluster;
@@ -459,13 +460,7 @@ pub async fn rebuild_record(
     ctx: &Context,
     cluster: &ValidatedCluster,
     owner: &OwnerReference,
-    (observed, auth): (
-        &ObservedCluster,
-        &std::collections::BTreeMap<
-            valkey::model::MemberRef,
-            crate::controller::observe::valkey::MemberAuth,
-        >,
-    ),
+    (observed, auth): (&ObservedCluster, &MemberAuths),
     (password, highest): (&str, u64),
 ) -> Result<(), Error> {
     let started_with: Vec<Option<String>> = observed
@@ -625,11 +620,17 @@ pub async fn close_default(
 /// still logs in to its primary as `default` (one started by a release
 /// before the replication user) gets the password as `primaryauth`.
 /// Failures are logged; the next reconcile tries again.
-pub async fn advance_switch(ctx: &Context, session: &Session, switch: &Switch, password: &str) {
+pub async fn advance_switch(
+    ctx: &Context,
+    session: &Session,
+    auth: &MemberAuths,
+    switch: &Switch,
+    password: &str,
+) {
     for (m, admin) in session {
         let done = match switch {
             Switch::On => {
-                if !logs_in_as_default(admin).await {
+                if !logs_in_as_default(auth, m) {
                     continue;
                 }
                 ctx.metrics.valkey_command("ConfigSet");
@@ -648,16 +649,11 @@ pub async fn advance_switch(ctx: &Context, session: &Session, switch: &Switch, p
 
 /// Whether the member logs in to its primary as `default` with the cluster
 /// password (`primaryuser default`, as members of releases before the
-/// replication user did) rather than as the replication user.
-async fn logs_in_as_default(admin: &valkey::client::ValkeyAdmin) -> bool {
-    use valkey::client::Admin as _;
-    admin
-        .config_get(&["primaryuser".to_string()])
-        .await
-        .is_ok_and(|c| {
-            c.get("primaryuser")
-                .is_some_and(|u| u == valkey::acl::DEFAULT_USER)
-        })
+/// replication user did) rather than as the replication user, as it said
+/// this reconcile (`observe::valkey::member_auth`).
+fn logs_in_as_default(auth: &MemberAuths, m: &valkey::model::MemberRef) -> bool {
+    auth.get(m)
+        .is_some_and(|a| a.primaryuser == valkey::acl::DEFAULT_USER)
 }
 
 /// Whether every member pod runs the restart hash its StatefulSet asks for.
@@ -692,20 +688,25 @@ pub async fn advance(
     cluster: &ValidatedCluster,
     owner: &OwnerReference,
     (observed, session, view): (&ObservedCluster, &Session, &KubeView),
-    rolled: bool,
+    // What the members said this reconcile, and whether every one runs the
+    // environment its StatefulSet asks for.
+    (listed, auth, rolled): (&super::users::Listed, &MemberAuths, bool),
     (password, previous, highest): (&str, &str, u64),
     events: &Events<'_>,
 ) -> Result<(), Error> {
     let hashes = [password_hash(password), password_hash(previous)];
-    // Asked of `default` itself: the operator logs in as its own user, so
-    // which password let it in says nothing.
-    let takes_new = futures::future::join_all(
-        session
-            .values()
-            .map(|a| async { a.default_takes(&hashes[0]).await.unwrap_or(false) }),
-    )
-    .await;
-    let via_previous = takes_new.iter().filter(|t| !**t).count();
+    // Asked of `default` itself (its ACL LIST this reconcile): the operator
+    // logs in as its own user, so which password let it in says nothing. A
+    // member whose list failed counts as not taking it yet.
+    let via_previous = session
+        .keys()
+        .filter(|m| {
+            !listed
+                .get(*m)
+                .and_then(|l| l.get(valkey::acl::DEFAULT_USER))
+                .is_some_and(|d| d.enabled && (d.nopass || d.hashes.contains(&hashes[0])))
+        })
+        .count();
     let everyone_reachable = observed
         .members
         .iter()
@@ -726,7 +727,7 @@ pub async fn advance(
                 failed = true;
             }
         }
-        if logs_in_as_default(admin).await
+        if logs_in_as_default(auth, m)
             && let Err(error) = admin.config_set_secret("primaryauth", password).await
         {
             tracing::warn!(member = %m, %error, "CONFIG SET primaryauth failed");
@@ -1279,8 +1280,10 @@ mod model {
                     });
                 }
             }
-            // close_default
-            if let Some(want) = default_want(&rotation, password.as_deref(), rolled, true) {
+            // close_default (while a rotation runs, advance gives both)
+            if let Some(want) = default_want(&rotation, password.as_deref(), rolled, true)
+                && rotation.previous.is_none()
+            {
                 for m in &mut self.members {
                     match default_fix(Some(&m.default), m.env.is_some(), &want) {
                         Some(DefaultFix::Add(hashes)) => {

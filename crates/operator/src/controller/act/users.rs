@@ -328,7 +328,7 @@ pub struct SystemLogins {
 pub async fn keep_primaryauth(
     ctx: &Context,
     session: &Session,
-    auth: &BTreeMap<valkey::model::MemberRef, crate::controller::observe::valkey::MemberAuth>,
+    auth: &crate::controller::observe::valkey::MemberAuths,
     replication_password: &str,
 ) {
     for (m, admin) in session {

@@ -147,9 +147,12 @@ impl std::fmt::Debug for MemberAuth {
     }
 }
 
+/// How every member that answered authenticates.
+pub type MemberAuths = std::collections::BTreeMap<MemberRef, MemberAuth>;
+
 /// Asks every connected member how it authenticates, all at once; a
 /// member that did not answer is absent.
-pub async fn member_auth(session: &Session) -> std::collections::BTreeMap<MemberRef, MemberAuth> {
+pub async fn member_auth(session: &Session) -> MemberAuths {
     use valkey::client::Admin as _;
     let keys = [
         "requirepass".to_string(),
@@ -184,10 +187,7 @@ pub async fn member_auth(session: &Session) -> std::collections::BTreeMap<Member
 /// started after the Secret changed but before its StatefulSet did, or
 /// changed back, carries a hash that does not tell. They must restart
 /// (pure).
-pub fn password_stale(
-    expected: Option<&str>,
-    auth: &std::collections::BTreeMap<MemberRef, MemberAuth>,
-) -> BTreeSet<(u32, u32)> {
+pub fn password_stale(expected: Option<&str>, auth: &MemberAuths) -> BTreeSet<(u32, u32)> {
     let Some(expected) = expected else {
         return BTreeSet::new();
     };

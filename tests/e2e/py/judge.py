@@ -46,13 +46,27 @@ def connect(args, known=None):
     return ValkeyCluster(
         startup_nodes=[ClusterNode(h, args.port) for h in hosts],
         username=args.username or None,
-        password=args.password or None,
+        password=current_password(args),
         socket_timeout=2.0,
         socket_connect_timeout=2.0,
         cluster_error_retry_attempts=3,
         decode_responses=True,
         **tls_options(args),
     )
+
+
+def current_password(args):
+    """The password to log in with: with `load --password-file`, what that
+    file holds now (as an application reading a mounted Secret would, at
+    each reconnection), else --password."""
+    path = getattr(args, "password_file", None)
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip() or None
+        except OSError:
+            pass
+    return args.password or None
 
 
 # `load --plaintext-first`: set once the members refused plaintext.
@@ -193,6 +207,8 @@ def main():
     load.add_argument("--wait-replicas", type=int, default=0)
     load.add_argument("--interval-ms", type=float, default=2.0)
     load.add_argument("--prefix", default="load")
+    load.add_argument("--password-file",
+                      help="read the password from this file at each (re)connection")
     load.add_argument("--plaintext-first", action="store_true",
                       help="with --tls-ca: plaintext until the members refuse it, then TLS")
     verify = sub.add_parser("verify")

@@ -9,10 +9,12 @@
 //!    Ready;
 //! 2. the password A -> B, then back to A 4 s later: once settled, every
 //!    member takes A and refuses B;
-//!
-//! then, the writer stopped and every acknowledged key read back:
 //! 3. A -> B, then C 4 s later: every member ends on C alone (A and B
 //!    refused);
+//!
+//! the writer reading the password from a file that follows the Secret at
+//! each reconnection; then, the writer stopped and every acknowledged key
+//! read back:
 //! 4. `<cluster>-auth-applied` deleted: rebuilt, no member restarted;
 //! 5. `<cluster>-auth` deleted: made again with the password the members
 //!    run (not a new one), no member restarted;
@@ -134,13 +136,30 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
     let a = env.password(ns, NAME)?;
     let ips = env.member_ips(ns, NAME)?;
     let hosts: Vec<&str> = ips.iter().map(String::as_str).collect();
+    // The writer reads the password as an application reading the Secret
+    // would: from a file that follows it, at each reconnection.
+    let password_file = work.join("password");
+    std::fs::write(&password_file, &a)?;
+    let password_arg = password_file.to_string_lossy().to_string();
     let mut load = env.start_load(
         &hosts,
         &a,
         &work,
         "reversals",
-        &["--username", "default", "--wait-replicas", "1"],
+        &[
+            "--username",
+            "default",
+            "--wait-replicas",
+            "1",
+            "--password-file",
+            &password_arg,
+        ],
     )?;
+    let set_password = |password: &str| -> Result<()> {
+        set_password(env, ns, password)?;
+        std::fs::write(&password_file, password)?;
+        Ok(())
+    };
     wait_load_running(&mut load)?;
 
     // 1. auth off, on again before the roll finished.
@@ -165,9 +184,9 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
 
     // 2. A -> B -> A.
     let b = format!("{a}-b");
-    set_password(env, ns, &b)?;
+    set_password(&b)?;
     std::thread::sleep(Duration::from_secs(4));
-    set_password(env, ns, &a)?;
+    set_password(&a)?;
     wait_settled(env, ns, "A -> B -> A", Duration::from_secs(300), |ip| {
         let with_a = ping(env, ip, &a)?;
         let with_b = ping(env, ip, &b)?;
@@ -175,19 +194,12 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
             .then(|| format!("A: {with_a:?}, B: {with_b:?}")))
     })?;
     println!("security_reversals: A -> B -> A: A alone on every member");
-    let summary = finish_load(&mut load, "writes across the reversals")?;
-    let verify = env.verify_cluster_keys(ns, NAME, &a, &work.join("reversals.keys"))?;
-    ensure!(
-        verify["missing"] == 0,
-        "keys across the reversals: {verify}"
-    );
-    println!("security_reversals: writer across both reversals {summary}");
 
     // 3. A -> B -> C.
     let c = format!("{a}-c");
-    set_password(env, ns, &b)?;
+    set_password(&b)?;
     std::thread::sleep(Duration::from_secs(4));
-    set_password(env, ns, &c)?;
+    set_password(&c)?;
     wait_settled(env, ns, "A -> B -> C", Duration::from_secs(300), |ip| {
         let replies = [ping(env, ip, &a)?, ping(env, ip, &b)?, ping(env, ip, &c)?];
         let ok = replies[0].contains("WRONGPASS")
@@ -196,6 +208,13 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
         Ok((!ok).then(|| format!("A, B, C: {replies:?}")))
     })?;
     println!("security_reversals: A -> B -> C: C alone on every member");
+    let summary = finish_load(&mut load, "writes across the reversals")?;
+    let verify = env.verify_cluster_keys(ns, NAME, &c, &work.join("reversals.keys"))?;
+    ensure!(
+        verify["missing"] == 0,
+        "keys across the reversals: {verify}"
+    );
+    println!("security_reversals: writer across the three reversals {summary}");
 
     // 4. the record deleted: rebuilt, nothing restarted.
     let before = uids(env, ns)?;

@@ -19,6 +19,10 @@
 //!   CAs first, then the new CA alone; afterwards every member presents a
 //!   certificate of the new CA, none verifies against the old one, and every
 //!   acknowledged write reads back.
+//! - the CA's Secret (`secure-tls-ca-key`) deleted while a client writes:
+//!   the operator makes a new CA, trusted beside the lost one first
+//!   (`CAKeyLost`), signing once every member trusts it, alone once every
+//!   member presents its certificate; every acknowledged write reads back.
 //! - TLS turned on for a live cluster (`switch`, 2x1, plaintext first) while
 //!   a client writes with WAIT 1 and follows the members to TLS once they
 //!   refuse plaintext: every member restarts once (onto a pod with the
@@ -160,6 +164,50 @@ fn speaks_only_tls(env: &Env, ip: &str, password: &str) -> Result<()> {
 /// `spec.tls.enabled: true` patched into the plaintext cluster `switch`
 /// while a WAIT-1 writer runs (see the module doc). Leaves the suite's
 /// clients on plaintext, as it found them.
+/// Follows Secret `secure-tls-ca` into `ca_file` (as a mounted Secret would)
+/// until a CA change from `from_pem` is over: a bundle of two or more CAs
+/// seen, then one CA other than `from_pem`, and `rotated` CARotated events in
+/// all. Returns the CA published last and the CA events' reasons.
+fn follow_ca_change(
+    env: &Env,
+    ns: &str,
+    from_pem: &str,
+    ca_file: &Path,
+    rotated: usize,
+) -> Result<(String, Vec<String>)> {
+    let mut published = from_pem.to_string();
+    let mut bundle_seen = false;
+    let mut reasons: Vec<String> = Vec::new();
+    wait_until(Duration::from_secs(240), Duration::from_millis(500), || {
+        let now = secret_key(env, ns, "secure-tls-ca", "ca.crt").unwrap_or_default();
+        if now.contains("BEGIN CERTIFICATE") && now != published {
+            let tmp = ca_file.with_extension("new");
+            std::fs::write(&tmp, &now)?;
+            std::fs::rename(&tmp, ca_file)?;
+            published = now;
+        }
+        let certs = published.matches("BEGIN CERTIFICATE").count();
+        bundle_seen |= certs >= 2;
+        reasons = env
+            .object_events(ns, "ValkeyCluster", "secure")?
+            .into_iter()
+            .map(|e| e.reason)
+            .filter(|r| r.starts_with("CA"))
+            .collect();
+        Ok(bundle_seen
+            && certs == 1
+            && published != from_pem
+            && reasons.iter().filter(|r| *r == "CARotated").count() >= rotated)
+    })
+    .with_context(|| {
+        format!(
+            "the CA change did not finish: bundle seen {bundle_seen}, events {reasons:?}, secure-tls-ca holds {} certificates",
+            published.matches("BEGIN CERTIFICATE").count()
+        )
+    })?;
+    Ok((published, reasons))
+}
+
 fn tls_on_for_a_live_cluster(
     env: &Env,
     ns: &str,
@@ -435,36 +483,7 @@ fn members_speak_only_tls_and_renew_their_certificate() {
             "valkey.rs/rotate-ca=e2e-1",
         ])?;
         let started = std::time::Instant::now();
-        let mut published = ca_pem.clone();
-        let mut bundle_seen = false;
-        let mut reasons: Vec<String> = Vec::new();
-        wait_until(Duration::from_secs(240), Duration::from_millis(500), || {
-            let now = secret_key(env, ns, "secure-tls-ca", "ca.crt").unwrap_or_default();
-            if now.contains("BEGIN CERTIFICATE") && now != published {
-                let tmp = work.join("secure-ca.crt.new");
-                std::fs::write(&tmp, &now)?;
-                std::fs::rename(&tmp, &ca_file)?;
-                published = now;
-            }
-            let certs = published.matches("BEGIN CERTIFICATE").count();
-            bundle_seen |= certs == 2;
-            reasons = env
-                .object_events(ns, "ValkeyCluster", "secure")?
-                .into_iter()
-                .map(|e| e.reason)
-                .filter(|r| r.starts_with("CARotat"))
-                .collect();
-            Ok(bundle_seen
-                && certs == 1
-                && published != ca_pem
-                && reasons.iter().any(|r| r == "CARotated"))
-        })
-        .with_context(|| {
-            format!(
-                "the CA rotation did not finish: bundle seen {bundle_seen}, events {reasons:?}, secure-tls-ca holds {} certificates",
-                published.matches("BEGIN CERTIFICATE").count()
-            )
-        })?;
+        let (published, reasons) = follow_ca_change(env, ns, &ca_pem, &ca_file, 1)?;
         let took = started.elapsed().as_secs_f64();
         for want in ["CARotationStarted", "CARotationSigning", "CARotated"] {
             ensure!(
@@ -494,6 +513,53 @@ fn members_speak_only_tls_and_renew_their_certificate() {
         env.check_shape(ns, "secure", 3, 1)?;
         println!(
             "tls: CA rotated in {took:.1}s (bundle, new signer, new CA alone; events {reasons:?}) under load {summary}"
+        );
+        ca_pem = published;
+
+        // The CA's Secret deleted while a client writes (a mistake, or a
+        // namespace restored without it): the members keep their
+        // certificate and trust a new CA beside the lost one first
+        // (CAKeyLost), the new CA signs once every member trusts it, and
+        // the lost CA is dropped once every member presents the new
+        // certificate: no handshake fails on the way.
+        let rotated_ca_file = work.join("secure-ca-2.crt");
+        std::fs::write(&rotated_ca_file, &ca_pem)?;
+        let mut load = env.start_member_load(ns, "secure", &password, &work, "lost", &[])?;
+        env.kubectl(&["delete", "secret", "secure-tls-ca-key", "-n", ns])?;
+        let started = std::time::Instant::now();
+        let (published, reasons) = follow_ca_change(env, ns, &ca_pem, &ca_file, 2)?;
+        let took = started.elapsed().as_secs_f64();
+        ensure!(
+            reasons.iter().any(|r| r == "CAKeyLost"),
+            "no CAKeyLost event: {reasons:?}"
+        );
+        for ip in &env.member_ips(ns, "secure")? {
+            served_serial(ip, &ca_file, true)
+                .with_context(|| format!("{ip} against the CA made after the loss"))?;
+            ensure!(
+                served_serial(ip, &rotated_ca_file, false).is_err(),
+                "{ip} still serves a certificate of the lost CA"
+            );
+        }
+        // The rotation asked for before the loss is not made again.
+        let started_rotations = env
+            .object_events(ns, "ValkeyCluster", "secure")?
+            .into_iter()
+            .filter(|e| e.reason == "CARotationStarted")
+            .count();
+        ensure!(
+            started_rotations == 1,
+            "{started_rotations} rotations started: the loss started another"
+        );
+        let summary = finish_load(&mut load, "writes across the loss of the CA's Secret")?;
+        let verified = env.verify_cluster_keys(ns, "secure", &password, &work.join("lost.keys"))?;
+        ensure!(
+            verified["missing"] == 0,
+            "keys written across the loss of the CA's Secret: {verified}"
+        );
+        env.check_shape(ns, "secure", 3, 1)?;
+        println!(
+            "tls: the CA's Secret deleted: a new CA trusted, signing, alone in {took:.1}s (events {reasons:?}) under load {summary}"
         );
         ca_pem = published;
 

@@ -81,6 +81,9 @@ pub const NEXT_CERT: &str = "next.crt";
 pub const NEXT_KEY: &str = "next.key";
 /// Key of the previous CA's certificate in `<cluster>-tls-ca-key` (rotation, step 2).
 pub const PREVIOUS_CERT: &str = "previous.crt";
+/// Key in `<cluster>-tls-ca-key` of the CAs the members trusted when the
+/// Secret was lost (recovery, before the new CA signs).
+pub const LOST_CERT: &str = "lost.crt";
 
 /// How long the CA is valid: ten years. It is rotated in the last third.
 pub const CA_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -404,6 +407,9 @@ pub fn ca_key_secret(cluster: &ValidatedCluster, owner: &OwnerReference, set: &C
     if let Some(previous) = &set.previous_pem {
         data.push((PREVIOUS_CERT, previous));
     }
+    if let Some(lost) = &set.lost_pem {
+        data.push((LOST_CERT, lost));
+    }
     owned_secret(
         cluster,
         owner,
@@ -461,6 +467,56 @@ pub fn serving_secret(
     )
 }
 
+/// The certificates the members trusted when `<cluster>-tls-ca-key` was
+/// lost: every distinct PEM block of the serving Secret's and the public
+/// Secret's `ca.crt`, or `None` when neither holds one (nothing to keep).
+pub fn lost_trust<'a>(bundles: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for bundle in bundles {
+        for block in bundle.split_inclusive("-----END CERTIFICATE-----") {
+            let Some(start) = block.find("-----BEGIN CERTIFICATE-----") else {
+                continue;
+            };
+            if !block.ends_with("-----END CERTIFICATE-----") {
+                continue;
+            }
+            let cert = format!("{}\n", &block[start..]);
+            if !seen.contains(&cert) {
+                seen.push(cert);
+            }
+        }
+    }
+    (!seen.is_empty()).then(|| seen.concat())
+}
+
+/// The generation of a CA made after `<cluster>-tls-ca-key` was lost: past
+/// the one that signed the serving certificate and a next one that may have
+/// been in flight, so its name differs from every CA still trusted.
+pub fn recovery_generation(serving_signer: Option<u32>) -> u32 {
+    serving_signer.unwrap_or(1).saturating_add(2)
+}
+
+/// `<cluster>-tls` with its certificate and key kept and `trust_pem` as
+/// its `ca.crt` (recovery: the key that signed it is gone, so it cannot be
+/// issued again until the new CA is trusted). `None` when it lacks the
+/// certificate or key.
+pub fn retrusted_serving_secret(
+    cluster: &ValidatedCluster,
+    owner: &OwnerReference,
+    trust_pem: &str,
+    existing: &Secret,
+) -> Option<Secret> {
+    let facts = IssuedFacts::of(existing);
+    let issued = Issued {
+        cert_pem: secret_text(existing, TLS_CERT_KEY)?,
+        key_pem: secret_text(existing, TLS_KEY_KEY)?,
+        not_after_unix: facts.not_after_unix.unwrap_or(0),
+        ips: facts.ips,
+        ca_generation: facts.ca_generation,
+    };
+    Some(serving_secret(cluster, owner, trust_pem, &issued))
+}
+
 /// The operator's CA as `<cluster>-tls-ca-key` holds it: the CA that
 /// signs, and mid-rotation the next one (step 1) or the previous one
 /// (step 2).
@@ -474,6 +530,11 @@ pub struct CaSet {
     pub previous_pem: Option<String>,
     /// The `valkey.rs/rotate-ca` value the last rotation was made for.
     pub handled_request: Option<String>,
+    /// Recovery: the CAs the members trusted when `<cluster>-tls-ca-key`
+    /// was lost (the key that signed their certificates is gone). They stay
+    /// trusted beside the new signer, and the members keep presenting the
+    /// certificate they have, until every member trusts the new CA.
+    pub lost_pem: Option<String>,
 }
 
 /// Where a rotation of the operator's CA stands.
@@ -487,6 +548,9 @@ pub enum CaPhase {
     /// Step 2: the new CA signs; the previous one is trusted until every
     /// member presents the new CA's certificate.
     Signing,
+    /// The CA's Secret was lost: a new CA is trusted beside the lost ones,
+    /// and signs once every member trusts it (then as [`CaPhase::Signing`]).
+    Recovering,
 }
 
 impl CaSet {
@@ -497,6 +561,15 @@ impl CaSet {
             next: None,
             previous_pem: None,
             handled_request: None,
+            lost_pem: None,
+        }
+    }
+
+    /// A new CA for members that trust `lost_pem`, whose signing key is gone.
+    pub fn recovering(ca: Ca, lost_pem: String) -> CaSet {
+        CaSet {
+            lost_pem: Some(lost_pem),
+            ..CaSet::of_one(ca)
         }
     }
 
@@ -538,13 +611,16 @@ impl CaSet {
         Some(CaSet {
             signer,
             previous_pem: secret_text(secret, PREVIOUS_CERT).filter(|_| next.is_none()),
+            lost_pem: secret_text(secret, LOST_CERT).filter(|_| next.is_none()),
             next,
             handled_request: annotations.get(ANNOTATION_ROTATION_REQUEST).cloned(),
         })
     }
 
     pub fn phase(&self) -> CaPhase {
-        if self.next.is_some() {
+        if self.lost_pem.is_some() && self.next.is_none() {
+            CaPhase::Recovering
+        } else if self.next.is_some() {
             CaPhase::Trusting
         } else if self.previous_pem.is_some() {
             CaPhase::Signing
@@ -562,6 +638,9 @@ impl CaSet {
         }
         if let Some(previous) = &self.previous_pem {
             pem.push_str(&pem_line_ended(previous));
+        }
+        if let Some(lost) = &self.lost_pem {
+            pem.push_str(&pem_line_ended(lost));
         }
         pem
     }
@@ -601,7 +680,9 @@ pub fn ca_step(
     members_ready: Option<bool>,
 ) -> Option<CaStep> {
     match set.phase() {
-        CaPhase::Trusting => (members_ready == Some(true)).then_some(CaStep::Sign),
+        CaPhase::Trusting | CaPhase::Recovering => {
+            (members_ready == Some(true)).then_some(CaStep::Sign)
+        }
         CaPhase::Signing => (members_ready == Some(true)).then_some(CaStep::Finish),
         CaPhase::Steady => {
             let request = request.map(str::trim).filter(|r| !r.is_empty());
@@ -636,14 +717,22 @@ pub fn after_step(set: &CaSet, step: &CaStep, next: Option<Ca>, request: Option<
                 .or_else(|| set.handled_request.clone()),
             ..set.clone()
         },
-        CaStep::Sign => match &set.next {
-            Some(next) => CaSet {
+        CaStep::Sign => match (&set.next, &set.lost_pem) {
+            (Some(next), _) => CaSet {
                 signer: next.clone(),
                 next: None,
                 previous_pem: Some(set.signer.cert_pem.clone()),
                 handled_request: set.handled_request.clone(),
+                lost_pem: None,
             },
-            None => set.clone(),
+            // Recovery: the new CA already is the signer; the lost CAs
+            // stay trusted until every member presents its certificate.
+            (None, Some(lost)) => CaSet {
+                previous_pem: Some(lost.clone()),
+                lost_pem: None,
+                ..set.clone()
+            },
+            (None, None) => set.clone(),
         },
         CaStep::Finish => CaSet {
             previous_pem: None,
@@ -858,6 +947,71 @@ mod tests {
         let issued = issue(&c, &second, &ips(&["10.0.0.1"]), NOW)?;
         assert_eq!(issued.ca_generation, 2);
         assert_ne!(first.cert_pem, second.cert_pem);
+        Ok(())
+    }
+
+    #[test]
+    fn a_lost_ca_is_trusted_beside_a_new_one_until_every_member_trusts_it() -> Result<(), TlsError>
+    {
+        let c = cluster("cache", 3, 1);
+        let old = new_ca(&c, 1, NOW)?;
+        // The serving Secret and the public one name the same CA: kept once.
+        let lost = lost_trust([old.cert_pem.as_str(), old.cert_pem.as_str(), "garbage"])
+            .expect("a certificate");
+        assert_eq!(lost.matches("BEGIN CERTIFICATE").count(), 1);
+        assert_eq!(lost_trust(["", "no pem here"]), None);
+        let generation = recovery_generation(Some(1));
+        assert_eq!(generation, 3);
+        let fresh = new_ca(&c, generation, NOW)?;
+        let recovering = CaSet::recovering(fresh.clone(), lost.clone());
+        assert_eq!(recovering.phase(), CaPhase::Recovering);
+        assert!(recovering.trust_pem().contains(&fresh.cert_pem));
+        assert!(recovering.trust_pem().contains(lost.trim_end()));
+        // It survives its Secret, starts no rotation, and signs only once
+        // every member passed the check.
+        let secret = ca_key_secret(&c, &owner(), &recovering);
+        assert_eq!(CaSet::of(&secret), Some(recovering.clone()));
+        assert_eq!(ca_step(&recovering, Some("asked"), NOW, None), None);
+        assert_eq!(ca_step(&recovering, None, NOW, Some(false)), None);
+        assert_eq!(
+            ca_step(&recovering, None, NOW, Some(true)),
+            Some(CaStep::Sign)
+        );
+        // Then as step 2 of a rotation: the new CA signs, the lost ones stay
+        // trusted until every member presents the new certificate.
+        let signing = after_step(&recovering, &CaStep::Sign, None, None);
+        assert_eq!(signing.phase(), CaPhase::Signing);
+        assert_eq!(signing.signer, fresh);
+        assert_eq!(signing.previous_pem.as_deref(), Some(lost.as_str()));
+        assert_eq!(signing.lost_pem, None);
+        let done = after_step(&signing, &CaStep::Finish, None, None);
+        assert_eq!(done.trust_pem(), pem_line_ended(&fresh.cert_pem));
+        Ok(())
+    }
+
+    #[test]
+    fn the_serving_certificate_is_kept_with_a_new_trust_while_recovering() -> Result<(), TlsError> {
+        let c = cluster("cache", 3, 1);
+        let old = new_ca(&c, 1, NOW)?;
+        let issued = issue(&c, &old, &ips(&["10.0.0.1"]), NOW)?;
+        let before = serving_secret(&c, &owner(), &old.cert_pem, &issued);
+        let after = retrusted_serving_secret(&c, &owner(), "BUNDLE", &before).expect("complete");
+        let facts = IssuedFacts::of(&after);
+        assert_eq!(facts.ca_pem.as_deref(), Some("BUNDLE"));
+        assert_eq!(
+            facts,
+            IssuedFacts {
+                ca_pem: Some("BUNDLE".into()),
+                ..IssuedFacts::of(&before)
+            }
+        );
+        assert_eq!(secret_text(&after, TLS_CERT_KEY), Some(issued.cert_pem));
+        let mut incomplete = before.clone();
+        incomplete.data.as_mut().map(|d| d.remove(TLS_KEY_KEY));
+        assert_eq!(
+            retrusted_serving_secret(&c, &owner(), "B", &incomplete),
+            None
+        );
         Ok(())
     }
 }

@@ -33,6 +33,8 @@ pub mod reason {
     pub const CA_ROTATION_STARTED: &str = "CARotationStarted";
     pub const CA_SIGNING: &str = "CARotationSigning";
     pub const CA_ROTATED: &str = "CARotated";
+    /// `<cluster>-tls-ca-key` was deleted while members trust its CA.
+    pub const CA_KEY_LOST: &str = "CAKeyLost";
     pub const TLS_SWITCHING: &str = "TLSSwitching";
     pub const TLS_ENABLED: &str = "TLSEnabled";
     pub const USER_SECRET_MISSING: &str = "UserSecretMissing";

@@ -140,12 +140,18 @@ async fn run(
         auth_generation: rotation.generation,
         ..cluster
     };
+    let rotate_request = vc
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(api::constants::ANNOTATION_ROTATE_CA))
+        .map(String::as_str);
     let tls = act::tls::ensure(
         ctx,
         &cluster,
         &owner,
         &kube,
-        target.now.0.as_second(),
+        (target.now.0.as_second(), rotate_request),
         events,
     )
     .await?;
@@ -333,12 +339,7 @@ async fn run(
             (&tls, &kube),
             act::tls::RotationInputs {
                 opts: &valkey.opts,
-                request: vc
-                    .meta()
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(api::constants::ANNOTATION_ROTATE_CA))
-                    .map(String::as_str),
+                request: rotate_request,
                 now_unix: target.now.0.as_second(),
             },
             events,

@@ -84,12 +84,13 @@ pub fn member_ips(view: &KubeView) -> BTreeSet<IpAddr> {
 }
 
 /// Makes sure the TLS Secrets exist and are current; returns the CA.
+/// `request` is the cluster's `valkey.rs/rotate-ca` annotation.
 pub async fn ensure(
     ctx: &Context,
     cluster: &ValidatedCluster,
     owner: &OwnerReference,
     view: &KubeView,
-    now_unix: i64,
+    (now_unix, request): (i64, Option<&str>),
     events: &Events<'_>,
 ) -> Result<TlsState, Error> {
     let Some(settings) = &cluster.tls else {
@@ -99,9 +100,20 @@ pub async fn ensure(
     if !settings.operator_managed {
         return user_secret(&api, &settings.secret_name).await;
     }
-    let set = ensure_ca(ctx, cluster, owner, &api, now_unix, events).await?;
+    let public_name = tls_ca_secret_name(&cluster.name);
+    let public = secrets::read(&api, &public_name).await?;
+    let existing = secrets::read(&api, &settings.secret_name).await?;
+    let set = ensure_ca(
+        ctx,
+        cluster,
+        owner,
+        &api,
+        (existing.as_ref(), public.as_ref()),
+        (now_unix, request),
+        events,
+    )
+    .await?;
     let trust = set.trust_pem();
-    let public = secrets::read(&api, &tls_ca_secret_name(&cluster.name)).await?;
     if public
         .as_ref()
         .and_then(|s| secret_text(s, TLS_CA_KEY))
@@ -110,8 +122,20 @@ pub async fn ensure(
     {
         secrets::apply(ctx, &api, &tls::ca_secret(cluster, owner, &trust)).await?;
     }
-    let existing = secrets::read(&api, &settings.secret_name).await?;
     let facts = existing.as_ref().map(IssuedFacts::of);
+    // Recovery: the key that signed the members' certificate is gone; they
+    // keep it (with the new CA trusted beside) until every member trusts
+    // the new CA, then it is issued again (a new CA signs).
+    if set.phase() == CaPhase::Recovering
+        && let Some(kept) = existing
+            .as_ref()
+            .and_then(|e| tls::retrusted_serving_secret(cluster, owner, &trust, e))
+    {
+        if facts.as_ref().and_then(|f| f.ca_pem.as_deref()) != Some(trust.as_str()) {
+            secrets::apply(ctx, &api, &kept).await?;
+        }
+        return Ok(TlsState::Ready(trust.into_bytes(), Some(set)));
+    }
     let ips = member_ips(view);
     let signer = &set.signer;
     if let Some(why) = tls::issue_reason(facts.as_ref(), &trust, signer.generation, &ips, now_unix)
@@ -139,12 +163,17 @@ pub async fn ensure(
 }
 
 /// Reads the CA, creating it when absent (a rotation alone changes it).
+/// `(serving, public)` are `<cluster>-tls` and `<cluster>-tls-ca` as read:
+/// when the CA's Secret is gone but they name CAs the members trust, the
+/// new CA starts as a recovery ([`CaSet::recovering`]) so no member stops
+/// trusting another on the way.
 async fn ensure_ca(
     ctx: &Context,
     cluster: &ValidatedCluster,
     owner: &OwnerReference,
     api: &Api<Secret>,
-    now_unix: i64,
+    (serving, public): (Option<&Secret>, Option<&Secret>),
+    (now_unix, request): (i64, Option<&str>),
     events: &Events<'_>,
 ) -> Result<CaSet, Error> {
     let name = tls_ca_key_secret_name(&cluster.name);
@@ -156,7 +185,30 @@ async fn ensure_ca(
             })
         });
     }
-    let ca = CaSet::of_one(tls::new_ca(cluster, 1, now_unix).map_err(Error::Tls)?);
+    let bundles: Vec<String> = [serving, public]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| secret_text(s, TLS_CA_KEY))
+        .collect();
+    let lost = tls::lost_trust(bundles.iter().map(String::as_str));
+    let ca = match &lost {
+        Some(lost) => {
+            let generation =
+                tls::recovery_generation(serving.map(|s| IssuedFacts::of(s).ca_generation));
+            // A rotation asked for before the loss was for the lost CA:
+            // the new one is that rotation's answer, not a reason for another.
+            CaSet {
+                handled_request: request
+                    .map(|r| r.trim().to_string())
+                    .filter(|r| !r.is_empty()),
+                ..CaSet::recovering(
+                    tls::new_ca(cluster, generation, now_unix).map_err(Error::Tls)?,
+                    lost.clone(),
+                )
+            }
+        }
+        None => CaSet::of_one(tls::new_ca(cluster, 1, now_unix).map_err(Error::Tls)?),
+    };
     ctx.metrics.api_write("Secret", "create");
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -167,13 +219,31 @@ async fn ensure_ca(
         .await
     {
         Ok(_) => {
-            events
-                .normal(
-                    reason::CA_CREATED,
-                    "CreateCertificateAuthority",
-                    format!("created the cluster's CA in Secret {name}"),
-                )
-                .await;
+            match &lost {
+                None => {
+                    events
+                        .normal(
+                            reason::CA_CREATED,
+                            "CreateCertificateAuthority",
+                            format!("created the cluster's CA in Secret {name}"),
+                        )
+                        .await
+                }
+                Some(lost) => {
+                    events
+                        .warning(
+                            reason::CA_KEY_LOST,
+                            "CreateCertificateAuthority",
+                            format!(
+                                "Secret {name} is gone while the members trust {} CA certificate(s) whose key it held: \
+                                 CA {} is made and trusted beside them first, and signs once every member trusts it",
+                                lost.matches("BEGIN CERTIFICATE").count(),
+                                ca.signer.generation
+                            ),
+                        )
+                        .await
+                }
+            }
             Ok(ca)
         }
         // Created meanwhile (another reconcile, a restart): use that one.
@@ -249,19 +319,26 @@ async fn members_ready(
     opts: &ConnectOptions,
     now_unix: i64,
 ) -> Result<Option<bool>, Error> {
+    // Step 1 of a rotation, and a recovery: every member accepts a client
+    // certificate of the CA that signs next (the signer already, in a
+    // recovery).
+    let accepts_client_of = |ca: &tls::Ca| -> Result<ConnectOptions, Error> {
+        let client = tls::issue(cluster, ca, &BTreeSet::new(), now_unix).map_err(Error::Tls)?;
+        Ok(ConnectOptions {
+            tls_identity: Some(TlsIdentity {
+                cert_pem: client.cert_pem.into_bytes(),
+                key_pem: client.key_pem.into_bytes(),
+            }),
+            ..opts.clone()
+        })
+    };
     match (set.phase(), &set.next) {
-        (CaPhase::Trusting, Some(next)) => {
-            let client =
-                tls::issue(cluster, next, &BTreeSet::new(), now_unix).map_err(Error::Tls)?;
-            let opts = ConnectOptions {
-                tls_identity: Some(TlsIdentity {
-                    cert_pem: client.cert_pem.into_bytes(),
-                    key_pem: client.key_pem.into_bytes(),
-                }),
-                ..opts.clone()
-            };
-            Ok(Some(every_member_answers(view, &opts).await))
-        }
+        (CaPhase::Trusting, Some(next)) => Ok(Some(
+            every_member_answers(view, &accepts_client_of(next)?).await,
+        )),
+        (CaPhase::Recovering, _) => Ok(Some(
+            every_member_answers(view, &accepts_client_of(&set.signer)?).await,
+        )),
         (CaPhase::Signing, _) => {
             let opts = ConnectOptions {
                 tls_ca_pem: Some(set.signer.cert_pem.clone().into_bytes()),
@@ -352,6 +429,13 @@ pub async fn advance_rotation(
             format!(
                 "rotating the cluster's CA ({reason}): the members and Secret {public} trust CA {} beside CA {} first",
                 after.signer.generation.saturating_add(1),
+                after.signer.generation
+            ),
+        ),
+        CaStep::Sign if set.phase() == CaPhase::Recovering => (
+            reason::CA_SIGNING,
+            format!(
+                "every member trusts CA {}: it signs the members' certificate from now on; the CAs of the lost Secret stay trusted until every member presents the new certificate",
                 after.signer.generation
             ),
         ),

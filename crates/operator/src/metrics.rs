@@ -266,6 +266,9 @@ pub struct Metrics {
     /// The replica series each cluster has now, so the ones of members that
     /// are gone (or no longer replicas) can be removed.
     replica_series: Mutex<HashMap<ClusterLabels, ReplicaSeries>>,
+    /// The clusters that have series (namespace, name): those gone from the
+    /// cache are forgotten ([`Metrics::clusters_seen`]).
+    seen: Mutex<HashSet<(String, String)>>,
 }
 
 /// The label sets of one cluster's replica gauges.
@@ -430,6 +433,7 @@ impl Metrics {
             replica_link_up,
             replica_lag,
             replica_series: Mutex::new(HashMap::new()),
+            seen: Mutex::new(HashSet::new()),
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -562,6 +566,9 @@ impl Metrics {
         cluster: &str,
         conditions: &[(String, bool)],
     ) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.insert((namespace.to_string(), cluster.to_string()));
+        }
         for t in CONDITION_TYPES {
             let on = conditions.iter().any(|(c, v)| c == t && *v);
             self.cluster_conditions
@@ -610,8 +617,19 @@ impl Metrics {
         series.insert(cluster.clone(), now);
     }
 
+    /// The clusters that have series now, as (namespace, name).
+    pub fn clusters_seen(&self) -> Vec<(String, String)> {
+        self.seen
+            .lock()
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Drops every series of a deleted cluster.
     pub fn forget_cluster(&self, namespace: &str, cluster: &str) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.remove(&(namespace.to_string(), cluster.to_string()));
+        }
         let labels = ClusterLabels {
             namespace: namespace.to_string(),
             cluster: cluster.to_string(),

@@ -15,6 +15,8 @@
 //!    API server with kube's in-cluster config and the pod's service-account
 //!    token; one of them holds the Lease `valkey-system/valkey-operator`;
 //! 4. a ValkeyCluster the user applies becomes Ready with the shape it asks for;
+//!    one whose image matches none of the chart's `allowedImages` is refused
+//!    (`InvalidSpec` naming `spec.image`) and gets no pod;
 //!    then `helm test` (the chart's test pod, the image's `probe-metrics`)
 //!    reads the operator's metrics through the metrics Service;
 //! 5. an in-cluster client pod writes and reads keys through the cluster;
@@ -39,7 +41,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::cluster::{Env, wait_until};
+use e2e::cluster::{Env, condition, wait_until};
 use e2e::exporter;
 use e2e::helm::helm;
 use e2e::manifest::cluster_manifest;
@@ -283,6 +285,7 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
         &member_timeout,
         "monitoring.prometheusRule.enabled=true",
         "monitoring.dashboard.enabled=true",
+        "allowedImages={valkey/valkey:*}",
     ] {
         install.extend(["--set", value]);
     }
@@ -403,6 +406,46 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
             )
         })?;
     println!("operator_incluster: ValkeyCluster {ns}/{CLUSTER} Ready 3x1");
+
+    // The chart's allowedImages (--allowed-images): a cluster whose image
+    // matches none is refused with the field named, and no pod is made.
+    let refused = cluster_manifest("miner", 1, 1).image("evil/miner:1");
+    env.apply(ns, &refused.yaml())?;
+    let mut last = Value::Null;
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        last = env.cluster(ns, "miner")?;
+        Ok(condition(&last, "Ready").is_some_and(|c| {
+            c["status"] == "False"
+                && c["reason"] == "InvalidSpec"
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("spec.image") && m.contains("evil/miner:1"))
+        }))
+    })
+    .with_context(|| {
+        format!(
+            "an image outside allowedImages was not refused: {}",
+            last["status"]
+        )
+    })?;
+    let pods = env.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        "valkey.rs/cluster=miner",
+        "-o",
+        "name",
+    ])?;
+    ensure!(
+        pods.trim().is_empty(),
+        "pods made for a refused image: {pods}"
+    );
+    env.kubectl(&["delete", "valkeycluster", "miner", "-n", ns, "--wait=false"])?;
+    println!(
+        "operator_incluster: allowedImages refuses evil/miner:1 (InvalidSpec naming spec.image), no pod made"
+    );
 
     // `helm test`: the chart's test pod, the operator's image running
     // `probe-metrics`, reads the metrics Service through cluster DNS. A

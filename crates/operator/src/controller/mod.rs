@@ -336,6 +336,14 @@ async fn watch_scope(
     );
     let cluster_store = ctl.store();
     let referencing = cluster_store.clone();
+    // A deleted cluster that owned nothing and had no requeue pending (an
+    // invalid spec) is never reconciled again: its series are dropped when
+    // it is gone from the cache.
+    let sweeper = tokio::spawn(sweep_deleted(
+        cluster_store.clone(),
+        ns.map(str::to_string),
+        ctx.clone(),
+    ));
     // Secrets the user names (spec.auth.passwordSecret, spec.users,
     // spec.tls.secretName) carry no label of ours: their metadata alone is
     // watched, and a change reconciles the clusters that name them at once
@@ -431,6 +439,36 @@ async fn watch_scope(
             futures::future::ready(())
         })
         .await;
+    sweeper.abort();
+}
+
+/// How often the series of clusters gone from the cache are dropped.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// Forgets (series, memory, pulse) every cluster of `scope` (a namespace,
+/// or all) the metrics know that the cache no longer holds, every
+/// [`SWEEP_EVERY`].
+async fn sweep_deleted(store: Store<ValkeyCluster>, scope: Option<String>, ctx: Arc<Context>) {
+    // A cluster has series only after a reconcile, which the cache fed: one
+    // missing from it now was deleted (a re-list swaps the cache whole).
+    loop {
+        tokio::time::sleep(SWEEP_EVERY).await;
+        let live: std::collections::HashSet<(String, String)> = store
+            .state()
+            .iter()
+            .map(|c| (c.namespace().unwrap_or_default(), c.name_any()))
+            .collect();
+        for (ns, name) in ctx.metrics.clusters_seen() {
+            let in_scope = scope.as_ref().is_none_or(|s| *s == ns);
+            if in_scope && !live.contains(&(ns.clone(), name.clone())) {
+                tracing::debug!(namespace = %ns, cluster = %name, "gone: its series are dropped");
+                ctx.metrics.forget_cluster(&ns, &name);
+                ctx.forget(&format!("{ns}/{name}"));
+                ctx.pulse
+                    .forget(&ObjectRef::<ValkeyCluster>::new(&name).within(&ns));
+            }
+        }
+    }
 }
 
 #[tracing::instrument(skip(vc, ctx), fields(cluster = %vc.name_any(), namespace = %vc.namespace().unwrap_or_default()))]

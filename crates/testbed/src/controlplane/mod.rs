@@ -362,7 +362,10 @@ fn restart_missing(
 ) -> Result<Vec<&'static str>, ControlPlaneError> {
     let bins = Binaries::in_cache();
     hostnet::setup(&state.netns_prefix, &state.host_ip)?;
-    hostnet::Outside::of(state).setup()?;
+    let outside = hostnet::Outside::of(state);
+    if !outside.exists() {
+        outside.setup()?;
+    }
     let mut restarted = Vec::new();
     for name in [CONTROLLER_MANAGER, SCHEDULER, COREDNS, AGENT] {
         if s.sup.liveness(name).is_alive() {

@@ -380,6 +380,11 @@ async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
             .map_or(controlplane::KUBE_VERSION, |r| r.kube_version.as_str()),
         100 + u32::from(state.id)
     );
+    say!(
+        "outside (`testbed outside`) {}, load-balancer pool {}",
+        topology::outside_ip(state.id),
+        topology::lb_pool_cidr(state.id)
+    );
     say!("\nCOMPONENT                 PID      STATE");
     let mut all_alive = true;
     for c in controlplane::component_status(&dir) {

@@ -66,7 +66,8 @@ impl Pool {
     /// How many addresses it hands out: all but the network and broadcast
     /// addresses.
     fn size(&self) -> u32 {
-        (1u32 << (32 - u32::from(self.cidr.len))).saturating_sub(2)
+        let all = 1u64 << (32 - u32::from(self.cidr.len.min(32)));
+        u32::try_from(all.saturating_sub(2)).unwrap_or(u32::MAX)
     }
 
     /// The `i`-th address handed out (0-based): network + 1 + i.

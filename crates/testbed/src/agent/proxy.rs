@@ -792,7 +792,8 @@ mod tests {
             &nodes(),
         );
         let ep = vec![(Ipv4Addr::new(10, 103, 1, 7), 6379)];
-        let np: Vec<(Frontend, Vec<(Ipv4Addr, u16)>, bool)> = r
+        type Seen = (Frontend, Vec<(Ipv4Addr, u16)>, bool);
+        let np: Vec<Seen> = r
             .iter()
             .filter(|r| !matches!(r.frontend, Frontend::Ip(..)))
             .map(|r| (r.frontend, r.backends.clone(), r.drop_when_empty))

@@ -225,16 +225,34 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
             "{t} answers from outside: {r:?}"
         );
     }
+    // Even with a route added there, the host refuses what no Service's
+    // DNAT took (the route goes again at once: the namespace is shared).
+    let range = format!(
+        "10.{}.0.0/16",
+        100 + state["id"].as_u64().unwrap_or_default()
+    );
+    let script = format!(
+        "ip route add {range} via 169.254.1.1 dev eth0\n\
+         for t in {pod_ip} {cluster_ip}; do echo \"$t $(timeout 3 redis-cli -h $t -p 6379 ping 2>&1 | tr '\\n' ' ')\"; done\n\
+         ip route del {range} via 169.254.1.1 dev eth0\n"
+    );
+    let out = testbed(env, &["outside", "--", "sh", "-c", &script])?;
+    let routed = text(&out);
+    ensure!(
+        out.status.success() && !routed.contains("PONG") && routed.lines().count() >= 2,
+        "outside, with a route to {range}: {routed}"
+    );
     // From the host, as well.
     for (addr, port) in [(node_addrs[0].as_str(), node_port.as_str()), (&lb, "6379")] {
         let r = ping_host(addr, port);
         ensure!(r == "PONG", "host -> {addr}:{port}: {r:?}");
     }
     eprintln!(
-        "[testbed_outside {:>5.1}s] outside: PONG on {} node addresses:{node_port} and {lb}:6379; {pod_ip} and {cluster_ip} not reachable ({:?})",
+        "[testbed_outside {:>5.1}s] outside: PONG on {} node addresses:{node_port} and {lb}:6379; {pod_ip} and {cluster_ip} not reachable ({:?}), nor with a route to {range} ({:?})",
         start.elapsed().as_secs_f64(),
         node_addrs.len(),
-        seen.values().collect::<Vec<_>>()
+        seen.values().collect::<Vec<_>>(),
+        routed.trim()
     );
 
     // A new address: in the status, routed, and the old one refused.

@@ -9,7 +9,8 @@
 //!
 //! Nothing is stored but the cursor and the hold: which address belongs to
 //! whom is read from the Services' status at every pass, so an agent restart
-//! keeps every assignment. Addresses are handed out round the pool (a
+//! keeps every assignment (and its cursor goes on after the highest address
+//! in use). Addresses are handed out round the pool (a
 //! released address is not given again until the cursor comes back to it),
 //! so a Service re-created or reassigned gets an address no one had just
 //! before, which shows stale clients for what they are.
@@ -80,6 +81,15 @@ impl Pool {
         let first = u32::from(self.addr(0));
         let size = self.size();
         size > 0 && (first..first + size).contains(&u32::from(ip))
+    }
+
+    /// Moves the cursor past the highest of `held` (an agent that starts
+    /// again goes on after what the Services show, not from the start).
+    pub fn resume_after(&mut self, held: &BTreeSet<Ipv4Addr>) {
+        if let Some(last) = held.iter().rev().find(|ip| self.contains(**ip)) {
+            let i = u32::from(*last) - u32::from(self.addr(0));
+            self.next = (i + 1) % self.size().max(1);
+        }
     }
 
     /// The next address after the cursor that is not `taken`; `None` when the
@@ -422,7 +432,15 @@ pub async fn run(agent: Arc<super::Agent>, mut commands: mpsc::Receiver<Command>
         tokio::select! {
             ev = events.next() => match ev {
                 None => break,
-                Some(done) => listed |= done,
+                Some(done) => {
+                    if done && !listed {
+                        let current = views(&store.state(), &mut written);
+                        let held: BTreeSet<Ipv4Addr> =
+                            holders(&current, &pool).into_values().collect();
+                        pool.resume_after(&held);
+                    }
+                    listed |= done;
+                }
             },
             c = commands.recv(), if commands_open => match c {
                 Some(c) => command = Some(c),
@@ -523,6 +541,19 @@ mod tests {
         assert_eq!((a, b), (ip(1), ip(2)));
         // .1 is free again, but the cursor moved on.
         assert_eq!(p.pick(&[ip(2)].into()), Some(ip(3)));
+    }
+
+    #[test]
+    fn a_restarted_agent_goes_on_after_the_highest_address_in_use() {
+        let mut p = pool();
+        p.resume_after(&[ip(3), ip(9)].into());
+        assert_eq!(p.pick(&[ip(3), ip(9)].into()), Some(ip(10)));
+        let mut p = pool();
+        p.resume_after(&[ip(254)].into());
+        assert_eq!(p.pick(&[ip(254)].into()), Some(ip(1)), "wraps round");
+        let mut p = pool();
+        p.resume_after(&[Ipv4Addr::new(192, 0, 2, 1)].into());
+        assert_eq!(p.pick(&BTreeSet::new()), Some(ip(1)), "not ours: ignored");
     }
 
     #[test]

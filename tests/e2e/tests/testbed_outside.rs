@@ -64,12 +64,14 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// `testbed VERB... --dir DIR`.
+/// `testbed --dir DIR VERB...` (the directory first: after `outside --`
+/// everything is the command's).
 fn testbed(env: &Env, args: &[&str]) -> Result<Output> {
     Command::new(&env.testbed_bin)
-        .args(args)
         .arg("--dir")
         .arg(&env.testbed_dir)
+        .args(args)
+        .env_remove("TESTBED_DIR")
         .output()
         .with_context(|| format!("running testbed {args:?}"))
 }

@@ -3,7 +3,9 @@
 //!
 //! Request `{"op":"node-fail","target":"node-1a-1"}` (ops `node-fail`,
 //! `node-heal`, `zone-fail`, `zone-heal`, `zone-partition`, and `status`
-//! without a target); reply `{"ok":true,"message":"..."}`.
+//! without a target; the load balancer's `lb-reassign` with target
+//! `namespace/name`, `lb-hold`, `lb-release`, `lb-status`); reply
+//! `{"ok":true,"message":"..."}`.
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,9 @@
 //! valkey-server pods.
 //!
 //! Verbs: `up`, `down`, `status`, and the faults `node fail|heal NAME`,
-//! `zone fail|heal|partition ZONE`, `image load FILE`. Every verb takes
+//! `zone fail|heal|partition ZONE`, `image load FILE`, `outside -- CMD`
+//! (a client outside the cluster), `lb reassign|hold|release|status` (the
+//! load-balancer addresses). Every verb takes
 //! `--dir DIR` (default `.testbed`). The hidden verb `agent` is the node agent
 //! that `up` starts; the hidden `exec-root` enters a loaded image's root for
 //! the agent's containers.
@@ -69,6 +71,19 @@ enum Verb {
     Image {
         #[command(subcommand)]
         action: ImageAction,
+    },
+    /// Run CMD in a network namespace outside the cluster: it reaches the
+    /// nodes' addresses (nodePorts) and the load-balancer addresses, no pod
+    /// and no ClusterIP. CMD's exit code is passed through.
+    Outside {
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        cmd: Vec<String>,
+    },
+    /// The addresses of LoadBalancer Services (from the pool 10.<100+id>.254.0/24).
+    Lb {
+        #[command(subcommand)]
+        action: LbAction,
     },
     /// The node agent (started by `up`).
     #[command(hide = true)]
@@ -143,6 +158,27 @@ enum NodeAction {
 }
 
 #[derive(Subcommand, Debug)]
+enum LbAction {
+    /// Give a LoadBalancer Service a new address from the pool (as when a
+    /// cloud re-creates its balancer); prints `NS/NAME: OLD -> NEW`.
+    Reassign {
+        /// The Service's namespace.
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        /// The Service's name.
+        name: String,
+    },
+    /// Stop assigning addresses: LoadBalancer Services without one stay
+    /// pending (those with one keep it) until `lb release`.
+    Hold,
+    /// Assign addresses again (ends `lb hold`).
+    Release,
+    /// Every LoadBalancer Service and its address (or `pending`), and whether
+    /// assignment is held.
+    Status,
+}
+
+#[derive(Subcommand, Debug)]
 enum ZoneAction {
     /// Every node of the zone fails.
     Fail { zone: String },
@@ -176,6 +212,9 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     } = &cli.verb
     {
         return Err(agent::rootfs::exec_root(root, wd, *uid, *gid, groups, argv));
+    }
+    if let Verb::Outside { cmd } = &cli.verb {
+        return Err(outside(&cli.dir, cmd));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -253,9 +292,53 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
                 }
             }
         }
-        Verb::ExecRoot { .. } => {}
+        Verb::Lb { action } => {
+            let (op, target) = match action {
+                LbAction::Reassign { namespace, name } => {
+                    ("lb-reassign", Some(format!("{namespace}/{name}")))
+                }
+                LbAction::Hold => ("lb-hold", None),
+                LbAction::Release => ("lb-release", None),
+                LbAction::Status => ("lb-status", None),
+            };
+            return rt.block_on(fault(&dir, op, target.as_deref()));
+        }
+        Verb::ExecRoot { .. } | Verb::Outside { .. } => {}
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Replaces this process with `cmd` run in the testbed's outside namespace
+/// (made again first if it is missing); returns only when that fails.
+fn outside(dir: &Path, cmd: &[String]) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let run = || -> anyhow::Result<std::process::Command> {
+        let dir = controlplane::absolute_dir(dir, false)?;
+        let state = state::TestbedState::load(&dir)
+            .with_context(|| format!("no testbed in {} (run `testbed up`)", dir.display()))?;
+        // After `down` the id may belong to another testbed: its network is
+        // not ours to make.
+        let registry = registry::Registry::at(registry::registry_dir());
+        anyhow::ensure!(
+            registry.id_of(&dir) == Some(state.id),
+            "the testbed in {} is not up (run `testbed up`)",
+            dir.display()
+        );
+        let net = hostnet::Outside::of(&state);
+        if !net.exists() {
+            net.setup().context("making the outside network")?;
+        }
+        let mut command = std::process::Command::new("ip");
+        command.args(["netns", "exec", &net.netns]).args(cmd);
+        Ok(command)
+    };
+    match run() {
+        Ok(mut command) => anyhow::Error::new(command.exec()).context(format!(
+            "running `ip netns exec` for {:?}",
+            cmd.first().map_or("", String::as_str)
+        )),
+        Err(e) => e,
+    }
 }
 
 /// Sends one fault to the agent; exits non-zero when it refuses.
@@ -296,6 +379,11 @@ async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
             .as_ref()
             .map_or(controlplane::KUBE_VERSION, |r| r.kube_version.as_str()),
         100 + u32::from(state.id)
+    );
+    say!(
+        "outside (`testbed outside`) {}, load-balancer pool {}",
+        topology::outside_ip(state.id),
+        topology::lb_pool_cidr(state.id)
     );
     say!("\nCOMPONENT                 PID      STATE");
     let mut all_alive = true;

@@ -10,9 +10,10 @@ use crate::state::NodeSpec;
 /// The highest testbed id: the pod range `10.<100+id>.0.0/16` must stay inside 10/8.
 pub const MAX_ID: u8 = 150;
 
-/// Most nodes one testbed can have: node k gets `10.<100+id>.<k+1>.0/24`, and the
-/// last /24 holds the host address.
-pub const MAX_NODES: usize = 254;
+/// Most nodes one testbed can have: node k gets `10.<100+id>.<k+1>.0/24`; the
+/// first /24 is the service range and the last three are the outside network
+/// (`.253`), the load-balancer pool (`.254`) and the host address (`.255`).
+pub const MAX_NODES: usize = 252;
 
 /// What `up` was asked to build.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +109,30 @@ pub fn service_cidr(id: u8) -> String {
 /// The first address of [`service_cidr`], taken by the `kubernetes` Service.
 pub fn first_service_ip(id: u8) -> String {
     format!("10.{}.0.1", 100 + u32::from(id))
+}
+
+/// The load-balancer pool of testbed `id`: `10.<100+id>.254.0/24`, a /24 no
+/// node, Service or other testbed uses. LoadBalancer Services get their
+/// `status.loadBalancer.ingress` address from it (`.1` to `.254`).
+pub fn lb_pool_cidr(id: u8) -> String {
+    format!("10.{}.254.0/24", 100 + u32::from(id))
+}
+
+/// The network namespace `testbed outside` runs commands in: a client outside
+/// the cluster (`vk<id>-outside`).
+pub fn outside_netns(id: u8) -> String {
+    format!("{}outside", netns_prefix(id))
+}
+
+/// The host end of the outside namespace's veth (`vk<id>-out`).
+pub fn outside_link(id: u8) -> String {
+    format!("{}out", netns_prefix(id))
+}
+
+/// The outside namespace's address, `10.<100+id>.253.1` (the `.253` /24 is
+/// the outside network's; nothing else of the testbed uses it).
+pub fn outside_ip(id: u8) -> String {
+    format!("10.{}.253.1", 100 + u32::from(id))
 }
 
 /// The cluster DNS address (the `kube-dns` Service's ClusterIP), `.10` of the
@@ -293,6 +318,27 @@ mod tests {
         assert_eq!(netns_prefix(3), "vk3-");
         assert_eq!(nft_table(3), "vk3");
         assert_eq!(host_ip(3), "10.103.255.1");
+        assert_eq!(outside_netns(3), "vk3-outside");
+        assert_eq!(outside_link(3), "vk3-out");
+        assert!(outside_link(3).len() <= 15 && outside_link(150).len() <= 15);
+    }
+
+    #[test]
+    fn the_outside_network_and_the_lb_pool_are_slash_24s_no_node_can_have() {
+        let nodes = Topology {
+            nodes_per_zone: 84,
+            ..Topology::default()
+        }
+        .nodes(7)
+        .unwrap();
+        assert_eq!(nodes.len(), MAX_NODES);
+        assert_eq!(lb_pool_cidr(7), "10.107.254.0/24");
+        assert_eq!(outside_ip(7), "10.107.253.1");
+        for n in &nodes {
+            assert!(!n.pod_cidr.starts_with("10.107.253."), "{}", n.pod_cidr);
+            assert!(!n.pod_cidr.starts_with("10.107.254."), "{}", n.pod_cidr);
+        }
+        assert_ne!(service_cidr(7), lb_pool_cidr(7));
     }
 
     #[test]
@@ -325,7 +371,7 @@ mod tests {
                 nodes_per_zone: 100,
                 ..base.clone()
             })
-            .contains("at most 254")
+            .contains("at most 252")
         );
         assert!(
             bad(Topology {

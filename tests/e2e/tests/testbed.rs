@@ -1067,6 +1067,54 @@ fn persistent_volume_keeps_its_data_when_the_pod_is_recreated_on_its_node(
     Ok(())
 }
 
+/// A nodePort of the kv pods that answers on a node only with the kv pod of
+/// that node (`externalTrafficPolicy: Local`), so which pod answers is known.
+const KV_LOCAL: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: kv-local}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  selector: {app: kv}
+  ports: [{name: valkey, port: 6379}]
+"#;
+
+/// What `redis-cli PING` says at each `addr:port`, asked from the outside
+/// namespace (`testbed outside`) in one run.
+fn ping_outside(tb: &Testbed, targets: &[String]) -> Result<BTreeMap<String, String>> {
+    let script: String = targets
+        .iter()
+        .filter_map(|t| t.split_once(':').map(|(h, p)| (t, h, p)))
+        .map(|(t, h, p)| {
+            format!("echo \"{t} $(timeout 2 redis-cli -h {h} -p {p} ping 2>&1 | tr '\\n' ' ')\"\n")
+        })
+        .collect();
+    let out = Command::new(&tb.bin)
+        .arg("--dir")
+        .arg(&tb.dir)
+        .args(["outside", "--", "sh", "-c", &script])
+        .env_remove("TESTBED_DIR")
+        .output()?;
+    ensure!(out.status.success(), "testbed outside: {out:?}");
+    Ok(stdout_of(&out)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(t, r)| (t.to_string(), r.trim().to_string()))
+        .collect())
+}
+
+/// The InternalIP of node `name`.
+fn node_addr(tb: &Testbed, name: &str) -> Result<String> {
+    tb.kubectl(&[
+        "get",
+        "node",
+        name,
+        "-o",
+        "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+    ])
+}
+
 fn node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(
     tb: &Testbed,
     ns: &str,
@@ -1079,8 +1127,35 @@ fn node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(
         .context("kv-0")?
         .clone();
     let node = victim.node.clone();
+    // From outside, each kv pod through its own node's nodePort.
+    tb.apply(ns, KV_LOCAL)?;
+    let svc = tb
+        .env
+        .kubectl_json(&["get", "service", "kv-local", "-n", ns])?;
+    let node_port = svc["spec"]["ports"][0]["nodePort"].to_string();
+    let other = kv
+        .iter()
+        .find(|p| p.node != node)
+        .context("a kv pod on another node")?;
+    let dead = format!("{}:{node_port}", node_addr(tb, &node)?);
+    let alive = format!("{}:{node_port}", node_addr(tb, &other.node)?);
+    let mut seen = BTreeMap::new();
+    wait_until(Duration::from_secs(20), Duration::from_millis(250), || {
+        seen = ping_outside(tb, &[dead.clone(), alive.clone()])?;
+        Ok(seen.values().all(|r| r == "PONG") && seen.len() == 2)
+    })
+    .with_context(|| format!("nodePort kv-local from outside before the fault: {seen:?}"))?;
+
     tb.ok(&["node", "fail", &node])?;
     let t = Instant::now();
+    // Outside clients lose the failed node's address (it times out, as a
+    // dead machine), not the others'.
+    let seen = ping_outside(tb, &[dead.clone(), alive.clone()])?;
+    ensure!(
+        seen.get(&alive).map(String::as_str) == Some("PONG")
+            && seen.get(&dead).is_some_and(|r| !r.contains("PONG")),
+        "from outside after node fail {node}: {seen:?} (want {alive} PONG, {dead} silent)"
+    );
     // Its processes are killed: the pod stops answering at once.
     wait_until(Duration::from_secs(10), Duration::from_millis(200), || {
         Ok(!pings(None, &victim.ip))
@@ -1133,7 +1208,7 @@ fn node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(
     step(
         start,
         &format!(
-            "node fail {node}: NotReady after {:.1}s, tainted unreachable, its pod silent, then evicted",
+            "node fail {node}: NotReady after {:.1}s, tainted unreachable, its pod silent, then evicted; from outside its nodePort {dead} is silent, {alive} answers",
             not_ready.as_secs_f64()
         ),
     );

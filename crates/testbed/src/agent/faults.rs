@@ -106,7 +106,7 @@ pub fn parse_request(line: &str, nodes: &[NodeSpec]) -> Result<Request, String> 
         "zone-partition" => Ok(Request::ZonePartition(zone(target()?)?)),
         "status" => Ok(Request::Status),
         other => Err(format!(
-            "unknown op {other:?} (node-fail, node-heal, zone-fail, zone-heal, zone-partition, status)"
+            "unknown op {other:?} (node-fail, node-heal, zone-fail, zone-heal, zone-partition, status, lb-reassign, lb-hold, lb-release, lb-status)"
         )),
     }
 }
@@ -184,10 +184,32 @@ pub fn describe(state: &FaultState, nodes: &[NodeSpec]) -> String {
 /// and host input/output). Partitioned zones: packets crossing the zone's
 /// boundary are dropped in forward, and the host can neither reach nor be
 /// reached by the zone's pods; traffic inside the zone still flows.
+///
+/// The nodes' own addresses (their InternalIPs, where nodePorts answer) are
+/// cut before the Service DNAT rewrites them (chains `early-prerouting` and
+/// `early-output`, priority -150): a failed node's address answers nobody,
+/// a partitioned zone's addresses only the zone's own pods; so a client
+/// outside the cluster (`testbed outside`), like the host, loses the nodePorts
+/// of those nodes. Their connections time out, as to a dead machine.
 pub fn render_ruleset(table: &str, state: &FaultState, nodes: &[NodeSpec]) -> String {
     let set = |cidrs: &[&str]| format!("{{ {} }}", cidrs.join(", "));
     let mut forward = Vec::new();
     let mut host = Vec::new();
+    let mut early_pre = Vec::new();
+    let mut early_host: Vec<String> = Vec::new();
+    let node_addr = |n: &NodeSpec| {
+        crate::agent::network::Cidr::parse(&n.pod_cidr).map(|c| c.node_addr().to_string())
+    };
+    let failed_addrs: Vec<String> = nodes
+        .iter()
+        .filter(|n| state.failed_nodes.contains(&n.name))
+        .filter_map(node_addr)
+        .collect();
+    if !failed_addrs.is_empty() {
+        let refs: Vec<&str> = failed_addrs.iter().map(String::as_str).collect();
+        early_pre.push(format!("ip daddr {} drop", set(&refs)));
+        early_host.extend(failed_addrs.iter().cloned());
+    }
     let failed: Vec<&str> = nodes
         .iter()
         .filter(|n| state.failed_nodes.contains(&n.name))
@@ -211,16 +233,27 @@ pub fn render_ruleset(table: &str, state: &FaultState, nodes: &[NodeSpec]) -> St
         forward.push(format!("ip saddr {s} ip daddr != {s} drop"));
         forward.push(format!("ip daddr {s} ip saddr != {s} drop"));
         host.extend(cidrs.iter().copied());
+        let addrs: Vec<String> = nodes
+            .iter()
+            .filter(|n| &n.zone == zone)
+            .filter_map(node_addr)
+            .collect();
+        let refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+        early_pre.push(format!("ip daddr {} ip saddr != {s} drop", set(&refs)));
+        early_host.extend(addrs);
     }
     let mut out = format!("table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n");
-    let chain = |out: &mut String, name: &str, rules: &[String]| {
+    let hooked = |out: &mut String, name: &str, hook: &str, priority: i32, rules: &[String]| {
         out.push_str(&format!(
-            "  chain {name} {{\n    type filter hook {name} priority -10; policy accept;\n"
+            "  chain {name} {{\n    type filter hook {hook} priority {priority}; policy accept;\n"
         ));
         for r in rules {
             out.push_str(&format!("    {r}\n"));
         }
         out.push_str("  }\n");
+    };
+    let chain = |out: &mut String, name: &str, rules: &[String]| {
+        hooked(out, name, name, -10, rules);
     };
     chain(&mut out, "forward", &forward);
     let (input, output) = if host.is_empty() {
@@ -233,6 +266,14 @@ pub fn render_ruleset(table: &str, state: &FaultState, nodes: &[NodeSpec]) -> St
     };
     chain(&mut out, "input", &input);
     chain(&mut out, "output", &output);
+    let early_output = if early_host.is_empty() {
+        Vec::new()
+    } else {
+        let refs: Vec<&str> = early_host.iter().map(String::as_str).collect();
+        vec![format!("ip daddr {} drop", set(&refs))]
+    };
+    hooked(&mut out, "early-prerouting", "prerouting", -150, &early_pre);
+    hooked(&mut out, "early-output", "output", -150, &early_output);
     out.push_str("}\n");
     out
 }
@@ -314,6 +355,18 @@ pub async fn serve(agent: Arc<super::Agent>) -> anyhow::Result<()> {
 }
 
 async fn handle(agent: &super::Agent, line: &str) -> Reply {
+    // The load balancer's ops share the socket.
+    if let Ok(raw) = serde_json::from_str::<RawRequest>(line)
+        && let Some(lb) = super::loadbalancer::parse_request(&raw.op, raw.target.as_deref())
+    {
+        return match lb {
+            Ok(req) => match agent.load_balancer(req).await {
+                Ok(message) => Reply { ok: true, message },
+                Err(message) => Reply { ok: false, message },
+            },
+            Err(message) => Reply { ok: false, message },
+        };
+    }
     let req = match parse_request(line, &agent.state.nodes) {
         Ok(r) => r,
         Err(message) => return Reply { ok: false, message },
@@ -404,7 +457,7 @@ mod tests {
         let script = render_ruleset("vk3", &FaultState::default(), &nodes());
         assert!(script.starts_with("table inet vk3\ndelete table inet vk3\n"));
         assert!(!script.contains("drop"));
-        assert_eq!(script.matches("policy accept").count(), 3);
+        assert_eq!(script.matches("policy accept").count(), 5);
     }
 
     #[test]
@@ -416,6 +469,14 @@ mod tests {
         assert!(script.contains("ip daddr { 10.203.2.0/24 } drop"));
         assert!(!script.contains("10.203.1.0/24"));
         assert!(!script.contains("10.203.3.0/24"));
+        // Its address, before a nodePort's DNAT could rewrite it.
+        assert!(script.contains(
+            "  chain early-prerouting {\n    type filter hook prerouting priority -150; policy accept;\n    ip daddr { 10.203.2.1 } drop\n  }\n"
+        ));
+        assert!(script.contains(
+            "  chain early-output {\n    type filter hook output priority -150; policy accept;\n    ip daddr { 10.203.2.1 } drop\n  }\n"
+        ));
+        assert!(!script.contains("10.203.1.1"));
     }
 
     #[test]
@@ -434,6 +495,13 @@ mod tests {
             script.contains(&format!("ip daddr {zone} drop")),
             "host output cut"
         );
+        assert!(
+            script.contains(&format!(
+                "ip daddr {{ 10.203.1.1, 10.203.2.1 }} ip saddr != {zone} drop"
+            )),
+            "the zone's node addresses answer only the zone: {script}"
+        );
+        assert!(script.contains("ip daddr { 10.203.1.1, 10.203.2.1 } drop"));
         assert!(!script.contains("10.203.3.0/24"));
     }
 }

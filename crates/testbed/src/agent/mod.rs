@@ -6,7 +6,9 @@
 //! - `runtime`, `network`, `volumes`: processes, namespaces, volume folders.
 //! - `provisioner`: PersistentVolumes for StorageClass `testbed-local`.
 //! - `faults`: the fault socket and the nftables rules behind it.
-//! - `proxy`: ClusterIP Services (kube-proxy's DNAT); `dns`: pods' resolv.conf.
+//! - `proxy`: Services (kube-proxy's DNAT: ClusterIPs, nodePorts,
+//!   load-balancer addresses); `loadbalancer`: the addresses of LoadBalancer
+//!   Services, from the testbed's pool; `dns`: pods' resolv.conf.
 //! - `rootfs`, `incluster`: loaded images run from their root filesystem;
 //!   the API address and service-account tokens in-cluster clients need.
 //!
@@ -19,6 +21,7 @@
 pub mod dns;
 pub mod faults;
 pub mod incluster;
+pub mod loadbalancer;
 pub mod network;
 pub mod node;
 pub mod pods;
@@ -63,6 +66,8 @@ pub struct Agent {
     procs: Mutex<BTreeMap<String, BTreeSet<u32>>>,
     /// The nftables table of this testbed (`vk<id>`).
     pub table: String,
+    /// Requests for the load balancer (from the agent socket).
+    pub lb: tokio::sync::mpsc::Sender<loadbalancer::Command>,
 }
 
 impl Agent {
@@ -183,6 +188,20 @@ impl Agent {
         Ok(message)
     }
 
+    /// Hands a request to the load balancer and waits for its answer.
+    pub async fn load_balancer(&self, req: loadbalancer::Request) -> Result<String, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.lb
+            .send((req, tx))
+            .await
+            .map_err(|_| "the load balancer is not running".to_string())?;
+        match tokio::time::timeout(std::time::Duration::from_secs(30), rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err("the load balancer dropped the request".into()),
+            Err(_) => Err("the load balancer did not answer within 30 s".into()),
+        }
+    }
+
     fn all_pids(&self) -> Vec<u32> {
         self.procs
             .lock()
@@ -245,8 +264,10 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
         .iter()
         .map(|n| (n.name.clone(), watch::channel(NodeHealth::default()).0))
         .collect();
+    let (lb_tx, lb_rx) = tokio::sync::mpsc::channel(8);
     let agent = Arc::new(Agent {
         client,
+        lb: lb_tx,
         bins: spec::Binaries {
             valkey_server,
             valkey_cli,
@@ -282,6 +303,7 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
     tasks.push(tokio::spawn(provisioner::run(agent.clone())));
     tasks.push(tokio::spawn(dispatch_pods(agent.clone())));
     tasks.push(tokio::spawn(proxy::run(agent.clone())));
+    tasks.push(tokio::spawn(loadbalancer::run(agent.clone(), lb_rx)));
 
     wait_for_signal().await;
     tracing::info!("agent stopping: killing pod processes and removing namespaces");

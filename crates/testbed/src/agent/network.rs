@@ -353,14 +353,15 @@ pub async fn kill_netns_pids(ip_cmd: &Path, ns: &str) {
     }
 }
 
-/// Removes every network namespace and host veth carrying `prefix` (what a
+/// Removes every pod network namespace and host veth carrying `prefix` (what a
 /// previous agent run left behind), killing the processes inside first. The
-/// launcher's own non-veth interfaces with the prefix are left alone.
+/// launcher's own namespace and interfaces with the prefix (the outside
+/// network, the host interface) are left alone.
 pub async fn sweep(ip_cmd: &Path, prefix: &str) {
     if let Ok(out) = run(ip_cmd, &["netns".into(), "list".into()]).await {
         for name in parse_netns_list(&out)
             .into_iter()
-            .filter(|n| n.starts_with(prefix))
+            .filter(|n| is_pod_netns(prefix, n))
         {
             kill_netns_pids(ip_cmd, &name).await;
             let _ = run(ip_cmd, &["netns".into(), "del".into(), name]).await;
@@ -385,6 +386,13 @@ pub async fn sweep(ip_cmd: &Path, prefix: &str) {
             let _ = run(ip_cmd, &["link".into(), "del".into(), name]).await;
         }
     }
+}
+
+/// Whether `name` is a pod namespace this agent names (`<prefix><hex>`, see
+/// [`netns_name`]), as opposed to the launcher's `<prefix>outside`.
+pub fn is_pod_netns(prefix: &str, name: &str) -> bool {
+    name.strip_prefix(prefix)
+        .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// Whether `name` is a host veth this agent names (`<prefix><c>-<d>`), as
@@ -540,6 +548,10 @@ mod tests {
         assert!(!is_pod_veth("vk3-", "vk3-hostp"));
         assert!(!is_pod_veth("vk3-", "vk33-5-2"));
         assert!(!is_pod_veth("vk3-", "vk3-5-2-1"));
+        assert!(!is_pod_veth("vk3-", "vk3-out"));
+        assert!(is_pod_netns("vk3-", "vk3-1a2b3c4d5e6f"));
+        assert!(!is_pod_netns("vk3-", "vk3-outside"));
+        assert!(!is_pod_netns("vk3-", "vk33-1a2b"));
     }
 
     #[test]

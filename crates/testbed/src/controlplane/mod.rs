@@ -362,6 +362,10 @@ fn restart_missing(
 ) -> Result<Vec<&'static str>, ControlPlaneError> {
     let bins = Binaries::in_cache();
     hostnet::setup(&state.netns_prefix, &state.host_ip)?;
+    let outside = hostnet::Outside::of(state);
+    if !outside.exists() {
+        outside.setup()?;
+    }
     let mut restarted = Vec::new();
     for name in [CONTROLLER_MANAGER, SCHEDULER, COREDNS, AGENT] {
         if s.sup.liveness(name).is_alive() {
@@ -514,6 +518,7 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
     );
 
     hostnet::setup(&prefix, &host)?;
+    hostnet::Outside::of(&state).setup()?;
 
     s.sup
         .spawn(ETCD, &bins.etcd, &components::etcd_args(&s.layout, &ports))?;

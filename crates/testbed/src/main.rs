@@ -15,6 +15,7 @@ mod images;
 mod registry;
 mod state;
 mod topology;
+mod valkey_versions;
 
 use anyhow::Context;
 

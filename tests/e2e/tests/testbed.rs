@@ -682,8 +682,10 @@ fn image_tags_run_their_own_valkey_version_and_a_missing_tag_never_runs(
             "the missing image ran: {c}"
         );
         ensure!(
-            c["restartCount"].as_i64().unwrap_or(0) == 0 && c["containerID"].is_null(),
-            "the missing image has a container: {c}"
+            c["restartCount"].as_i64().unwrap_or(0) == 0
+                && c["containerID"].is_null()
+                && c["imageID"].as_str().unwrap_or("").is_empty(),
+            "the missing image has a container or an image: {c}"
         );
         ensure!(
             p["status"]["phase"] == "Pending",
@@ -743,6 +745,12 @@ fn image_tags_run_their_own_valkey_version_and_a_missing_tag_never_runs(
             "{}: executable {} is not the per-version copy",
             p.name,
             field("executable")
+        );
+        let image_id = status(&pod(&p.name)?)["imageID"].clone();
+        ensure!(
+            image_id == format!("testbed://valkey-{version}").as_str(),
+            "{}: imageID {image_id} does not name valkey {version}",
+            p.name
         );
         if p.name == "v900" {
             // Reachable by a non-root user: the server runs as uid 999.

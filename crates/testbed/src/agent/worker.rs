@@ -531,6 +531,10 @@ impl Worker {
         slot.pull_failures = 0;
         slot.pull_retry_at = None;
         slot.real = slot.in_root || slot.build.is_some();
+        slot.run.image_id = match slot.build {
+            Some(b) => format!("testbed://valkey-{}", b.version),
+            None => format!("testbed://{reference}"),
+        };
         let default_path = match &image {
             Some(img) => super::rootfs::image_path(&img.config),
             None => format!(
@@ -1276,6 +1280,7 @@ impl Worker {
 /// `ImagePullBackOff` until the next try (the image is looked up again then,
 /// so one loaded meanwhile runs). Nothing starts; the restart count stays.
 fn image_pull_failed(slot: &mut Slot, image: &str, why: &str, now: Instant) {
+    slot.run.image_id.clear();
     match slot.pull_retry_at {
         Some(retry) if retry > now => {
             slot.run.state = RunState::Waiting {

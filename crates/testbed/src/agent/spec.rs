@@ -30,14 +30,12 @@ const IMAGE_CMD: &str = "valkey-server";
 /// The Valkey image's `WORKDIR`.
 pub const IMAGE_WORKDIR: &str = "/data";
 
-/// Whether an image is run for real: any image naming valkey.
-pub fn is_valkey_image(image: &str) -> bool {
-    image.to_ascii_lowercase().contains("valkey")
-}
-
-/// Real binaries the agent maps image paths to.
+/// Real binaries of one Valkey version the agent maps image paths to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Binaries {
+    /// The folder that holds them, first on the container's PATH (so `sh -c
+    /// 'exec valkey-server'` finds this version's).
+    pub dir: PathBuf,
     pub valkey_server: PathBuf,
     pub valkey_cli: PathBuf,
 }
@@ -601,6 +599,7 @@ mod tests {
 
     fn bins() -> Binaries {
         Binaries {
+            dir: "/opt/vk".into(),
             valkey_server: "/opt/vk/valkey-server".into(),
             valkey_cli: "/usr/bin/redis-cli".into(),
         }

@@ -81,6 +81,11 @@ impl Terminated {
 pub struct ContainerRun {
     pub name: String,
     pub image: String,
+    /// What runs for the image: `testbed://valkey-<version>` for a Valkey
+    /// image (two tags of one version share it, as two tags of one image
+    /// share a digest), `testbed://<image>` otherwise, empty while the image
+    /// cannot be pulled (as a kubelet leaves it).
+    pub image_id: String,
     pub state: RunState,
     pub last_terminated: Option<Terminated>,
     pub restart_count: i32,
@@ -94,6 +99,7 @@ impl ContainerRun {
         ContainerRun {
             name: name.to_string(),
             image: image.to_string(),
+            image_id: format!("testbed://{image}"),
             state: RunState::Waiting {
                 reason: "ContainerCreating".into(),
                 message: None,
@@ -234,7 +240,7 @@ fn container_status(c: &ContainerRun, init: bool) -> ContainerStatus {
     ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone(),
-        image_id: format!("testbed://{}", c.image),
+        image_id: c.image_id.clone(),
         container_id: c.container_id.clone(),
         ready: c.ready,
         started: Some(if init { c.is_running() } else { c.started }),

@@ -17,6 +17,7 @@ use super::runtime::{self, Launch};
 use super::spec::{self, PodFacts};
 use super::status::{self, ContainerRun, PodView, RunState, Terminated};
 use crate::state::NodeSpec;
+use crate::valkey_versions::{self, Build, Image};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -73,6 +74,15 @@ struct Slot {
     real: bool,
     /// Runs in a loaded image's root filesystem (`rootfs`).
     in_root: bool,
+    /// The Valkey version a Valkey image runs (set at every start).
+    build: Option<Build>,
+    /// The Valkey tools of that version (the newest's otherwise): what
+    /// `valkey-server`/`valkey-cli` in its argv, probes and hooks mean.
+    bins: spec::Binaries,
+    /// Failed pulls in a row (a missing image), for the back-off.
+    pull_failures: u32,
+    /// While the pull backs off: when it is tried again.
+    pull_retry_at: Option<Instant>,
     run: ContainerRun,
     has_run: bool,
     pid: Option<u32>,
@@ -170,10 +180,18 @@ impl Worker {
                         RunState::Terminated(Terminated::from_exit(Some(0), None, None, None));
                     run.ready = true;
                 }
+                let build = match valkey_versions::resolve(c.image.as_deref().unwrap_or_default()) {
+                    Image::Valkey(b) => Some(b),
+                    Image::Other | Image::Missing { .. } => None,
+                };
                 slots.push(Slot {
                     kind,
-                    real: spec::is_valkey_image(c.image.as_deref().unwrap_or_default()),
+                    real: build.is_some(),
                     in_root: false,
+                    build,
+                    bins: agent.bins.clone(),
+                    pull_failures: 0,
+                    pull_retry_at: None,
                     spec: c,
                     run,
                     has_run: inh.has_run,
@@ -473,10 +491,6 @@ impl Worker {
         let Some(sandbox) = self.sandbox.clone() else {
             return;
         };
-        let default_path = format!(
-            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            self.agent.bin_dir.display()
-        );
         let pod = self.pod.clone();
         let volumes = self.volumes.clone().unwrap_or_default();
         let instance = self.next_instance;
@@ -485,17 +499,48 @@ impl Worker {
         let slot = &mut self.slots[i];
         // A loaded image runs for real from its root filesystem (`rootfs`);
         // looked up on every start, so an image loaded later is picked up.
-        let image = slot
-            .spec
-            .image
-            .as_deref()
-            .and_then(|i| crate::images::Store::at(&agent.state.dir).resolve(i));
+        let reference = slot.spec.image.clone().unwrap_or_default();
+        let image = crate::images::Store::at(&agent.state.dir).resolve(&reference);
         slot.in_root = image.is_some();
-        slot.real =
-            slot.in_root || spec::is_valkey_image(slot.spec.image.as_deref().unwrap_or_default());
+        slot.build = None;
+        slot.bins = agent.bins.clone();
+        if image.is_none() {
+            // Otherwise the tag table says which Valkey it is, or that the
+            // testbed has no such image: a failed pull, never a stand-in.
+            match valkey_versions::resolve(&reference) {
+                Image::Other => {}
+                Image::Valkey(build) => match agent.valkey.get(build.version) {
+                    Some(bins) => {
+                        slot.build = Some(build);
+                        slot.bins = bins.clone();
+                    }
+                    None => {
+                        let why = format!(
+                            "valkey-server {} is not installed on this testbed (run `make setup`, then `testbed down` and `testbed up`)",
+                            build.version
+                        );
+                        return image_pull_failed(slot, &reference, &why, now);
+                    }
+                },
+                Image::Missing { reference: full } => {
+                    let why = format!("{full}: {}", valkey_versions::missing_reason());
+                    return image_pull_failed(slot, &reference, &why, now);
+                }
+            }
+        }
+        slot.pull_failures = 0;
+        slot.pull_retry_at = None;
+        slot.real = slot.in_root || slot.build.is_some();
+        slot.run.image_id = match slot.build {
+            Some(b) => format!("testbed://valkey-{}", b.version),
+            None => format!("testbed://{reference}"),
+        };
         let default_path = match &image {
             Some(img) => super::rootfs::image_path(&img.config),
-            None => default_path,
+            None => format!(
+                "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                slot.bins.dir.display()
+            ),
         };
         let config_error = |slot: &mut Slot, message: String| {
             tracing::warn!(container = %slot.spec.name, error = %message, "container config error");
@@ -579,7 +624,7 @@ impl Worker {
             let argv = spec::valkey_argv(
                 &expand_all(&slot.spec.command),
                 &expand_all(&slot.spec.args),
-                &agent.bins,
+                &slot.bins,
             );
             let mut mounts = match spec::volume_mounts(&slot.spec, &volumes, &env) {
                 Ok(m) => m,
@@ -630,8 +675,8 @@ impl Worker {
                 .join(&slot.spec.name);
             let keep = [
                 agent.state.dir.clone(),
-                agent.bins.valkey_server.clone(),
-                agent.bins.valkey_cli.clone(),
+                slot.bins.valkey_server.clone(),
+                slot.bins.valkey_cli.clone(),
             ];
             for m in spec::scratch_mounts(&workdir, &mounts, &scratch, &keep) {
                 // A restarted container gets a fresh writable layer.
@@ -720,6 +765,7 @@ impl Worker {
             container = %slot.spec.name,
             pid,
             real = slot.real,
+            valkey = slot.build.map(|b| b.version).unwrap_or("-"),
             restarts = slot.run.restart_count,
             "container started"
         );
@@ -748,9 +794,9 @@ impl Worker {
             container: slot.spec.clone(),
             pod_ip: sandbox.ip,
             pid,
-            env: probe_env(&slot.env, &agent.bin_dir),
+            env: probe_env(&slot.env, &slot.bins.dir),
             nsenter: agent.tools.nsenter.clone(),
-            bins: agent.bins.clone(),
+            bins: slot.bins.clone(),
             in_root: slot.in_root,
         };
         if slot.startup.is_some() {
@@ -783,6 +829,9 @@ impl Worker {
         let node = self.node.name.clone();
         let restart_policy = self.restart_policy();
         let dead = self.dead;
+        let log = self
+            .agent
+            .log_path(&self.ns, &self.name, &self.slots[i].spec.name);
         let slot = &mut self.slots[i];
         if let Some(pid) = slot.pid.take() {
             self.agent.unregister_pid(&node, pid);
@@ -793,7 +842,15 @@ impl Worker {
             RunState::Running { started_at } => Some(*started_at),
             _ => None,
         };
-        let t = Terminated::from_exit(code, signal, started_at, slot.run.container_id.clone());
+        let mut t = Terminated::from_exit(code, signal, started_at, slot.run.container_id.clone());
+        // A version built without TLS refuses a TLS configuration; say so
+        // where a person looks (the container's last state), not only in
+        // its log, since the real image of that version would have started.
+        if t.exit_code != 0
+            && let Some(build) = slot.build
+        {
+            t.message = valkey_versions::no_tls_message(build, &log_tail(&log));
+        }
         tracing::info!(pod = %self.name, container = %slot.spec.name, exit_code = t.exit_code, "container exited");
         slot.run.ready = false;
         slot.run.started = false;
@@ -846,9 +903,7 @@ impl Worker {
             return;
         };
         let grace = self.grace_for_probe_kill(i, kind);
-        let bin_dir = self.agent.bin_dir.clone();
         let nsenter = self.agent.tools.nsenter.clone();
-        let bins = self.agent.bins.clone();
         let pod_ip = self.sandbox.as_ref().map(|s| s.ip);
         let slot = &mut self.slots[i];
         let tracker = match kind {
@@ -872,9 +927,9 @@ impl Worker {
                         container: slot.spec.clone(),
                         pod_ip,
                         pid,
-                        env: probe_env(&slot.env, &bin_dir),
+                        env: probe_env(&slot.env, &slot.bins.dir),
                         nsenter,
-                        bins,
+                        bins: slot.bins.clone(),
                         in_root: slot.in_root,
                     };
                     // Stop the startup loop, start the other two.
@@ -1136,9 +1191,9 @@ impl Worker {
                     .map(|s| s.ip)
                     .unwrap_or(Ipv4Addr::UNSPECIFIED),
                 pid,
-                env: probe_env(&s.env, &self.agent.bin_dir),
+                env: probe_env(&s.env, &s.bins.dir),
                 nsenter: self.agent.tools.nsenter.clone(),
-                bins: self.agent.bins.clone(),
+                bins: s.bins.clone(),
                 in_root: s.in_root,
             };
             let timeout = deadline.saturating_duration_since(Instant::now());
@@ -1218,6 +1273,51 @@ impl Worker {
         }
         self.teardown().await;
     }
+}
+
+/// A container whose image the testbed does not have, as a kubelet shows an
+/// image it cannot pull: `ErrImagePull` with the reason for a moment, then
+/// `ImagePullBackOff` until the next try (the image is looked up again then,
+/// so one loaded meanwhile runs). Nothing starts; the restart count stays.
+fn image_pull_failed(slot: &mut Slot, image: &str, why: &str, now: Instant) {
+    slot.run.image_id.clear();
+    match slot.pull_retry_at {
+        Some(retry) if retry > now => {
+            slot.run.state = RunState::Waiting {
+                reason: "ImagePullBackOff".into(),
+                message: Some(format!(
+                    "Back-off pulling image \"{image}\": ErrImagePull: {why}"
+                )),
+            };
+            slot.next_start = Some(retry);
+        }
+        _ => {
+            tracing::warn!(container = %slot.spec.name, image, reason = why, "image pull failed");
+            slot.run.state = RunState::Waiting {
+                reason: "ErrImagePull".into(),
+                message: Some(format!("Failed to pull image \"{image}\": {why}")),
+            };
+            slot.pull_retry_at = Some(
+                now + pods::ERR_IMAGE_PULL_SHOWN + pods::image_pull_backoff(slot.pull_failures),
+            );
+            slot.pull_failures = slot.pull_failures.saturating_add(1);
+            slot.next_start = Some(now + pods::ERR_IMAGE_PULL_SHOWN);
+        }
+    }
+}
+
+/// The end of a container's log (its last 4 KiB), empty when unreadable.
+fn log_tail(path: &std::path::Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let _ = f
+        .seek(SeekFrom::End(-4096))
+        .or_else(|_| f.seek(SeekFrom::Start(0)));
+    let mut buf = Vec::new();
+    let _ = f.take(4096).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 fn probe_env(env: &[(String, String)], bin_dir: &std::path::Path) -> Vec<(String, String)> {

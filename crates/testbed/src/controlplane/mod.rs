@@ -19,16 +19,17 @@ use crate::hostnet;
 use crate::registry::{Registry, RegistryError, cache_dir, registry_dir};
 use crate::state::{StateError, TestbedState};
 use crate::topology::{Topology, TopologyError, host_ip, netns_prefix, nft_table};
+use crate::valkey_versions;
 use components::{Layout, Ports};
 use process::{Liveness, ProcessError, Supervisor};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The pinned releases, as the setup scripts build them.
 pub const KUBE_VERSION: &str = "v1.36.3";
 pub const ETCD_VERSION: &str = "v3.6.16";
-pub const VALKEY_VERSION: &str = "9.1.2";
 
 /// Component names, in start order; `down` stops them in reverse.
 pub const ETCD: &str = "etcd";
@@ -146,7 +147,9 @@ impl Record {
 pub struct Binaries {
     pub etcd: PathBuf,
     pub kube_bin_dir: PathBuf,
-    pub valkey_server: PathBuf,
+    /// valkey-server of every build in `valkey_versions::BUILDS`, by version.
+    pub valkey_servers: BTreeMap<String, PathBuf>,
+    /// The newest build's valkey-cli: the probes' client for every version.
     pub valkey_cli: PathBuf,
     pub coredns: PathBuf,
 }
@@ -155,12 +158,20 @@ impl Binaries {
     /// The binaries under the cache (`$VALKEY_RS_CACHE`, else `~/.cache/valkey-rs`).
     pub fn in_cache() -> Self {
         let bin = cache_dir().join("bin");
-        let valkey = bin.join(format!("valkey-{VALKEY_VERSION}"));
+        let valkey = |version: &str| bin.join(format!("valkey-{version}"));
         Self {
             etcd: bin.join(format!("etcd-{ETCD_VERSION}")).join("etcd"),
             kube_bin_dir: bin.join(format!("kube-{KUBE_VERSION}")),
-            valkey_server: valkey.join("valkey-server"),
-            valkey_cli: valkey.join("valkey-cli"),
+            valkey_servers: valkey_versions::BUILDS
+                .iter()
+                .map(|b| {
+                    (
+                        b.version.to_string(),
+                        valkey(b.version).join("valkey-server"),
+                    )
+                })
+                .collect(),
+            valkey_cli: valkey(valkey_versions::LATEST.version).join("valkey-cli"),
             coredns: bin
                 .join(format!("coredns-{}", coredns::COREDNS_VERSION))
                 .join("coredns"),
@@ -171,9 +182,9 @@ impl Binaries {
         self.kube_bin_dir.join(name)
     }
 
-    /// Checks that everything is there. valkey-server is fetched when missing
-    /// and the fetch script is at hand (a source checkout); the valkey-cli
-    /// symlink to redis-cli is made when missing.
+    /// Checks that everything is there. A valkey-server of any version is
+    /// fetched when missing and the fetch script is at hand (a source
+    /// checkout); the valkey-cli symlink to redis-cli is made when missing.
     fn ensure(&self) -> Result<(), ControlPlaneError> {
         let missing = |what, path: &Path, script| {
             if path.is_file() {
@@ -195,10 +206,12 @@ impl Binaries {
                 "build-controlplane.sh",
             )?;
         }
-        if !self.valkey_server.is_file() || !self.valkey_cli.exists() {
+        if self.valkey_servers.values().any(|p| !p.is_file()) || !self.valkey_cli.exists() {
             fetch_valkey()?;
         }
-        missing("valkey-server", &self.valkey_server, "fetch-valkey.sh")?;
+        for server in self.valkey_servers.values() {
+            missing("valkey-server", server, "fetch-valkey.sh")?;
+        }
         if !self.valkey_cli.exists() {
             let cli = ["/usr/bin/redis-cli", "/usr/local/bin/redis-cli"]
                 .into_iter()
@@ -495,7 +508,7 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
         apiserver_url: server,
         kubeconfig: s.layout.kubeconfig.clone(),
         kube_bin_dir: bins.kube_bin_dir.clone(),
-        valkey_server: bins.valkey_server.clone(),
+        valkey_servers: bins.valkey_servers.clone(),
         valkey_cli: bins.valkey_cli.clone(),
         agent_socket: dir.join("agent.sock"),
         nodes,

@@ -2,7 +2,7 @@
 //! valkey-server pods.
 //!
 //! Verbs: `up`, `down`, `status`, and the faults `node fail|heal NAME`,
-//! `zone fail|heal|partition ZONE`, `image load FILE`. Every verb takes
+//! `zone fail|heal|partition ZONE`, `image load FILE`, `s3-info`. Every verb takes
 //! `--dir DIR` (default `.testbed`). The hidden verb `agent` is the node agent
 //! that `up` starts; the hidden `exec-root` enters a loaded image's root for
 //! the agent's containers.
@@ -70,6 +70,10 @@ enum Verb {
         #[command(subcommand)]
         action: ImageAction,
     },
+    /// The object store: one JSON object {"endpoint", "accessKey",
+    /// "secretKey", "bucket"} on stdout.
+    #[command(name = "s3-info")]
+    S3Info,
     /// The node agent (started by `up`).
     #[command(hide = true)]
     Agent,
@@ -225,6 +229,11 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             };
             return rt.block_on(fault(&dir, op, Some(&target)));
         }
+        Verb::S3Info => {
+            let dir = controlplane::absolute_dir(&dir, false)?;
+            let info = controlplane::objectstore::load_info(&dir)?;
+            say!("{}", serde_json::to_string(&info)?);
+        }
         Verb::Agent => {
             let dir = controlplane::absolute_dir(&dir, false)?;
             rt.block_on(agent::run(&dir))?;
@@ -297,6 +306,14 @@ async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
             .map_or(controlplane::KUBE_VERSION, |r| r.kube_version.as_str()),
         100 + u32::from(state.id)
     );
+    if let Ok(info) = controlplane::objectstore::load_info(&dir) {
+        say!(
+            "object store: SeaweedFS {} at {}, bucket {} (credentials: testbed s3-info)",
+            controlplane::objectstore::SEAWEEDFS_VERSION,
+            info.endpoint,
+            info.bucket
+        );
+    }
     say!("\nCOMPONENT                 PID      STATE");
     let mut all_alive = true;
     for c in controlplane::component_status(&dir) {

@@ -398,7 +398,12 @@ fn restart_missing(
             OBJECT_STORE => (bins.weed.clone(), object_store_args(&s.layout, state)?),
             _ => (current_exe()?, components::agent_args(&s.layout)),
         };
-        s.sup.spawn(name, &program, &args)?;
+        let env: &[(&str, &str)] = if name == OBJECT_STORE {
+            &objectstore::ENV
+        } else {
+            &[]
+        };
+        s.sup.spawn_with_env(name, &program, &args, env)?;
         restarted.push(name);
     }
     Ok(restarted)
@@ -536,10 +541,11 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
     hostnet::setup(&prefix, &host)?;
     // The store needs only the host address and starts slowest (its gateway
     // waits for its filer): start it first, it comes up beside the rest.
-    s.sup.spawn(
+    s.sup.spawn_with_env(
         OBJECT_STORE,
         &bins.weed,
         &object_store_args(&s.layout, &state)?,
+        &objectstore::ENV,
     )?;
 
     s.sup

@@ -45,8 +45,8 @@ if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import valkey' 2>/dev
 fi
 
 # valkey-server and valkey-cli 9.1.2 with TLS, built from Debian's source
-# package; the control plane and CoreDNS
-# (cluster DNS) from source.
+# package; the control plane, CoreDNS
+# (cluster DNS) and the object store (SeaweedFS) from source.
 bash "$root/crates/testbed/scripts/fetch-valkey.sh"
 bash "$root/crates/testbed/scripts/build-controlplane.sh"
 # Helm, for the chart suite.

@@ -52,6 +52,8 @@ pub enum ObjectStoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("no testbed in {dir} ({detail}): run `testbed up`")]
+    NoTestbed { dir: PathBuf, detail: String },
     #[error("reading {path}: {detail} (is the testbed up? run `testbed up`)")]
     Read { path: PathBuf, detail: String },
     #[error("making credentials: the system's random source failed")]
@@ -282,8 +284,8 @@ pub fn info(id: u8, host_ip: &str, creds: &Credentials) -> Info {
 
 /// The [`Info`] of the testbed at `dir`, from its state and S3 configuration.
 pub fn load_info(dir: &Path) -> Result<Info, ObjectStoreError> {
-    let state = crate::state::TestbedState::load(dir).map_err(|e| ObjectStoreError::Read {
-        path: dir.join(crate::state::STATE_FILE),
+    let state = crate::state::TestbedState::load(dir).map_err(|e| ObjectStoreError::NoTestbed {
+        dir: dir.to_path_buf(),
         detail: e.to_string(),
     })?;
     let path = config_path(dir);
@@ -558,6 +560,16 @@ mod tests {
         assert!(!bucket_is_ours(&denied));
         assert_eq!(parse_answer(b"garbage"), None);
         assert_eq!(parse_answer(b""), None);
+    }
+
+    #[test]
+    fn s3_info_without_a_testbed_or_its_key_says_what_is_missing() {
+        let dir = std::env::temp_dir().join(format!("testbed-s3-info-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let err = load_info(&dir).unwrap_err();
+        assert!(matches!(err, ObjectStoreError::NoTestbed { .. }), "{err}");
+        assert!(err.to_string().contains("run `testbed up`"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

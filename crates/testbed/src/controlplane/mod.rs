@@ -547,6 +547,7 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
         &object_store_args(&s.layout, &state)?,
         &objectstore::ENV,
     )?;
+    progress(s.start, "object store starting");
 
     s.sup
         .spawn(ETCD, &bins.etcd, &components::etcd_args(&s.layout, &ports))?;
@@ -587,7 +588,7 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
     coredns::apply_kube_dns(&client, &crate::topology::cluster_dns_ip(id), &host).await?;
     progress(
         s.start,
-        "controller-manager, scheduler, agent, coredns and the object store started",
+        "controller-manager, scheduler, agent and coredns started",
     );
 
     wait_for_cluster(s, &state).await?;

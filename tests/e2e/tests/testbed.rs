@@ -304,6 +304,52 @@ fn netns_of(prefix: &str, ip: &str) -> Result<String> {
     bail!("no network namespace {prefix}* holds {ip}")
 }
 
+/// `testbed s3-info`'s answer.
+struct S3Info {
+    endpoint: String,
+    access_key: String,
+    secret_key: String,
+    bucket: String,
+}
+
+/// `curl` with an S3 (SigV4) signature made by curl itself, from the host or
+/// from inside network namespace `netns`: the status code and the body.
+/// `secret` overrides the secret key (to show a wrong one is refused).
+fn s3_curl(
+    netns: Option<&str>,
+    s3: &S3Info,
+    secret: Option<&str>,
+    args: &[&str],
+) -> Result<(u16, String)> {
+    let mut c = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "curl"]);
+            c
+        }
+        None => Command::new("curl"),
+    };
+    let user = format!("{}:{}", s3.access_key, secret.unwrap_or(&s3.secret_key));
+    let out = c
+        .args([
+            "-sS",
+            "--max-time",
+            "5",
+            "--aws-sigv4",
+            "aws:amz:us-east-1:s3",
+        ])
+        .args(["--user", &user, "-w", "\n%{http_code}"])
+        .args(args)
+        .output()?;
+    let text = stdout_of(&out);
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", text.as_str()));
+    let code = code
+        .trim()
+        .parse()
+        .with_context(|| format!("curl {args:?}: {}", String::from_utf8_lossy(&out.stderr)))?;
+    Ok((code, body.to_string()))
+}
+
 /// Processes whose command line points into `dir`.
 fn processes_in(dir: &Path) -> Vec<(i32, String)> {
     let dir = dir.to_string_lossy().into_owned();
@@ -387,6 +433,10 @@ fn testbed_runs_real_valkey_pods_on_a_real_control_plane_and_its_faults_cut_what
         .unwrap();
     services_route_to_ready_endpoints_and_pods_resolve_cluster_names(&tb, &ns.name, &kv, start)
         .unwrap();
+    object_store_keeps_signed_objects_for_the_host_and_pods_and_comes_back_after_a_crash(
+        &tb, &kv, start,
+    )
+    .unwrap();
     persistent_volume_keeps_its_data_when_the_pod_is_recreated_on_its_node(&tb, &ns.name, start)
         .unwrap();
     nested_read_only_volumes_mount_and_pods_reach_the_api_with_their_token(&tb, &ns.name, start)
@@ -421,13 +471,17 @@ fn up_gives_nine_ready_labelled_nodes_on_the_pinned_release(
     // `up` again while up: harmless, same answer, nothing restarted.
     let apiserver = tb.pid_of("kube-apiserver");
     let agent = tb.pid_of("agent");
+    let store = tb.pid_of("seaweedfs");
+    ensure!(store.is_some(), "no object store after up");
     let again = tb.ok(&["up"])?;
     ensure!(
         again.lines().last() == out.lines().last(),
         "second up printed:\n{again}"
     );
     ensure!(
-        tb.pid_of("kube-apiserver") == apiserver && tb.pid_of("agent") == agent,
+        tb.pid_of("kube-apiserver") == apiserver
+            && tb.pid_of("agent") == agent
+            && tb.pid_of("seaweedfs") == store,
         "second up restarted components"
     );
     // A dead scheduler is started again by `up`; the cluster is kept.
@@ -1570,6 +1624,140 @@ fn zone_partition_cuts_traffic_both_ways_and_heal_restores_it(
     Ok(())
 }
 
+/// `testbed s3-info` gives an endpoint on the host address and working
+/// credentials: an object PUT from the host is read back from a pod and the
+/// other way round, signed by curl (not by the testbed's own signer); wrong or
+/// missing credentials are refused, a missing bucket is not made up; and a
+/// store that died is started again by `up` with its objects.
+fn object_store_keeps_signed_objects_for_the_host_and_pods_and_comes_back_after_a_crash(
+    tb: &Testbed,
+    kv: &[PodInfo],
+    start: Instant,
+) -> Result<()> {
+    let out = tb.ok(&["s3-info"])?;
+    ensure!(out.lines().count() == 1, "s3-info printed:\n{out}");
+    let v: Value = serde_json::from_str(&out).context("s3-info is not one JSON object")?;
+    let field = |k: &str| -> Result<String> {
+        Ok(v[k]
+            .as_str()
+            .with_context(|| format!("s3-info has no {k}: {out}"))?
+            .to_string())
+    };
+    ensure!(v.as_object().map(|o| o.len()) == Some(4), "s3-info: {out}");
+    let s3 = S3Info {
+        endpoint: field("endpoint")?,
+        access_key: field("accessKey")?,
+        secret_key: field("secretKey")?,
+        bucket: field("bucket")?,
+    };
+    let host_ip = tb.state()["hostIp"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        s3.endpoint.starts_with(&format!("http://{host_ip}:")),
+        "endpoint {} is not on the host address {host_ip}",
+        s3.endpoint
+    );
+    let url = |key: &str| format!("{}/{}/{key}", s3.endpoint, s3.bucket);
+    let pod_ns = netns_of(&tb.prefix(), &kv[0].ip)?;
+
+    // Host -> store -> pod.
+    let body = format!("from the host at {:?}\n", std::time::SystemTime::now());
+    let file = tb.dir.join("s3-e2e-object");
+    std::fs::write(&file, &body)?;
+    let file = file.to_string_lossy().into_owned();
+    let (code, text) = s3_curl(None, &s3, None, &["-T", &file, &url("e2e/host")])?;
+    ensure!(code == 200, "PUT from the host: {code} {text}");
+    let (code, text) = s3_curl(Some(&pod_ns), &s3, None, &[&url("e2e/host")])?;
+    ensure!(
+        code == 200 && text == body,
+        "GET from pod {}: {code} {text:?}",
+        kv[0].name
+    );
+    // Pod -> store -> host.
+    let body = format!("from pod {}\n", kv[0].name);
+    std::fs::write(&file, &body)?;
+    let (code, text) = s3_curl(Some(&pod_ns), &s3, None, &["-T", &file, &url("e2e/pod")])?;
+    ensure!(code == 200, "PUT from pod {}: {code} {text}", kv[0].name);
+    let (code, text) = s3_curl(None, &s3, None, &[&url("e2e/pod")])?;
+    ensure!(
+        code == 200 && text == body,
+        "GET from the host: {code} {text:?}"
+    );
+    let _ = std::fs::remove_file(&file);
+
+    // Refusals, as a real S3 gives them.
+    let (code, text) = s3_curl(Some(&pod_ns), &s3, Some("wrong"), &[&url("e2e/pod")])?;
+    ensure!(
+        code == 403 && text.contains("SignatureDoesNotMatch"),
+        "a wrong secret: {code} {text}"
+    );
+    let anonymous = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "5",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg(url("e2e/pod"))
+        .output()?;
+    ensure!(
+        stdout_of(&anonymous) == "403",
+        "an unsigned GET: {}",
+        stdout_of(&anonymous)
+    );
+    let missing = format!("{}/no-such-bucket/x", s3.endpoint);
+    let (code, text) = s3_curl(None, &s3, None, &["-X", "PUT", "-T", "/dev/null", &missing])?;
+    ensure!(
+        code == 404 && text.contains("NoSuchBucket"),
+        "PUT into a missing bucket: {code} {text}"
+    );
+    step(
+        start,
+        &format!(
+            "object store {}: PUT and GET from the host and pod {}, bad credentials refused",
+            s3.endpoint, kv[0].name
+        ),
+    );
+
+    // A crashed store is started again by `up`, with its data.
+    let store = tb.pid_of("seaweedfs").context("object store pid")?;
+    Command::new("kill")
+        .args(["-9", &store.to_string()])
+        .status()?;
+    wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        Ok(!running(store))
+    })?;
+    let t = Instant::now();
+    tb.ok(&["up"])?;
+    ensure!(
+        tb.pid_of("seaweedfs")
+            .is_some_and(|p| p != store && running(p)),
+        "up did not restart the killed object store"
+    );
+    ensure!(
+        tb.ok(&["s3-info"])? == out,
+        "s3-info changed across the restart"
+    );
+    let (code, text) = s3_curl(Some(&pod_ns), &s3, None, &[&url("e2e/pod")])?;
+    ensure!(
+        code == 200 && text == body,
+        "GET after the restart: {code} {text:?}"
+    );
+    step(
+        start,
+        &format!(
+            "killed object store restarted by up in {:.1}s, objects kept",
+            t.elapsed().as_secs_f64()
+        ),
+    );
+    Ok(())
+}
+
 fn down_leaves_no_process_and_no_network_namespace(tb: &Testbed, start: Instant) -> Result<()> {
     let prefix = tb.prefix();
     let id = tb.state()["id"].as_u64().unwrap_or_default();
@@ -1586,6 +1774,7 @@ fn down_leaves_no_process_and_no_network_namespace(tb: &Testbed, start: Instant)
             "kube-controller-manager",
             "kube-scheduler",
             "coredns",
+            "seaweedfs",
             "agent",
         ]
         .iter()
@@ -1623,6 +1812,11 @@ fn down_leaves_no_process_and_no_network_namespace(tb: &Testbed, start: Instant)
             .lines()
             .any(|l| l.trim() == format!("table inet vk{id}-svc")),
         "nftables table inet vk{id}-svc left"
+    );
+    ensure!(
+        !tb.dir.join("s3").exists(),
+        "the object store's data is left in {}",
+        tb.dir.join("s3").display()
     );
     // Down again: harmless.
     tb.ok(&["down"])?;

@@ -1,5 +1,6 @@
 //! The control plane's life cycle: `up` (PKI, etcd, kube-apiserver,
-//! kube-controller-manager, kube-scheduler, then the node agent), `down`
+//! kube-controller-manager, kube-scheduler, then the node agent, CoreDNS and
+//! the object store), `down`
 //! (everything stopped, every network object removed) and `status`.
 //!
 //! `up` leaves its components running detached and records what it did in
@@ -13,6 +14,7 @@ pub mod certs;
 pub mod components;
 pub mod coredns;
 pub mod kubeconfig;
+pub mod objectstore;
 pub mod process;
 
 use crate::hostnet;
@@ -39,12 +41,15 @@ pub const SCHEDULER: &str = "kube-scheduler";
 pub const AGENT: &str = "agent";
 /// The cluster DNS (see [`coredns`]).
 pub const COREDNS: &str = "coredns";
-pub const COMPONENTS: [&str; 6] = [
+/// The S3-compatible object store (see [`objectstore`]).
+pub const OBJECT_STORE: &str = "seaweedfs";
+pub const COMPONENTS: [&str; 7] = [
     ETCD,
     APISERVER,
     CONTROLLER_MANAGER,
     SCHEDULER,
     COREDNS,
+    OBJECT_STORE,
     AGENT,
 ];
 
@@ -85,6 +90,8 @@ pub enum ControlPlaneError {
     HostNet(#[from] hostnet::HostNetError),
     #[error(transparent)]
     Api(#[from] api::ApiError),
+    #[error(transparent)]
+    ObjectStore(#[from] objectstore::ObjectStoreError),
     #[error("finding free loopback ports: {0}")]
     Ports(std::io::Error),
     #[error("writing {path}: {source}")]
@@ -152,6 +159,8 @@ pub struct Binaries {
     /// The newest build's valkey-cli: the probes' client for every version.
     pub valkey_cli: PathBuf,
     pub coredns: PathBuf,
+    /// SeaweedFS's `weed`, the object store.
+    pub weed: PathBuf,
 }
 
 impl Binaries {
@@ -175,6 +184,9 @@ impl Binaries {
             coredns: bin
                 .join(format!("coredns-{}", coredns::COREDNS_VERSION))
                 .join("coredns"),
+            weed: bin
+                .join(format!("seaweedfs-{}", objectstore::SEAWEEDFS_VERSION))
+                .join("weed"),
         }
     }
 
@@ -199,6 +211,11 @@ impl Binaries {
         };
         missing("etcd", &self.etcd, "build-controlplane.sh")?;
         missing("coredns", &self.coredns, "build-controlplane.sh")?;
+        missing(
+            "the object store (SeaweedFS)",
+            &self.weed,
+            "build-controlplane.sh",
+        )?;
         for name in [APISERVER, CONTROLLER_MANAGER, SCHEDULER, "kubectl"] {
             missing(
                 "the control plane",
@@ -365,9 +382,10 @@ async fn running_core(dir: &Path) -> Option<(TestbedState, Record)> {
     api::is_ready(&client).await.then_some((state, record))
 }
 
-/// Starts again whichever of the controller-manager, the scheduler and the
-/// agent is not running (they keep no state of their own), and makes sure the
-/// host network is in place. Returns the names restarted.
+/// Starts again whichever of the controller-manager, the scheduler, CoreDNS,
+/// the object store and the agent is not running (the first four keep no
+/// state of their own; the store keeps its data and key in `DIR/s3/`), and
+/// makes sure the host network is in place. Returns the names restarted.
 fn restart_missing(
     s: &Starter,
     state: &TestbedState,
@@ -380,7 +398,7 @@ fn restart_missing(
         outside.setup()?;
     }
     let mut restarted = Vec::new();
-    for name in [CONTROLLER_MANAGER, SCHEDULER, COREDNS, AGENT] {
+    for name in [CONTROLLER_MANAGER, SCHEDULER, COREDNS, OBJECT_STORE, AGENT] {
         if s.sup.liveness(name).is_alive() {
             continue;
         }
@@ -394,9 +412,15 @@ fn restart_missing(
                 components::scheduler_args(&s.layout, &record.ports),
             ),
             COREDNS => (bins.coredns.clone(), write_corefile(&s.layout, state)?),
+            OBJECT_STORE => (bins.weed.clone(), object_store_args(&s.layout, state)?),
             _ => (current_exe()?, components::agent_args(&s.layout)),
         };
-        s.sup.spawn(name, &program, &args)?;
+        let env: &[(&str, &str)] = if name == OBJECT_STORE {
+            &objectstore::ENV
+        } else {
+            &[]
+        };
+        s.sup.spawn_with_env(name, &program, &args, env)?;
         restarted.push(name);
     }
     Ok(restarted)
@@ -478,6 +502,7 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
 
     // A fresh cluster every time: old etcd data would bring back old pods.
     let _ = std::fs::remove_dir_all(&s.layout.etcd_data);
+    let _ = std::fs::remove_dir_all(objectstore::store_dir(&dir));
     let _ = std::fs::remove_file(dir.join("agent.sock"));
     // Each start-up gets fresh component logs (others' logs, e.g. the
     // operator's, stay).
@@ -531,6 +556,15 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
     );
 
     hostnet::setup(&prefix, &host)?;
+    // The store needs only the host address and starts slowest (its gateway
+    // waits for its filer): start it first, it comes up beside the rest.
+    s.sup.spawn_with_env(
+        OBJECT_STORE,
+        &bins.weed,
+        &object_store_args(&s.layout, &state)?,
+        &objectstore::ENV,
+    )?;
+    progress(s.start, "object store starting");
     hostnet::Outside::of(&state).setup()?;
 
     s.sup
@@ -579,11 +613,28 @@ async fn start_all(s: &Starter, opts: &UpOptions) -> Result<(), ControlPlaneErro
     progress(
         s.start,
         &format!(
-            "{} nodes Ready, default ServiceAccount present, cluster DNS ready",
-            state.nodes.len()
+            "{} nodes Ready, default ServiceAccount present, cluster DNS ready, bucket {} ready",
+            state.nodes.len(),
+            objectstore::BUCKET
         ),
     );
     Ok(())
+}
+
+/// Makes (or keeps) the store's credentials in `DIR/s3/` and returns `weed`'s
+/// command line.
+fn object_store_args(l: &Layout, state: &TestbedState) -> Result<Vec<String>, ControlPlaneError> {
+    objectstore::ensure_credentials(&l.dir)?;
+    let data = objectstore::data_dir(&l.dir);
+    std::fs::create_dir_all(&data).map_err(|source| ControlPlaneError::Write {
+        path: data.clone(),
+        source,
+    })?;
+    Ok(objectstore::args(
+        &l.dir,
+        &state.host_ip,
+        &objectstore::Ports::for_testbed(state.id),
+    ))
 }
 
 /// Writes `DIR/coredns/Corefile` for this testbed and returns CoreDNS's
@@ -606,10 +657,13 @@ fn write_corefile(l: &Layout, state: &TestbedState) -> Result<Vec<String>, Contr
 }
 
 /// Waits until every node of `state` is Ready, the default ServiceAccount
-/// exists and CoreDNS is ready, watching that no component dies meanwhile.
+/// exists, CoreDNS is ready and the object store has its bucket, watching
+/// that no component dies meanwhile.
 async fn wait_for_cluster(s: &Starter, state: &TestbedState) -> Result<(), ControlPlaneError> {
     let client = api::client(&s.layout.kubeconfig).await?;
+    let creds = objectstore::ensure_credentials(&s.layout.dir)?;
     let mut reported = usize::MAX;
+    let mut bucket: Result<(), String> = Err("not asked yet".into());
     loop {
         let ready = match api::nodes(&client).await {
             Ok(nodes) => state
@@ -626,7 +680,20 @@ async fn wait_for_cluster(s: &Starter, state: &TestbedState) -> Result<(), Contr
             );
             reported = ready;
         }
+        if bucket.is_err() {
+            // Blocking, but short: one local connection with timeouts.
+            bucket = tokio::task::block_in_place(|| {
+                objectstore::ensure_bucket(&state.host_ip, state.id, &creds)
+            });
+            if bucket.is_ok() {
+                progress(
+                    s.start,
+                    &format!("object store ready, bucket {}", objectstore::BUCKET),
+                );
+            }
+        }
         if ready == state.nodes.len()
+            && bucket.is_ok()
             && api::default_service_account_exists(&client).await
             && coredns::is_ready(&state.host_ip)
         {
@@ -634,8 +701,12 @@ async fn wait_for_cluster(s: &Starter, state: &TestbedState) -> Result<(), Contr
         }
         s.check_alive(&COMPONENTS)?;
         if Instant::now() >= s.deadline {
+            let store = match &bucket {
+                Ok(()) => "ready".to_string(),
+                Err(e) => format!("not ready: {e}"),
+            };
             return Err(s.timeout(format!(
-                "{} nodes Ready ({ready} are), the default ServiceAccount and CoreDNS ready",
+                "{} nodes Ready ({ready} are), the default ServiceAccount, CoreDNS and the object store ready (store {store})",
                 state.nodes.len()
             )));
         }
@@ -727,6 +798,9 @@ pub fn down(dir: &Path) -> DownReport {
     }
     for (name, grace) in [
         (AGENT, 60),
+        // Its data goes below; a graceful stop (about 2 s of draining) buys
+        // nothing.
+        (OBJECT_STORE, 0),
         (COREDNS, 10),
         (SCHEDULER, 10),
         (CONTROLLER_MANAGER, 10),
@@ -749,6 +823,7 @@ pub fn down(dir: &Path) -> DownReport {
         CONTROLLER_MANAGER,
         SCHEDULER,
         COREDNS,
+        "weed",
         "testbed",
         me.as_str(),
         "valkey-server",
@@ -760,12 +835,16 @@ pub fn down(dir: &Path) -> DownReport {
     }
     if let Some(id) = id {
         report.net = hostnet::teardown(&netns_prefix(id), &nft_table(id));
+        for sock in objectstore::tmp_sockets(&objectstore::Ports::for_testbed(id)) {
+            let _ = std::fs::remove_file(sock);
+        }
     }
     if registry.id_of(&dir).is_some() {
         report.released = id;
         registry.release(&dir);
     }
     let _ = std::fs::remove_dir_all(dir.join("etcd"));
+    let _ = std::fs::remove_dir_all(objectstore::store_dir(&dir));
     let _ = std::fs::remove_file(dir.join("agent.sock"));
     report
 }

@@ -92,6 +92,17 @@ impl Supervisor {
 
     /// Starts `program args` detached and records its pid as `name`.
     pub fn spawn(&self, name: &str, program: &Path, args: &[String]) -> Result<i32, ProcessError> {
+        self.spawn_with_env(name, program, args, &[])
+    }
+
+    /// [`Self::spawn`] with `env` added to this process's environment.
+    pub fn spawn_with_env(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Result<i32, ProcessError> {
         for d in [self.logs_dir(), self.pids_dir()] {
             std::fs::create_dir_all(&d).map_err(|source| ProcessError::Log {
                 path: d.clone(),
@@ -111,6 +122,7 @@ impl Supervisor {
         };
         let child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(open_log()?)

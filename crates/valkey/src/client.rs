@@ -841,19 +841,20 @@ impl Admin for ValkeyAdmin {
 }
 
 /// Collects one node's [`NodeReport`]: CLUSTER NODES, INFO replication,
-/// CLUSTER GETSLOTMIGRATIONS, INFO keyspace, CLUSTER INFO and CONFIG GET of `config_keys`,
+/// CLUSTER GETSLOTMIGRATIONS, INFO keyspace, CLUSTER INFO, INFO server and CONFIG GET of `config_keys`,
 /// concurrently.
 pub async fn observe_node<A: Admin>(
     admin: &A,
     config_keys: &[String],
 ) -> Result<NodeReport, ClientError> {
-    let (nodes, info, slot_migrations, keys, config, cluster_info) = futures::try_join!(
+    let (nodes, info, slot_migrations, keys, config, cluster_info, server) = futures::try_join!(
         admin.cluster_nodes(),
         admin.info("replication"),
         admin.cluster_getslotmigrations(),
         admin.key_count(),
         admin.config_get(config_keys),
         admin.cluster_info(),
+        admin.info("server"),
     )?;
     let replication = ReplicationInfo::from_info(&info).map_err(|source| ClientError::Reply {
         addr: admin.address().to_string(),
@@ -867,6 +868,10 @@ pub async fn observe_node<A: Admin>(
         keys,
         config,
         cluster_state_ok: cluster_info.get("cluster_state") == Some("ok"),
+        version: server
+            .get("valkey_version")
+            .or_else(|| server.get("redis_version"))
+            .map(str::to_string),
     })
 }
 

@@ -250,6 +250,9 @@ pub struct NodeReport {
     /// node in `fail` for a while after it starts or after slots change hands, and
     /// clients get CLUSTERDOWN meanwhile.
     pub cluster_state_ok: bool,
+    /// The Valkey version it runs (`valkey_version` of INFO server), when it
+    /// says one.
+    pub version: Option<String>,
 }
 
 impl NodeReport {

@@ -7,11 +7,19 @@
 //!     (replicas first), the cluster returns to Ready with the right shape,
 //!     the new pods run the new image and have the config of (a) and (b), and
 //!     every acknowledged write reads back. The judge's longest write gap is
-//!     printed for each part.
+//!     printed for each part. The image change is a real Valkey upgrade,
+//!     9.0.0 -> 9.1.2 (the testbed runs each tag as its version), under a
+//!     writer counting `WAIT 1` acknowledgements: none is lost, and every
+//!     member (INFO server, status.members[].version) runs 9.1.2;
+//! (c) a tag that cannot be pulled stops the roll at its first member while
+//!     every slot is served, Ready says `ImagePullFailed` naming the image;
+//!     the good tag again resumes it (the stuck member is re-created); a
+//!     downgrade to 9.0.0 is refused (`InvalidSpec`, naming
+//!     `valkey.rs/allow-downgrade`) and restarts nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::cluster::{Env, PodIdentity, condition_status, wait_until};
+use e2e::cluster::{Env, PodIdentity, condition, condition_status, wait_until};
 use e2e::manifest::cluster_manifest;
 use e2e::suite::{Suite, finish_load};
 use serde_json::Value;
@@ -22,8 +30,13 @@ const NAME: &str = "roll";
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// A whole rolling restart of 6 members, one at a time, on a shared machine.
 const ROLL_TIMEOUT: Duration = Duration::from_secs(600);
-const OLD_IMAGE: &str = "valkey/valkey:9.1";
+/// A real version change: the testbed runs each tag as that Valkey version.
+const OLD_IMAGE: &str = "valkey/valkey:9.0.0";
+const OLD_VERSION: &str = "9.0.0";
 const NEW_IMAGE: &str = "valkey/valkey:9.1.2";
+const NEW_VERSION: &str = "9.1.2";
+/// A tag the registry does not have.
+const MISSING_IMAGE: &str = "valkey/valkey:0.0.0-missing";
 
 /// `CONFIG GET key` on every member: fails naming the members that differ.
 fn config_everywhere(env: &Env, ns: &str, password: &str, key: &str, want: &str) -> Result<()> {
@@ -132,8 +145,14 @@ fn rolling_image_recreates_one_member_at_a_time(env: &Env, ns: &str, password: &
         .map(|m| (m.name, m.role))
         .collect();
     let old_uids: BTreeSet<String> = before.values().map(|p| p.uid.clone()).collect();
-    let mut load =
-        env.start_member_load(ns, NAME, password, &dir, "image", &["--interval-ms", "5"])?;
+    let mut load = env.start_member_load(
+        ns,
+        NAME,
+        password,
+        &dir,
+        "image",
+        &["--interval-ms", "5", "--wait-replicas", "1"],
+    )?;
 
     let events_before = env.object_events(ns, "ValkeyCluster", NAME)?.len();
     let started = Instant::now();
@@ -287,7 +306,154 @@ fn rolling_image_recreates_one_member_at_a_time(env: &Env, ns: &str, password: &
     config_everywhere(env, ns, password, "maxmemory-policy", "allkeys-lru")?;
     config_everywhere(env, ns, password, "slowlog-max-len", "256")?;
     let verified = env.verify_cluster_keys(ns, NAME, password, &load.keys)?;
-    println!("operator_rolling: image roll: verify {verified}");
+    ensure!(
+        verified["missing"] == 0,
+        "writes acknowledged by a replica (WAIT 1) lost in the upgrade: {verified}"
+    );
+    versions_everywhere(env, ns, password, NEW_VERSION)?;
+    println!("operator_rolling: image roll: verify {verified}; every member runs {NEW_VERSION}");
+    Ok(())
+}
+
+/// `valkey_version` of INFO server on every member, and the same in
+/// `status.members[].version`.
+fn versions_everywhere(env: &Env, ns: &str, password: &str, want: &str) -> Result<()> {
+    let mut wrong = Vec::new();
+    for m in env.members(ns, NAME)? {
+        let out = env.valkey_cli(&m.ip, password, &["info", "server"])?;
+        let got = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("valkey_version:"))
+            .unwrap_or_default()
+            .to_string();
+        if got != want {
+            wrong.push(format!("{} runs {got:?}", m.name));
+        }
+    }
+    ensure!(
+        wrong.is_empty(),
+        "every member should run {want}: {wrong:?}"
+    );
+    let mut last = Value::Null;
+    wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+        last = env.cluster(ns, NAME)?["status"]["members"].clone();
+        Ok(last
+            .as_array()
+            .is_some_and(|ms| !ms.is_empty() && ms.iter().all(|m| m["version"] == want)))
+    })
+    .with_context(|| format!("status.members[].version should say {want}: {last}"))?;
+    Ok(())
+}
+
+/// A tag that cannot be pulled stops the roll at its first member (the
+/// cluster serves every slot meanwhile, Ready says which image and why);
+/// naming a good tag again resumes it. Then a downgrade across a minor
+/// version is refused (InvalidSpec) and restarts nothing.
+fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
+    env: &Env,
+    ns: &str,
+    password: &str,
+) -> Result<()> {
+    let before = env.pod_identities(ns, NAME)?;
+    env.patch_cluster(
+        ns,
+        NAME,
+        &format!(r#"{{"spec":{{"image":"{MISSING_IMAGE}"}}}}"#),
+    )?;
+    let mut last = Value::Null;
+    wait_until(Duration::from_secs(120), Duration::from_millis(500), || {
+        last = env.cluster(ns, NAME)?;
+        Ok(condition(&last, "Ready").is_some_and(|c| {
+            c["reason"] == "ImagePullFailed"
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(MISSING_IMAGE))
+        }))
+    })
+    .with_context(|| {
+        format!(
+            "Ready never said the image cannot be pulled: {}",
+            last["status"]
+        )
+    })?;
+    // Give the operator time to (wrongly) go on, then count re-created pods.
+    std::thread::sleep(Duration::from_secs(10));
+    let now = env.pod_identities(ns, NAME)?;
+    let recreated: Vec<&String> = before
+        .iter()
+        .filter(|(name, id)| now.get(*name).is_none_or(|n| n.uid != id.uid))
+        .map(|(name, _)| name)
+        .collect();
+    ensure!(
+        recreated.len() == 1,
+        "the roll should stop after its first member: re-created {recreated:?}"
+    );
+    let primary = env
+        .members(ns, NAME)?
+        .into_iter()
+        .find(|m| m.role == "primary")
+        .context("no primary")?;
+    let info = env.valkey_cli(&primary.ip, password, &["cluster", "info"])?;
+    ensure!(
+        info.contains("cluster_state:ok") && info.contains("cluster_slots_assigned:16384"),
+        "the cluster should serve every slot while the roll is stopped: {info}"
+    );
+    let message = condition(&last, "Ready")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    println!("operator_rolling: missing tag: {recreated:?} re-created, roll stopped: {message}");
+
+    // The fix resumes it: the member that could not start is re-created.
+    env.patch_cluster(
+        ns,
+        NAME,
+        &format!(r#"{{"spec":{{"image":"{NEW_IMAGE}"}}}}"#),
+    )?;
+    env.wait_ready_shape(ns, &cluster_manifest(NAME, 3, 1), READY_TIMEOUT)
+        .context("the roll did not resume once the tag was fixed")?;
+    let imgs = images(env, ns)?;
+    ensure!(
+        imgs.values().all(|i| i == NEW_IMAGE),
+        "after the fix every pod should run {NEW_IMAGE}: {imgs:?}"
+    );
+    versions_everywhere(env, ns, password, NEW_VERSION)?;
+    println!("operator_rolling: tag fixed: the stuck member re-created, Ready on {NEW_VERSION}");
+
+    // A downgrade across a minor version is refused; nothing restarts.
+    let before = env.pod_identities(ns, NAME)?;
+    env.patch_cluster(
+        ns,
+        NAME,
+        &format!(r#"{{"spec":{{"image":"{OLD_IMAGE}"}}}}"#),
+    )?;
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        last = env.cluster(ns, NAME)?;
+        Ok(condition(&last, "Ready").is_some_and(|c| {
+            c["reason"] == "InvalidSpec"
+                && c["message"].as_str().is_some_and(|m| {
+                    m.contains("valkey.rs/allow-downgrade") && m.contains(NEW_VERSION)
+                })
+        }))
+    })
+    .with_context(|| format!("the downgrade was not refused: {}", last["status"]))?;
+    std::thread::sleep(Duration::from_secs(3));
+    let now = env.pod_identities(ns, NAME)?;
+    ensure!(
+        before
+            .iter()
+            .all(|(n, id)| now.get(n).is_some_and(|x| x.uid == id.uid)),
+        "a refused downgrade re-created pods"
+    );
+    env.patch_cluster(
+        ns,
+        NAME,
+        &format!(r#"{{"spec":{{"image":"{NEW_IMAGE}"}}}}"#),
+    )?;
+    env.wait_ready_shape(ns, &cluster_manifest(NAME, 3, 1), READY_TIMEOUT)?;
+    println!(
+        "operator_rolling: a downgrade to {OLD_VERSION} refused (InvalidSpec), nothing restarted"
+    );
     Ok(())
 }
 
@@ -295,6 +461,7 @@ fn run(env: &Env, ns: &str) -> Result<()> {
     let manifest = cluster_manifest(NAME, 3, 1).image(OLD_IMAGE);
     let took = env.create_cluster(ns, &manifest, READY_TIMEOUT)?;
     let password = env.password(ns, NAME)?;
+    versions_everywhere(env, ns, &password, OLD_VERSION)?;
     println!(
         "operator_rolling: 3x1 Ready {:.1}s after apply",
         took.as_secs_f64()
@@ -309,6 +476,12 @@ fn run(env: &Env, ns: &str) -> Result<()> {
     rolling_image_recreates_one_member_at_a_time(env, ns, &password)?;
     println!(
         "operator_rolling: (b) image roll took {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    missing_tag_stops_the_roll_and_a_downgrade_is_refused(env, ns, &password)?;
+    println!(
+        "operator_rolling: (c) missing tag and downgrade took {:.1}s",
         t.elapsed().as_secs_f64()
     );
     Ok(())

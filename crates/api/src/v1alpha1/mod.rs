@@ -11,6 +11,7 @@ pub mod security;
 pub mod spec;
 pub mod status;
 pub mod validation;
+pub mod versions;
 
 pub use spec::*;
 pub use status::*;

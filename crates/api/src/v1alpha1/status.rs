@@ -116,6 +116,10 @@ pub struct MemberStatus {
     /// Pod IP the member announces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
+    /// The Valkey version the member runs (`valkey_version` of INFO server;
+    /// absent when unreachable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// Where one shard's members run.

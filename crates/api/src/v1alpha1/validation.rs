@@ -666,6 +666,8 @@ fn validate_spec(
     validate_name(name, shards, replicas, errors);
     if spec.image.trim().is_empty() {
         errors.add("spec.image", "must not be empty");
+    } else if let Some(why) = super::versions::unsupported(&spec.image) {
+        errors.add("spec.image", why);
     }
     let resources = spec.resources.clone().unwrap_or_default();
     let mut member_request = container_request(&resources, "spec.resources", errors);

@@ -88,6 +88,10 @@ async fn run(
         .and_then(|c| match ctx.settings.image_refused(&c.image) {
             Some(why) => Err(why),
             None => Ok(c),
+        })
+        .and_then(|c| match downgrade_refused(vc, &c.image) {
+            Some(why) => Err(why),
+            None => Ok(c),
         });
     let mut cluster = match validated {
         Ok(c) => c,
@@ -406,6 +410,33 @@ fn next_look(converging: bool, wake_in: Option<Duration>, settings: &Settings) -
         Some(w) => (w + Duration::from_millis(100)).min(settings.slow_requeue),
         None => settings.slow_requeue,
     }
+}
+
+/// Why `image` would take the members back across a major or minor Valkey
+/// version (from the versions the last status recorded), unless the cluster
+/// carries `valkey.rs/allow-downgrade: "true"`.
+fn downgrade_refused(vc: &ValkeyCluster, image: &str) -> Option<String> {
+    use api::v1alpha1::versions;
+    let forced = vc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(versions::ANNOTATION_ALLOW_DOWNGRADE))
+        .is_some_and(|v| v.trim() == "true");
+    if forced {
+        return None;
+    }
+    let running: Vec<(u32, u32, u32)> = vc
+        .status
+        .as_ref()
+        .map(|s| {
+            s.members
+                .iter()
+                .filter_map(|m| m.version.as_deref().and_then(versions::parse_running))
+                .collect()
+        })
+        .unwrap_or_default();
+    versions::downgrade_refusal(image, &running)
 }
 
 #[cfg(test)]

@@ -380,6 +380,7 @@ impl Sim {
                     keys: self.keys(i),
                     config: n.config.clone(),
                     cluster_state_ok: self.cluster_state_ok(i),
+                    version: None,
                 };
                 MemberState::Reachable(Box::new(report))
             } else {
@@ -1740,6 +1741,7 @@ fn in_sync_between_two_members_needs_the_replica_to_follow_that_primary() {
         keys: 0,
         config: BTreeMap::new(),
         cluster_state_ok: myself == "ok",
+        version: None,
     };
     let primary = report(
         "ok",
@@ -2147,6 +2149,7 @@ fn stale_role_seen_by(viewer: usize, stale: u64) -> (DesiredCluster, ObservedClu
             keys: 0,
             config: BTreeMap::new(),
             cluster_state_ok: true,
+            version: None,
         };
         members.push(ObservedMember {
             member,

@@ -44,6 +44,10 @@ pub struct RollMember {
     pub moving: bool,
     /// Valkey says it is the primary of its shard.
     pub primary: bool,
+    /// Its pod cannot start (an image that cannot be pulled, a crash loop):
+    /// it serves nothing, so an out-of-date one is re-created at once,
+    /// whatever the rest of the cluster is doing.
+    pub stuck: bool,
 }
 
 /// What to do next.
@@ -83,6 +87,15 @@ pub fn next_step(
             "shard {} member {} is restarting",
             m.shard, m.member
         ));
+    }
+    // A member whose pod cannot start serves nothing: re-creating it from
+    // the fixed spec costs nothing, and waiting for the cluster to be Ready
+    // would wait for ever (it is what keeps it from Ready).
+    if let Some(s) = stale.iter().find(|m| m.stuck && !m.moving) {
+        return RollStep::Restart {
+            shard: s.shard,
+            member: s.member,
+        };
     }
     if !cluster_ready {
         return RollStep::Wait("waiting for the cluster to be Ready between restarts".into());
@@ -174,6 +187,7 @@ pub fn roll(f: &Facts<'_>, desired: &Desired, placement: &Placement, cluster_rea
                 stale: restart || moving,
                 moving,
                 primary: f.primaries.get(&s) == Some(&m),
+                stuck: facts.as_ref().is_some_and(|f| f.start_failure.is_some()),
             }
         })
         .collect();
@@ -229,11 +243,37 @@ mod tests {
             stale,
             moving: false,
             primary,
+            stuck: false,
         }
     }
 
     fn none() -> BTreeMap<u32, Vec<u32>> {
         BTreeMap::new()
+    }
+
+    #[test]
+    fn an_out_of_date_member_that_cannot_start_is_recreated_even_while_not_ready() {
+        let stuck = RollMember {
+            stuck: true,
+            ..m(0, 1, false, true)
+        };
+        let ms = [m(0, 0, true, false), stuck.clone()];
+        assert_eq!(
+            next_step(&ms, false, &none(), false),
+            RollStep::Restart {
+                shard: 0,
+                member: 1
+            }
+        );
+        // Up to date (the spec still names what cannot start): nothing to do.
+        let current = RollMember {
+            stale: false,
+            ..stuck
+        };
+        assert_eq!(
+            next_step(&[m(0, 0, true, false), current], false, &none(), false),
+            RollStep::Done
+        );
     }
 
     #[test]

@@ -26,6 +26,64 @@ pub struct PodFacts {
     pub role_label: Option<String>,
     /// Its Valkey container was started with the cluster password (auth on).
     pub runs_with_password: bool,
+    /// A container that cannot start, and why ([`start_failure`]).
+    pub start_failure: Option<StartFailure>,
+}
+
+/// A container the kubelet cannot start: its image cannot be pulled, its
+/// config is invalid, or it keeps crashing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartFailure {
+    pub container: String,
+    pub image: String,
+    /// The waiting reason (`ErrImagePull`, `ImagePullBackOff`, ...).
+    pub reason: String,
+    pub message: String,
+}
+
+impl StartFailure {
+    /// The image cannot be pulled (or named).
+    pub fn image_pull(&self) -> bool {
+        matches!(
+            self.reason.as_str(),
+            "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "ErrImageNeverPull"
+        )
+    }
+}
+
+/// The waiting reasons of a container that will not start by itself.
+const START_FAILURES: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+    "CrashLoopBackOff",
+];
+
+/// The first container (init containers first) waiting for a reason it will
+/// not get over by itself.
+pub fn start_failure(pod: &Pod) -> Option<StartFailure> {
+    let status = pod.status.as_ref()?;
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .find_map(|c| {
+            let waiting = c.state.as_ref()?.waiting.as_ref()?;
+            let reason = waiting.reason.clone()?;
+            START_FAILURES
+                .contains(&reason.as_str())
+                .then(|| StartFailure {
+                    container: c.name.clone(),
+                    image: c.image.clone(),
+                    reason,
+                    message: waiting.message.clone().unwrap_or_default(),
+                })
+        })
 }
 
 impl PodFacts {
@@ -67,6 +125,7 @@ impl PodFacts {
                         .any(|e| e.name == crate::builders::statefulset::PASSWORD_ENV)
                 })
             }),
+            start_failure: start_failure(pod),
         }
     }
 

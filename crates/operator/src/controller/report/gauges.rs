@@ -232,6 +232,7 @@ mod tests {
             keys: 0,
             config: BTreeMap::new(),
             cluster_state_ok: true,
+            version: None,
         }))
     }
 

@@ -166,6 +166,7 @@ pub fn build(
         activity,
         blocker,
         volumes_pending: volumes_pending(f),
+        start_failed: start_failed(f),
     };
     let conds = status::conditions(&input);
     let observations = observations::observations(f, &d.health, &spread, done.last_action.clone());
@@ -207,6 +208,51 @@ fn volumes_pending(f: &Facts<'_>) -> Option<String> {
         })
         .collect();
     (!lines.is_empty()).then(|| lines.join("; "))
+}
+
+/// The members whose pod cannot start, as (reason, message): `ImagePullFailed`
+/// when an image cannot be pulled (the rolling update stops there until
+/// `spec.image` names one that can), else `MemberCannotStart`.
+fn start_failed(f: &Facts<'_>) -> Option<(String, String)> {
+    let failures: Vec<(u32, u32, crate::controller::observe::pods::StartFailure)> =
+        desired_members(f.cluster)
+            .filter_map(|(s, m)| {
+                let pod = f.kube.members.get(&(s, m))?;
+                Some((s, m, PodFacts::of(pod).start_failure?))
+            })
+            .collect();
+    if failures.is_empty() {
+        return None;
+    }
+    let pull = failures.iter().any(|(_, _, x)| x.image_pull());
+    let lines: Vec<String> = failures
+        .iter()
+        .map(|(s, m, x)| {
+            let message = if x.message.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", x.message)
+            };
+            format!(
+                "member {s}/{m}: container {} cannot start with image {:?} ({}{message})",
+                x.container, x.image, x.reason
+            )
+        })
+        .collect();
+    let tail = if pull {
+        "; the rolling update stops until spec.image names an image that can be pulled"
+    } else {
+        ""
+    };
+    Some((
+        if pull {
+            "ImagePullFailed"
+        } else {
+            "MemberCannotStart"
+        }
+        .to_string(),
+        format!("{}{tail}", lines.join("; ")),
+    ))
 }
 
 /// Whether the cluster still has work in flight (requeue soon).

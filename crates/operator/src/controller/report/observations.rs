@@ -139,6 +139,7 @@ pub fn observations(
             node_id,
             ready,
             ip: facts.as_ref().and_then(|f| f.ip).map(|ip| ip.to_string()),
+            version: report.and_then(|r| r.version.clone()),
         });
         if s < cluster.shards && m <= cluster.replicas {
             topology.entry(s).or_default().push(TopologyMember {

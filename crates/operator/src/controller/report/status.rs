@@ -117,6 +117,9 @@ pub struct StatusInput {
     /// Members whose volume claim stays Pending, and why (a root cause: such
     /// a member does not answer either).
     pub volumes_pending: Option<String>,
+    /// Members whose pod cannot start (an image that cannot be pulled, a
+    /// crash loop), as (reason, message): a root cause too.
+    pub start_failed: Option<(String, String)>,
 }
 
 /// The five conditions for a valid spec.
@@ -135,6 +138,9 @@ pub fn conditions(input: &StatusInput) -> Vec<Cond> {
         let (reason, message) = match (&input.blocker, &unplaceable, &c.reason) {
             (Some((r, m)), _, _) => (r.clone(), m.clone()),
             (None, Some(u), _) => ("MembersUnplaceable".to_string(), u.clone()),
+            (None, None, _) if input.start_failed.is_some() => {
+                input.start_failed.clone().unwrap_or_default()
+            }
             (None, None, _) if input.volumes_pending.is_some() => (
                 "VolumeClaimPending".to_string(),
                 input.volumes_pending.clone().unwrap_or_default(),
@@ -430,7 +436,20 @@ mod tests {
             activity: Activity::default(),
             blocker: None,
             volumes_pending: None,
+            start_failed: None,
         }
+    }
+
+    #[test]
+    fn an_image_that_cannot_be_pulled_is_the_reason_a_member_does_not_answer() {
+        let mut input = healthy();
+        input.cluster.ready = false;
+        input.cluster.reason = Some("MemberUnreachable".into());
+        input.start_failed = Some(("ImagePullFailed".into(), "member 0/1: image x".into()));
+        let ready = find(&conditions(&input), CONDITION_READY).clone();
+        assert!(!ready.status);
+        assert_eq!(ready.reason, "ImagePullFailed");
+        assert_eq!(ready.message, "member 0/1: image x");
     }
 
     #[test]

@@ -38,6 +38,12 @@ fn pod_addr(pod: &Pod) -> Option<MemberAddr> {
 fn config_keys(cluster: &ValidatedCluster) -> Vec<String> {
     let mut keys: Vec<String> = config::live_config(cluster).into_keys().collect();
     keys.push("availability-zone".into());
+    // Asked with external access off too: turning it off resets them.
+    keys.extend(
+        crate::controller::decide::external::ANNOUNCE_KEYS
+            .iter()
+            .map(|k| (*k).to_string()),
+    );
     keys.push(config::NODE_TIMEOUT.into());
     if cluster.tls.as_ref().is_some_and(|t| t.switching) {
         // Whether the member has been switched to TLS yet.

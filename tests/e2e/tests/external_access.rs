@@ -243,14 +243,36 @@ fn outside_clients_follow_every_member_through_node_ports_and_load_balancers() {
 fn scenario(env: &Env, ns: &str) -> Result<()> {
     let start = Instant::now();
     let work = env.work_dir("external_access")?;
-    let spec = "  tls:\n    enabled: true\n  externalAccess:\n    type: NodePort\n    annotations: {example.com/edge: \"yes\"}\n";
-    let m = cluster_manifest(NAME, 3, 1).extra_spec(spec);
-    let took = env.create_cluster(ns, &m, Duration::from_secs(180))?;
-    let password = env.password(ns, NAME)?;
+    let m = cluster_manifest(NAME, 3, 1).extra_spec("  tls:\n    enabled: true\n");
+    env.apply(ns, &m.yaml())?;
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        Ok(env
+            .secret_text(ns, &format!("{NAME}-tls-ca"), "ca.crt")
+            .is_ok())
+    })?;
     env.use_tls(Some(write_ca(env, ns, &work)?));
-    eprintln!("external_access: {NAME} Ready with TLS and NodePort access in {took:?}");
+    env.wait_ready_shape(ns, &m, Duration::from_secs(180))?;
+    let password = env.password(ns, NAME)?;
+    // Turned on for a live cluster (the shape check above reads CLUSTER
+    // NODES by pod IP, which members with external access no longer show).
+    env.patch_cluster(
+        ns,
+        NAME,
+        r#"{"spec":{"externalAccess":{"type":"NodePort","annotations":{"example.com/edge":"yes"}}}}"#,
+    )?;
+    eprintln!(
+        "external_access: {NAME} Ready with TLS after {:?}, NodePort access turned on",
+        start.elapsed()
+    );
 
     // Services: one per member, owned, annotated, selecting its pod.
+    wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+        Ok(env
+            .kubectl(&["get", "services", "-n", ns, "-o", "name"])?
+            .matches("-external")
+            .count()
+            == 6)
+    })?;
     let services = env.kubectl_json(&[
         "get",
         "services",

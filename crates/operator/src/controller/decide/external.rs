@@ -19,6 +19,8 @@ use api::v1alpha1::ExternalAccessType;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use valkey::model::{MemberIndex, MemberState, NodeReport, ObservedCluster};
+use valkey::parse::NodeId;
 
 /// The client address a member announces, IPv4 (empty: its pod IP).
 pub const ANNOUNCE_CLIENT_IPV4: &str = "cluster-announce-client-ipv4";
@@ -129,6 +131,63 @@ pub fn addresses(cluster: &ValidatedCluster, view: &KubeView) -> BTreeMap<(u32, 
             address(access.type_, service, Some(pod), &view.nodes).map(|a| ((s, m), a))
         })
         .collect()
+}
+
+/// The address member `report` announces to clients, from its own CONFIG
+/// GET; `None` when it announces its pod address.
+fn announced_by(report: &NodeReport) -> Option<(IpAddr, u16)> {
+    let get = |k: &str| report.config.get(k).map(String::as_str).unwrap_or_default();
+    let ip: IpAddr = get(ANNOUNCE_CLIENT_IPV4)
+        .parse()
+        .or_else(|_| get(ANNOUNCE_CLIENT_IPV6).parse())
+        .ok()?;
+    let port = [ANNOUNCE_CLIENT_PORT, ANNOUNCE_CLIENT_TLS_PORT]
+        .iter()
+        .filter_map(|k| get(k).parse::<u16>().ok())
+        .find(|p| *p != 0)?;
+    Some((ip, port))
+}
+
+/// Rewrites the members' CLUSTER NODES views so that every member shows at
+/// its pod address again. A member that announces a client address shows
+/// that address in CLUSTER NODES to everybody (the operator too), while
+/// the planner knows members by pod address: a line is given back its pod
+/// address when its node id is a reachable member's own id (and that member
+/// announces a client address), or when its address is one a member
+/// announces (`external`: the addresses the members are told, for the
+/// members that cannot be asked). With external access off nothing matches
+/// and nothing changes.
+pub fn internal_view(observed: &mut ObservedCluster, external: &BTreeMap<(u32, u32), SocketAddr>) {
+    let mut by_id: BTreeMap<NodeId, (IpAddr, u16)> = BTreeMap::new();
+    let mut by_address: BTreeMap<(IpAddr, u16), (IpAddr, u16)> = BTreeMap::new();
+    for m in &observed.members {
+        let Some(addr) = m.addr else { continue };
+        let internal = (addr.ip, addr.port);
+        if let MemberIndex::Member(i) = m.member.member
+            && let Some(e) = external.get(&(m.member.shard.0, i))
+        {
+            by_address.insert((e.ip(), e.port()), internal);
+        }
+        if let Some(report) = m.report()
+            && let Some(announced) = announced_by(report)
+        {
+            by_id.insert(report.node_id().clone(), internal);
+            by_address.insert(announced, internal);
+        }
+    }
+    if by_id.is_empty() && by_address.is_empty() {
+        return;
+    }
+    for m in &mut observed.members {
+        if let MemberState::Reachable(report) = &mut m.state {
+            report.nodes.readdress(|n| {
+                by_id.get(&n.id).copied().or_else(|| {
+                    let ip = n.address.ip?;
+                    by_address.get(&(ip, n.address.port)).copied()
+                })
+            });
+        }
+    }
 }
 
 #[cfg(test)]

@@ -121,12 +121,18 @@ pub async fn members(
         ),
         ctx.settings.timeouts,
     );
-    let (observed, session) = valkey_io::observe(
+    let (mut observed, session) = valkey_io::observe(
         &targets(cluster, view, old_status, enabled, &ctx.pulse.silent()),
         &opts,
         &config_keys(cluster),
     )
     .await;
+    // Members that announce an external address show it in CLUSTER NODES;
+    // the rest of the reconcile knows them by pod address.
+    crate::controller::decide::external::internal_view(
+        &mut observed,
+        &crate::controller::decide::external::addresses(cluster, view),
+    );
     ValkeyObservation {
         observed,
         session,

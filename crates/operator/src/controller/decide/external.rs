@@ -224,7 +224,7 @@ mod tests {
       type: LoadBalancer
       selector: {statefulset.kubernetes.io/pod-name: cache-0-0-0}
       ports: [{name: client, port: 6379, nodePort: 31007}]
-    status: {loadBalancer: {ingress: [{ip: 10.200.0.7}]}}";
+status: {loadBalancer: {ingress: [{ip: 10.200.0.7}]}}";
 
     #[test]
     fn a_node_port_member_announces_its_pods_node_and_follows_it_to_another() {

@@ -120,6 +120,11 @@ pub struct MemberStatus {
     /// absent when unreachable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// With `spec.externalAccess`: the `host:port` the member announces to
+    /// clients outside Kubernetes (empty until known, e.g. while the load
+    /// balancer has not assigned an address).
+    #[serde(default)]
+    pub external_address: String,
 }
 
 /// Where one shard's members run.

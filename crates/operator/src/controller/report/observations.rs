@@ -93,6 +93,7 @@ pub fn observations(
             _ => None,
         })
         .collect();
+    let external = crate::controller::decide::external::addresses(cluster, view);
     let mut members = Vec::new();
     let mut topology: BTreeMap<u32, Vec<TopologyMember>> = BTreeMap::new();
     for (s, m) in refs {
@@ -140,6 +141,10 @@ pub fn observations(
             ready,
             ip: facts.as_ref().and_then(|f| f.ip).map(|ip| ip.to_string()),
             version: report.and_then(|r| r.version.clone()),
+            external_address: external
+                .get(&(s, m))
+                .map(ToString::to_string)
+                .unwrap_or_default(),
         });
         if s < cluster.shards && m <= cluster.replicas {
             topology.entry(s).or_default().push(TopologyMember {

@@ -21,8 +21,9 @@ struct Cli {
 enum Command {
     /// Run the controller (KUBECONFIG or in-cluster config).
     Run(run::RunArgs),
-    /// Print the ValkeyCluster CustomResourceDefinition as YAML.
-    Crd,
+    /// Print the CustomResourceDefinitions (ValkeyCluster, ValkeyBackup) as
+    /// YAML, or one of them with --kind.
+    Crd(crd_cmd::CrdArgs),
     /// Plan member placement for a ValkeyCluster over Nodes and Pods read from
     /// files. Exit 0 when every member is placed, 2 when not, 1 on bad input.
     Plan(plan_cmd::PlanArgs),
@@ -87,7 +88,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Crd => match crd_cmd::write(&mut std::io::stdout().lock()) {
+        Command::Crd(args) => match crd_cmd::write(args.kind, &mut std::io::stdout().lock()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");

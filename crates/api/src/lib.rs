@@ -8,7 +8,9 @@ pub mod constants;
 pub mod quantity;
 pub mod v1alpha1;
 
-pub use v1alpha1::{ValidatedCluster, ValkeyBackup, ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus};
+pub use v1alpha1::{
+    ValidatedCluster, ValkeyBackup, ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus,
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

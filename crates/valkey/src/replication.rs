@@ -128,11 +128,7 @@ impl EofScanner {
             return Vec::new();
         }
         self.held.extend_from_slice(chunk);
-        if let Some(at) = self
-            .held
-            .windows(EOF_MARK_LEN)
-            .position(|w| w == self.mark)
-        {
+        if let Some(at) = self.held.windows(EOF_MARK_LEN).position(|w| w == self.mark) {
             self.done = true;
             let out = self.held[..at].to_vec();
             self.held.clear();
@@ -182,16 +178,17 @@ pub async fn take_rdb(
         ca_pem,
         identity: None,
     });
-    let stream: Stream = tokio::time::timeout(timeout, wire::open_unbounded(ip, port, tls.as_ref()))
-        .await
-        .map_err(|_| SyncError::Idle {
-            addr: addr.clone(),
-            seconds: timeout.as_secs(),
-        })?
-        .map_err(|source| SyncError::Connect {
-            addr: addr.clone(),
-            source,
-        })?;
+    let stream: Stream =
+        tokio::time::timeout(timeout, wire::open_unbounded(ip, port, tls.as_ref()))
+            .await
+            .map_err(|_| SyncError::Idle {
+                addr: addr.clone(),
+                seconds: timeout.as_secs(),
+            })?
+            .map_err(|source| SyncError::Connect {
+                addr: addr.clone(),
+                source,
+            })?;
     sync_over(stream, &addr, login, timeout, sink).await
 }
 

@@ -80,7 +80,9 @@ pub struct S3Location {
 }
 
 /// Where a backup is.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
 pub enum BackupPhase {
     /// Accepted; its Job is not running yet.
     #[default]

@@ -159,7 +159,7 @@ fn a_backup_under_writes_lands_in_the_bucket_and_bad_input_fails_with_a_message(
                 "checksum: {shard}"
             );
             ensure!(
-                bytes.len() > 1000,
+                bytes.len() > 200,
                 "shard {} holds almost nothing under a writer",
                 shard["index"]
             );

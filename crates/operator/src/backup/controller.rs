@@ -216,24 +216,41 @@ fn job_state(
     JobState::Running
 }
 
-/// The termination message of the backup pod of `name` in `ns`, from the
-/// operator's pod cache.
-fn pod_message(ctx: &Context, ns: &str, name: &str) -> Option<String> {
-    ctx.pods
-        .state()
+/// The outcome the backup pod of `name` in `ns` left: its termination
+/// message (from the operator's pod cache), else the last line of its log
+/// (read bounded: a runtime that keeps no termination message, such as the
+/// testbed's, still shows the outcome `valkey-operator backup` printed).
+async fn pod_message(ctx: &Context, ns: &str, name: &str) -> Option<String> {
+    let pod = ctx.pods.state().into_iter().find(|p: &Arc<Pod>| {
+        p.namespace().as_deref() == Some(ns)
+            && p.labels().get(LABEL_BACKUP).map(String::as_str) == Some(name)
+    })?;
+    let statuses = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .clone()
+        .unwrap_or_default();
+    let terminated = statuses
         .iter()
-        .filter(|p: &&Arc<Pod>| {
-            p.namespace().as_deref() == Some(ns)
-                && p.labels().get(LABEL_BACKUP).map(String::as_str) == Some(name)
-        })
-        .find_map(|p| {
-            p.status
-                .as_ref()?
-                .container_statuses
-                .iter()
-                .flatten()
-                .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
-        })
+        .find_map(|c| c.state.as_ref()?.terminated.clone())?;
+    if let Some(message) = terminated.message.filter(|m| !m.trim().is_empty()) {
+        return Some(message);
+    }
+    let params = kube::api::LogParams {
+        container: Some("backup".to_string()),
+        limit_bytes: Some(64 * 1024),
+        tail_lines: Some(20),
+        ..Default::default()
+    };
+    let log = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .logs(&pod.name_any(), &params)
+        .await
+        .ok()?;
+    log.lines()
+        .rev()
+        .find(|l| serde_json::from_str::<Outcome>(l.trim()).is_ok())
+        .map(str::to_string)
 }
 
 async fn reconcile(
@@ -264,10 +281,11 @@ async fn reconcile(
         cluster_exists: false,
         cluster_tls: false,
         credentials: Credentials::Missing,
-        job: job
-            .as_ref()
-            .map(|j| job_state(j, pod_message(&ctx, &ns, &name), now)),
+        job: None,
     };
+    if let Some(j) = job.as_ref() {
+        observed.job = Some(job_state(j, pod_message(&ctx, &ns, &name).await, now));
+    }
     if job.is_none() {
         let cluster = Api::<ValkeyCluster>::namespaced(client.clone(), &ns)
             .get_opt(&backup.spec.cluster)

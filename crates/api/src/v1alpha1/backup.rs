@@ -11,6 +11,8 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 /// A backup of a ValkeyCluster, taken once.
+// Two printer columns are strings: `type_ = "string"` repeats by design.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "valkey.rs",

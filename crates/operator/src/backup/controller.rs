@@ -216,41 +216,81 @@ fn job_state(
     JobState::Running
 }
 
-/// The outcome the backup pod of `name` in `ns` left: its termination
-/// message (from the operator's pod cache), else the last line of its log
-/// (read bounded: a runtime that keeps no termination message, such as the
-/// testbed's, still shows the outcome `valkey-operator backup` printed).
-async fn pod_message(ctx: &Context, ns: &str, name: &str) -> Option<String> {
-    let pod = ctx.pods.state().into_iter().find(|p: &Arc<Pod>| {
-        p.namespace().as_deref() == Some(ns)
-            && p.labels().get(LABEL_BACKUP).map(String::as_str) == Some(name)
-    })?;
-    let statuses = pod
-        .status
-        .as_ref()?
-        .container_statuses
-        .clone()
-        .unwrap_or_default();
-    let terminated = statuses
+/// The termination message of the backup pod of `name` in `ns`, from the
+/// operator's pod cache.
+fn pod_message(ctx: &Context, ns: &str, name: &str) -> Option<String> {
+    ctx.pods
+        .state()
         .iter()
-        .find_map(|c| c.state.as_ref()?.terminated.clone())?;
-    if let Some(message) = terminated.message.filter(|m| !m.trim().is_empty()) {
-        return Some(message);
-    }
-    let params = kube::api::LogParams {
-        container: Some("backup".to_string()),
-        limit_bytes: Some(64 * 1024),
-        tail_lines: Some(20),
-        ..Default::default()
-    };
-    let log = Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .logs(&pod.name_any(), &params)
+        .filter(|p: &&Arc<Pod>| {
+            p.namespace().as_deref() == Some(ns)
+                && p.labels().get(LABEL_BACKUP).map(String::as_str) == Some(name)
+        })
+        .find_map(|p| {
+            p.status
+                .as_ref()?
+                .container_statuses
+                .iter()
+                .flatten()
+                .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+        })
+        .filter(|m| !m.trim().is_empty())
+}
+
+/// The largest manifest read back (a manifest of 1000 shards is ~300 KB).
+const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The outcome of a succeeded Job whose runtime kept no termination message
+/// (the testbed's keeps none): the manifest read back from the bucket, which
+/// is the proof of a complete backup anyway. Bounded in size and time.
+async fn outcome_from_bucket(ctx: &Context, backup: &ValkeyBackup) -> Option<String> {
+    let ns = backup.namespace().unwrap_or_default();
+    let spec = &backup.spec.s3;
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&spec.credentials_secret)
         .await
-        .ok()?;
-    log.lines()
-        .rev()
-        .find(|l| serde_json::from_str::<Outcome>(l.trim()).is_ok())
-        .map(str::to_string)
+        .ok()??;
+    let key = |k: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    };
+    let settings = super::store::S3Settings {
+        endpoint: spec.endpoint.clone(),
+        bucket: spec.bucket.clone(),
+        region: spec.region.clone(),
+        access_key_id: key("AWS_ACCESS_KEY_ID")?,
+        secret_access_key: key("AWS_SECRET_ACCESS_KEY")?,
+    };
+    let store = super::store::s3(&settings).ok()?;
+    let path = format!(
+        "{}/{}",
+        api::v1alpha1::backup_folder(&spec.prefix, &ns, &backup.name_any()),
+        super::manifest::MANIFEST
+    );
+    let path = object_store::path::Path::from(path.as_str());
+    let read = async {
+        use object_store::ObjectStoreExt as _;
+        let meta = store.head(&path).await.ok()?;
+        if meta.size > MAX_MANIFEST_BYTES {
+            return None;
+        }
+        store.get(&path).await.ok()?.bytes().await.ok()
+    };
+    let bytes = tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .ok()??;
+    let manifest: super::manifest::Manifest = serde_json::from_slice(&bytes).ok()?;
+    manifest.check().ok()?;
+    serde_json::to_string(&Outcome {
+        manifest: Some(path.to_string()),
+        size_bytes: manifest.size_bytes(),
+        shards: u32::try_from(manifest.shards.len()).unwrap_or(u32::MAX),
+        error: None,
+    })
+    .ok()
 }
 
 async fn reconcile(
@@ -284,7 +324,14 @@ async fn reconcile(
         job: None,
     };
     if let Some(j) = job.as_ref() {
-        observed.job = Some(job_state(j, pod_message(&ctx, &ns, &name).await, now));
+        let mut state = job_state(j, pod_message(&ctx, &ns, &name), now);
+        if let JobState::Succeeded {
+            outcome: o @ None, ..
+        } = &mut state
+        {
+            *o = outcome_from_bucket(&ctx, &backup).await;
+        }
+        observed.job = Some(state);
     }
     if job.is_none() {
         let cluster = Api::<ValkeyCluster>::namespaced(client.clone(), &ns)

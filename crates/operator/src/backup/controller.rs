@@ -81,6 +81,9 @@ pub struct Observed {
     pub cluster_exists: bool,
     pub cluster_tls: bool,
     pub credentials: Credentials,
+    /// Why the bucket could not be listed with the credentials, when it
+    /// could not (checked before the Job is made).
+    pub bucket_error: Option<String>,
     pub job: Option<JobState>,
 }
 
@@ -163,7 +166,10 @@ pub fn decide(o: &Observed) -> Step {
                     "credentials Secret {} has no key {key}",
                     o.credentials_secret
                 )),
-                Credentials::Present => Step::Start,
+                Credentials::Present => match &o.bucket_error {
+                    Some(e) => Step::Fail(e.clone()),
+                    None => Step::Start,
+                },
             }
         }
     }
@@ -237,6 +243,61 @@ fn pod_message(ctx: &Context, ns: &str, name: &str) -> Option<String> {
         .filter(|m| !m.trim().is_empty())
 }
 
+/// The S3 settings of `backup` with the keys of `secret`.
+fn s3_settings(backup: &ValkeyBackup, secret: &Secret) -> Option<super::store::S3Settings> {
+    let spec = &backup.spec.s3;
+    let key = |k: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    };
+    Some(super::store::S3Settings {
+        endpoint: spec.endpoint.clone(),
+        bucket: spec.bucket.clone(),
+        region: spec.region.clone(),
+        access_key_id: key("AWS_ACCESS_KEY_ID")?,
+        secret_access_key: key("AWS_SECRET_ACCESS_KEY")?,
+    })
+}
+
+/// Lists the backup's folder once with its credentials before its Job is
+/// made: wrong credentials or a missing bucket fail the backup at once with
+/// the store's answer (a Job's pod can only exit 1). One bounded request.
+async fn check_bucket(backup: &ValkeyBackup, secret: &Secret) -> Result<(), String> {
+    let spec = &backup.spec.s3;
+    let settings = s3_settings(backup, secret).ok_or_else(|| {
+        format!(
+            "credentials Secret {} has no usable keys",
+            spec.credentials_secret
+        )
+    })?;
+    let store = super::store::s3(&settings)
+        .map_err(|e| format!("building the S3 client for {}: {e}", spec.endpoint))?;
+    let folder = api::v1alpha1::backup_folder(
+        &spec.prefix,
+        &backup.namespace().unwrap_or_default(),
+        &backup.name_any(),
+    );
+    let listed = tokio::time::timeout(
+        Duration::from_secs(15),
+        store.list_with_delimiter(Some(&object_store::path::Path::from(folder.as_str()))),
+    )
+    .await;
+    match listed {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!(
+            "bucket {} at {} cannot be listed (wrong credentials or no such bucket?): {e}",
+            spec.bucket, spec.endpoint
+        )),
+        Err(_) => Err(format!(
+            "bucket {} at {}: no answer within 15 s",
+            spec.bucket, spec.endpoint
+        )),
+    }
+}
+
 /// The largest manifest read back (a manifest of 1000 shards is ~300 KB).
 const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -250,20 +311,7 @@ async fn outcome_from_bucket(ctx: &Context, backup: &ValkeyBackup) -> Option<Str
         .get_opt(&spec.credentials_secret)
         .await
         .ok()??;
-    let key = |k: &str| {
-        secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(k))
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-    };
-    let settings = super::store::S3Settings {
-        endpoint: spec.endpoint.clone(),
-        bucket: spec.bucket.clone(),
-        region: spec.region.clone(),
-        access_key_id: key("AWS_ACCESS_KEY_ID")?,
-        secret_access_key: key("AWS_SECRET_ACCESS_KEY")?,
-    };
+    let settings = s3_settings(backup, &secret)?;
     let store = super::store::s3(&settings).ok()?;
     let path = format!(
         "{}/{}",
@@ -321,6 +369,7 @@ async fn reconcile(
         cluster_exists: false,
         cluster_tls: false,
         credentials: Credentials::Missing,
+        bucket_error: None,
         job: None,
     };
     if let Some(j) = job.as_ref() {
@@ -333,6 +382,7 @@ async fn reconcile(
         }
         observed.job = Some(state);
     }
+    let mut secret = None;
     if job.is_none() {
         let cluster = Api::<ValkeyCluster>::namespaced(client.clone(), &ns)
             .get_opt(&backup.spec.cluster)
@@ -340,7 +390,7 @@ async fn reconcile(
             .map_err(read(format!("ValkeyCluster {}", backup.spec.cluster)))?;
         observed.cluster_exists = cluster.is_some();
         observed.cluster_tls = cluster.as_ref().is_some_and(|c| c.spec.tls.enabled);
-        let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+        secret = Api::<Secret>::namespaced(client.clone(), &ns)
             .get_opt(&backup.spec.s3.credentials_secret)
             .await
             .map_err(read(format!(
@@ -349,7 +399,7 @@ async fn reconcile(
             )))?;
         observed.credentials = match secret {
             None => Credentials::Missing,
-            Some(s) => {
+            Some(ref s) => {
                 let has = |k: &str| {
                     s.data.as_ref().is_some_and(|d| d.contains_key(k))
                         || s.string_data.as_ref().is_some_and(|d| d.contains_key(k))
@@ -363,6 +413,12 @@ async fn reconcile(
                 }
             }
         };
+    }
+
+    if observed.credentials == Credentials::Present && observed.cluster_exists {
+        if let Some(secret) = secret.as_ref() {
+            observed.bucket_error = check_bucket(&backup, secret).await.err();
+        }
     }
 
     let events = ctx.events(backup.object_ref(&()));
@@ -492,6 +548,7 @@ mod tests {
             cluster_exists: true,
             cluster_tls: false,
             credentials: Credentials::Present,
+            bucket_error: None,
             job: None,
         }
     }
@@ -521,6 +578,16 @@ mod tests {
         );
         o.credentials = Credentials::MissingKey("AWS_SECRET_ACCESS_KEY");
         assert!(matches!(decide(&o), Step::Fail(m) if m.contains("AWS_SECRET_ACCESS_KEY")));
+    }
+
+    #[test]
+    fn a_bucket_the_credentials_cannot_list_fails_before_any_job() {
+        let mut o = observed();
+        o.bucket_error = Some("bucket b at e cannot be listed: 403".into());
+        assert_eq!(
+            decide(&o),
+            Step::Fail("bucket b at e cannot be listed: 403".into())
+        );
     }
 
     #[test]

@@ -415,10 +415,11 @@ async fn reconcile(
         };
     }
 
-    if observed.credentials == Credentials::Present && observed.cluster_exists {
-        if let Some(secret) = secret.as_ref() {
-            observed.bucket_error = check_bucket(&backup, secret).await.err();
-        }
+    if observed.credentials == Credentials::Present
+        && observed.cluster_exists
+        && let Some(secret) = secret.as_ref()
+    {
+        observed.bucket_error = check_bucket(&backup, secret).await.err();
     }
 
     let events = ctx.events(backup.object_ref(&()));

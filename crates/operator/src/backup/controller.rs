@@ -2,10 +2,17 @@
 //! operator process, beside the ValkeyCluster one. It checks the input, creates
 //! the backup's Job, follows it, and writes the status and events:
 //!
-//!     observe (cluster, credentials Secret, Job, its pod's termination message)
+//! ```text
+//!     observe (cluster, credentials Secret and bucket, Job, its outcome)
 //!       -> decide (pure: the next step)
 //!       -> act (create the Job; write the status; an event per transition)
+//! ```
 //!
+//! Before the Job is made, the bucket's folder is listed once with the
+//! credentials (15 s at most), so wrong credentials or a missing bucket fail
+//! with the store's answer. A succeeded Job's outcome is its termination
+//! message or, where the runtime keeps none, the manifest read back from the
+//! bucket (at most 4 MiB): Completed always means the manifest is there.
 //! A backup is taken once: Completed and Failed are final, and a Job that
 //! failed is not retried (its objects may be half-written; the manifest is
 //! not, so nothing reads them as a backup).

@@ -139,17 +139,18 @@ impl Env {
         serde_json::from_str(&text).context("parsing kubectl JSON")
     }
 
-    /// Installs (or updates) the committed CRD and waits until it is served.
+    /// Installs (or updates) the committed CRDs (ValkeyCluster, ValkeyBackup)
+    /// and waits until they are served.
     pub fn install_crd(&self) -> Result<()> {
-        let crd = self.root.join("deploy/crd/valkeycluster.yaml");
-        let crd = crd.to_string_lossy();
-        self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &crd])?;
-        self.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "crd/valkeyclusters.valkey.rs",
-            "--timeout=60s",
-        ])?;
+        for (file, name) in [
+            ("valkeycluster.yaml", "crd/valkeyclusters.valkey.rs"),
+            ("valkeybackup.yaml", "crd/valkeybackups.valkey.rs"),
+        ] {
+            let crd = self.root.join("deploy/crd").join(file);
+            let crd = crd.to_string_lossy();
+            self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &crd])?;
+            self.kubectl(&["wait", "--for=condition=Established", name, "--timeout=60s"])?;
+        }
         Ok(())
     }
 

@@ -342,11 +342,20 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
     let hosts: Vec<String> = set.iter().cloned().collect();
     env.verify_keys(&hosts, &password, &load.keys)?;
     let events = env.object_events(ns, "ValkeyCluster", NAME)?;
+    // One event naming both addresses, or (when a status was written while
+    // the pod was away) one saying the old address is gone and a later one
+    // naming the new address.
+    let member = format!("member {}/{} ", key.0, key.1);
+    let changed: Vec<&str> = events
+        .iter()
+        .filter(|e| e.reason == "ExternalAddressChanged" && e.message.starts_with(&member))
+        .map(|e| e.message.as_str())
+        .collect();
+    let old_gone = changed.iter().position(|m| m.contains(&old_address));
+    let new_seen = changed.iter().rposition(|m| m.contains(&moved[&key]));
     ensure!(
-        events.iter().any(|e| e.reason == "ExternalAddressChanged"
-            && e.message.contains(&moved[&key])
-            && e.message.contains(&old_address)),
-        "no ExternalAddressChanged event for {key:?} {old_address} -> {}: {events:?}",
+        matches!((old_gone, new_seen), (Some(o), Some(n)) if o <= n),
+        "no ExternalAddressChanged events for {key:?} {old_address} -> {}: {changed:?}",
         moved[&key]
     );
     eprintln!(

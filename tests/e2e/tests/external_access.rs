@@ -103,8 +103,16 @@ fn node_port_address(env: &Env, ns: &str, (s, m): (u64, u64)) -> Result<String> 
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let pod = env.kubectl_json(&["get", "pod", &pod_name, "-n", ns])?;
-    let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+    // Between a pod's deletion and its replacement's scheduling there is no
+    // address yet: empty, which no announced address equals.
+    let pod = match env.kubectl_json(&["get", "pod", &pod_name, "-n", ns]) {
+        Ok(pod) => pod,
+        Err(e) if format!("{e:#}").contains("NotFound") => return Ok(String::new()),
+        Err(e) => return Err(e),
+    };
+    let Some(node) = pod["spec"]["nodeName"].as_str() else {
+        return Ok(String::new());
+    };
     let n = env.kubectl_json(&["get", "node", node])?;
     let ip = n["status"]["addresses"]
         .as_array()

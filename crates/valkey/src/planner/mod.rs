@@ -229,7 +229,8 @@ pub fn next_actions(
     // A restore attaches replicas and adds slots only once every member is
     // in: a first member not yet met still holds slots of its own the anchor
     // does not know of (see `DesiredCluster::restore`).
-    let restore_waits = a.desired.restore.is_some() && a.desired_refs.iter().any(|r| !a.joined.contains(r));
+    let restore_waits =
+        a.desired.restore.is_some() && a.desired_refs.iter().any(|r| !a.joined.contains(r));
     if !restore_waits {
         replication(&a, &shards, &mut plan);
     }
@@ -737,10 +738,9 @@ fn slots_and_failover(
             continue;
         }
         match usable_primary(a, shards, *shard) {
-            Some(p) => plan.actions.push(Action::AddSlotsRange {
-                on: p,
-                ranges: add,
-            }),
+            Some(p) => plan
+                .actions
+                .push(Action::AddSlotsRange { on: p, ranges: add }),
             None => plan.wait(Wait::WaitingForPrimary { shard: *shard }),
         }
     }

@@ -100,7 +100,7 @@ fn a_backup_under_writes_lands_in_the_bucket_and_bad_input_fails_with_a_message(
     let Some(suite) = Suite::start("backup", "backup", "e2e-backup") else {
         return;
     };
-    suite.run(&["src", "dst", "bad-sum"], |env, ns| {
+    suite.run(&["src", "dst", "dst-disk", "bad-sum"], |env, ns| {
         let work = env.work_dir("backup")?;
         let s3 = s3_info(env)?;
         env.apply(
@@ -343,6 +343,27 @@ fn restore_checks(
         );
     }
     println!("restore: every shard serves the slots it had in the backup");
+
+    // With persistence Valkey runs with AOF on and loads only the AOF: the
+    // RDB is its base. A member re-created after the restore keeps its data.
+    let disk = cluster_manifest("dst-disk", 3, 0)
+        .persistence("64Mi", "Delete")
+        .extra_spec("  restore:\n    backup: full\n");
+    env.apply(ns, &disk.yaml())?;
+    env.wait_ready_shape(ns, &disk, Duration::from_secs(300))?;
+    let password = env.password(ns, "dst-disk")?;
+    let summary = env.verify_cluster_keys(ns, "dst-disk", &password, before)?;
+    println!("restore: dst-disk (AOF) holds every key: {summary}");
+    env.kubectl(&["delete", "pod", "dst-disk-0-0-0", "-n", ns])?;
+    // The status says Ready until the operator sees the pod gone.
+    wait_until(Duration::from_secs(300), Duration::from_secs(2), || {
+        Ok(env
+            .wait_ready_shape(ns, &disk, Duration::from_secs(5))
+            .is_ok())
+    })
+    .context("dst-disk never Ready again after its member was re-created")?;
+    env.verify_cluster_keys(ns, "dst-disk", &password, before)?;
+    println!("restore: dst-disk member re-created after the restore kept its data");
 
     refused(
         env,

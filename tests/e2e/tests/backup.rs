@@ -7,7 +7,8 @@
 //! backup holds every key acknowledged before the backup started, each shard
 //! serving the slots it had; a missing or Failed backup, another number of
 //! shards and a damaged object are refused (condition `Restored`) without
-//! any member, and other bytes of the right size fail the checksum.
+//! any member, and other bytes that pass those checks fail the SHA-256 in
+//! the member that loads them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
@@ -387,9 +388,10 @@ fn restore_checks(
         "spec.shards",
     )?;
 
-    // Damage shard 1's object: other bytes of the same size fail the
-    // checksum in the member that loads it; another size is refused before
-    // any member is made.
+    // Damage shard 1's object with other bytes of the same size: written
+    // after the manifest, it is refused before any member is made. With the
+    // manifest written again after it, the gate passes and the member that
+    // loads the object fails on its SHA-256. Another size is refused again.
     let shard1 = &manifest["shards"][1];
     let size = shard1["sizeBytes"].as_u64().unwrap_or(0) as usize;
     let key = format!("e2e/{ns}/full/{}", s(shard1, "object"));
@@ -397,7 +399,17 @@ fn restore_checks(
     std::fs::write(&garbage, vec![b'x'; size])?;
     let code = s3_put(s3, &key, &garbage)?;
     ensure!(code == 200, "PUT {key}: HTTP {code}");
-    env.apply(ns, &restore_yaml("bad-sum", 3, "full"))?;
+    refused(
+        env,
+        ns,
+        ("bad-sum", 3, "full"),
+        "ChecksumMismatch",
+        "spec.restore.backup",
+    )?;
+    std::thread::sleep(Duration::from_secs(1));
+    let manifest_key = format!("e2e/{ns}/full/manifest.json");
+    let code = s3_put(s3, &manifest_key, &work.join("manifest.json"))?;
+    ensure!(code == 200, "PUT {manifest_key}: HTTP {code}");
     let mut last = Value::Null;
     wait_until(Duration::from_secs(180), Duration::from_secs(1), || {
         last = condition(&env.cluster(ns, "bad-sum")?, "Restored");
@@ -409,7 +421,10 @@ fn restore_checks(
         condition(&env.cluster(ns, "bad-sum")?, "Ready")["status"] != "True",
         "bad-sum became Ready from a damaged backup"
     );
-    println!("restore: same size, other bytes: {}", s(&last, "message"));
+    println!(
+        "restore: same size, other bytes, SHA-256 checked by the member: {}",
+        s(&last, "message")
+    );
 
     std::fs::write(&garbage, b"not an rdb")?;
     let code = s3_put(s3, &key, &garbage)?;

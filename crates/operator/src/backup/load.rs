@@ -148,6 +148,14 @@ async fn load(args: &LoadArgs) -> Result<String, LoadError> {
         endpoint: args.endpoint.clone(),
         source,
     })?;
+    load_from(&store, args).await
+}
+
+/// Steps 2-4, from `store`.
+async fn load_from(
+    store: &std::sync::Arc<dyn object_store::ObjectStore>,
+    args: &LoadArgs,
+) -> Result<String, LoadError> {
     let key = format!("{}/{}", args.folder, manifest::MANIFEST);
     let manifest_error = |detail: String| LoadError::Manifest {
         key: key.clone(),
@@ -294,6 +302,86 @@ mod tests {
         assert_eq!(in_use(&args(&dir)).as_deref(), Some("appendonlydir"));
         std::fs::write(dir.join("nodes.conf"), b"x").unwrap();
         assert_eq!(in_use(&args(&dir)).as_deref(), Some("nodes.conf"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("restore-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A bucket with a one-shard backup whose manifest says `sha256` of
+    /// `rdb`'s length.
+    async fn bucket(rdb: &[u8], sha256: &str) -> std::sync::Arc<dyn object_store::ObjectStore> {
+        use crate::backup::manifest::{FORMAT_VERSION, ShardEntry};
+        let store: std::sync::Arc<dyn object_store::ObjectStore> =
+            std::sync::Arc::new(object_store::memory::InMemory::new());
+        let manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            namespace: "ns".into(),
+            cluster: "c".into(),
+            backup: "x".into(),
+            valkey_version: "9.1.2".into(),
+            start_time: "t".into(),
+            completion_time: "t".into(),
+            shards: vec![ShardEntry {
+                index: 0,
+                slots: vec![[0, 16383]],
+                object: "shard-0.rdb".into(),
+                size_bytes: rdb.len() as u64,
+                sha256: sha256.into(),
+                source_node: "10.0.0.1:6379".into(),
+                from_replica: true,
+            }],
+        };
+        let put = |key: &str, body: Vec<u8>| {
+            let store = store.clone();
+            let key = ObjectPath::from(key);
+            async move {
+                store
+                    .put(&key, object_store::PutPayload::from(body))
+                    .await
+                    .unwrap();
+            }
+        };
+        put(
+            "p/ns/x/manifest.json",
+            serde_json::to_vec(&manifest).unwrap(),
+        )
+        .await;
+        put("p/ns/x/shard-0.rdb", rdb.to_vec()).await;
+        store
+    }
+
+    #[tokio::test]
+    async fn the_shard_lands_as_dump_rdb_when_its_checksum_matches() {
+        let rdb = b"REDIS0011 some keys".to_vec();
+        let store = bucket(&rdb, &hex(&Sha256::digest(&rdb))).await;
+        let dir = temp("ok");
+        let out = load_from(&store, &args(&dir)).await.unwrap();
+        assert!(out.contains("shard 0"), "{out}");
+        assert_eq!(std::fs::read(dir.join("dump.rdb")).unwrap(), rdb);
+        assert!(!dir.join("dump.rdb.partial").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn other_bytes_than_the_manifest_checksummed_fail_and_leave_nothing() {
+        let rdb = b"REDIS0011 some keys".to_vec();
+        let store = bucket(&rdb, &hex(&Sha256::digest(b"REDIS0011 other keys"))).await;
+        let dir = temp("mismatch");
+        let err = load_from(&store, &args(&dir)).await.unwrap_err();
+        assert!(matches!(err, LoadError::Mismatch { shard: 0, .. }), "{err}");
+        assert!(
+            err.to_string().starts_with("checksum mismatch for shard 0"),
+            "{err}"
+        );
+        assert!(
+            std::fs::read_dir(&dir).unwrap().next().is_none(),
+            "files left behind"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

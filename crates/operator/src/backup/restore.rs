@@ -12,9 +12,11 @@
 //! ```
 //!
 //! The gate reads the ValkeyBackup, its credentials, the manifest and the
-//! size of every shard's object (bounded requests): a missing backup, one not
-//! Completed, another number of shards, an unreadable manifest or an object
-//! whose size differs from the manifest's refuses the restore with the
+//! size and time of every shard's object (bounded requests): a missing
+//! backup, one not Completed, another number of shards, an unreadable
+//! manifest, or an object whose size differs from the manifest's or that
+//! was written after it (the manifest is written last) refuses the restore
+//! with the
 //! condition `Restored` (False, the reason naming the problem, the message
 //! naming `spec.restore.backup`) and makes no member at all: no empty
 //! cluster. A backup that is still Running is waited for.
@@ -129,14 +131,25 @@ pub fn check_backup<'a>(
     }
 }
 
+/// A shard's object as the bucket lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectSeen {
+    pub size: u64,
+    /// Written after the manifest: the manifest is written last, so the
+    /// object is no longer the one its checksum was taken of.
+    pub rewritten: bool,
+}
+
 /// Checks the manifest against the cluster: as many shards as `shards`, and
-/// each object of the size the manifest says (`sizes`, by shard; `None`: the
-/// object is missing). Returns each shard's slots as text (pure).
+/// each object (`objects`, by shard; `None`: missing) of the size the
+/// manifest says and not written after it. The SHA-256 itself is checked
+/// by the member that loads the object. Returns each shard's slots as text
+/// (pure).
 pub fn check_manifest(
     name: &str,
     manifest: &Manifest,
     shards: u32,
-    sizes: &[Option<u64>],
+    objects: &[Option<ObjectSeen>],
 ) -> Result<Vec<String>, Refusal> {
     manifest.check().map_err(|e| {
         refuse(
@@ -154,8 +167,8 @@ pub fn check_manifest(
             ),
         ));
     }
-    for (shard, size) in manifest.shards.iter().zip(sizes) {
-        match size {
+    for (shard, seen) in manifest.shards.iter().zip(objects) {
+        match seen {
             None => {
                 return Err(refuse(
                     reason::BACKUP_UNREADABLE,
@@ -165,12 +178,21 @@ pub fn check_manifest(
                     ),
                 ));
             }
-            Some(size) if *size != shard.size_bytes => {
+            Some(seen) if seen.size != shard.size_bytes => {
                 return Err(refuse(
                     reason::CHECKSUM_MISMATCH,
                     format!(
-                        "spec.restore.backup: shard {} of ValkeyBackup {name} ({}) is {size} bytes but its manifest says {}: the backup is damaged",
-                        shard.index, shard.object, shard.size_bytes
+                        "spec.restore.backup: shard {} of ValkeyBackup {name} ({}) is {} bytes but its manifest says {}: the backup is damaged",
+                        shard.index, shard.object, seen.size, shard.size_bytes
+                    ),
+                ));
+            }
+            Some(seen) if seen.rewritten => {
+                return Err(refuse(
+                    reason::CHECKSUM_MISMATCH,
+                    format!(
+                        "spec.restore.backup: shard {} of ValkeyBackup {name} ({}) was written after the backup completed: it is not the object the manifest's SHA-256 was taken of",
+                        shard.index, shard.object
                     ),
                 ));
             }
@@ -318,26 +340,30 @@ async fn read_backup(
                 source: format!("the manifest is {} bytes", meta.size).into(),
             });
         }
-        store.get(&manifest_path).await?.bytes().await
+        let bytes = store.get(&manifest_path).await?.bytes().await?;
+        Ok((meta.last_modified, bytes))
     };
-    let bytes = tokio::time::timeout(STORE_TIMEOUT, read)
+    let (written, bytes) = tokio::time::timeout(STORE_TIMEOUT, read)
         .await
         .map_err(|_| unreadable(format!("no answer from {} within 15 s", s3.endpoint)))?
         .map_err(|e| unreadable(format!("reading {manifest_path}: {e}")))?;
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| unreadable(format!("{manifest_path} is not a manifest: {e}")))?;
-    let mut sizes = Vec::new();
+    let mut objects = Vec::new();
     for shard in &manifest.shards {
         let head = tokio::time::timeout(STORE_TIMEOUT, store.head(&path(&shard.object)))
             .await
             .map_err(|_| unreadable(format!("no answer from {} within 15 s", s3.endpoint)))?;
-        sizes.push(match head {
-            Ok(meta) => Some(meta.size),
+        objects.push(match head {
+            Ok(meta) => Some(ObjectSeen {
+                size: meta.size,
+                rewritten: meta.last_modified > written,
+            }),
             Err(object_store::Error::NotFound { .. }) => None,
             Err(e) => return Err(unreadable(format!("reading {}: {e}", shard.object))),
         });
     }
-    let shard_slots = check_manifest(&name, &manifest, shards, &sizes)?;
+    let shard_slots = check_manifest(&name, &manifest, shards, &objects)?;
     Ok(RestoreStatus {
         backup: name,
         endpoint: s3.endpoint.clone(),
@@ -514,6 +540,13 @@ mod tests {
         }
     }
 
+    fn ok() -> Option<ObjectSeen> {
+        Some(ObjectSeen {
+            size: 100,
+            rewritten: false,
+        })
+    }
+
     #[test]
     fn a_missing_failed_or_unfinished_backup_is_refused_naming_the_field() {
         let r = check_backup("nightly", "ns", None).unwrap_err();
@@ -535,7 +568,7 @@ mod tests {
     #[test]
     fn another_number_of_shards_is_refused_naming_spec_shards() {
         let m = manifest(&[[0, 8191], [8192, 16383]]);
-        let r = check_manifest("nightly", &m, 3, &[Some(100), Some(100)]).unwrap_err();
+        let r = check_manifest("nightly", &m, 3, &[ok(), ok()]).unwrap_err();
         assert_eq!(r.reason, reason::SHARD_COUNT_MISMATCH);
         assert!(r.message.contains("spec.shards is 3"), "{}", r.message);
         assert!(r.message.contains("2 shard(s)"), "{}", r.message);
@@ -544,10 +577,21 @@ mod tests {
     #[test]
     fn an_object_of_another_size_or_missing_is_refused() {
         let m = manifest(&[[0, 8191], [8192, 16383]]);
-        let r = check_manifest("nightly", &m, 2, &[Some(100), Some(7)]).unwrap_err();
+        let short = Some(ObjectSeen {
+            size: 7,
+            rewritten: false,
+        });
+        let r = check_manifest("nightly", &m, 2, &[ok(), short]).unwrap_err();
         assert_eq!(r.reason, reason::CHECKSUM_MISMATCH);
         assert!(r.message.contains("shard 1"), "{}", r.message);
-        let r = check_manifest("nightly", &m, 2, &[None, Some(100)]).unwrap_err();
+        let rewritten = Some(ObjectSeen {
+            size: 100,
+            rewritten: true,
+        });
+        let r = check_manifest("nightly", &m, 2, &[rewritten, ok()]).unwrap_err();
+        assert_eq!(r.reason, reason::CHECKSUM_MISMATCH);
+        assert!(r.message.contains("written after"), "{}", r.message);
+        let r = check_manifest("nightly", &m, 2, &[None, ok()]).unwrap_err();
         assert_eq!(r.reason, reason::BACKUP_UNREADABLE);
     }
 
@@ -556,7 +600,7 @@ mod tests {
         let mut m = manifest(&[[0, 999], [1000, 16383]]);
         m.shards[0].slots.push([2000, 2000]);
         m.shards[1].slots = vec![[1000, 1999], [2001, 16383]];
-        let slots = check_manifest("nightly", &m, 2, &[Some(100), Some(100)]).unwrap();
+        let slots = check_manifest("nightly", &m, 2, &[ok(), ok()]).unwrap();
         assert_eq!(slots, vec!["0-999,2000", "1000-1999,2001-16383"]);
         let record = RestoreStatus {
             shard_slots: slots,

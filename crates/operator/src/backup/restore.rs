@@ -262,6 +262,17 @@ pub async fn gate(
         return Ok(Gate::Go(record.clone()));
     }
     let ns = vc.namespace().unwrap_or_default();
+    // Members but no record (the record is written before any member is
+    // made, so only a lost status gets here): the data is in, or can no
+    // longer be loaded; a running cluster is never stopped for its backup.
+    let name = vc.name_any();
+    let has_members = ctx.pods.state().iter().any(|p| {
+        p.namespace().as_deref() == Some(ns.as_str())
+            && p.labels().get(api::constants::LABEL_CLUSTER) == Some(&name)
+    });
+    if has_members {
+        return Ok(Gate::Off);
+    }
     let backup = Api::<ValkeyBackup>::namespaced(ctx.client.clone(), &ns)
         .get_opt(&spec.backup)
         .await

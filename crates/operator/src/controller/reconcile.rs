@@ -151,6 +151,11 @@ async fn run(
     if let restore::Gate::Go(record) = &restore
         && target.old.and_then(|s| s.restore.as_ref()).is_none()
     {
+        // The record goes in before any member is made: a reconcile cut
+        // short after the members are made still finds it.
+        let mut status = target.old.cloned().unwrap_or_default();
+        restore::report(&mut status, target.old, record, None, &target.now);
+        report::write_status(ctx, &target, status).await?;
         events
             .normal(
                 reason::RESTORE_STARTED,

@@ -259,6 +259,10 @@ fn refused(
         "{name}: {cond}"
     );
     ensure!(
+        reason != "ChecksumMismatch" || message.contains("checksum mismatch"),
+        "{name}: unclear message: {message}"
+    );
+    ensure!(
         condition(&obj, "Ready")["status"] == "False",
         "{name}: Ready while refused: {obj}"
     );

@@ -182,7 +182,7 @@ pub fn check_manifest(
                 return Err(refuse(
                     reason::CHECKSUM_MISMATCH,
                     format!(
-                        "spec.restore.backup: shard {} of ValkeyBackup {name} ({}) is {} bytes but its manifest says {}: the backup is damaged",
+                        "spec.restore.backup: checksum mismatch: shard {} of ValkeyBackup {name} ({}) is {} bytes but its manifest says {}: the backup is damaged",
                         shard.index, shard.object, seen.size, shard.size_bytes
                     ),
                 ));
@@ -191,7 +191,7 @@ pub fn check_manifest(
                 return Err(refuse(
                     reason::CHECKSUM_MISMATCH,
                     format!(
-                        "spec.restore.backup: shard {} of ValkeyBackup {name} ({}) was written after the backup completed: it is not the object the manifest's SHA-256 was taken of",
+                        "spec.restore.backup: checksum mismatch: shard {} of ValkeyBackup {name} ({}) was written after the backup completed: it is not the object the manifest's SHA-256 was taken of",
                         shard.index, shard.object
                     ),
                 ));
@@ -415,7 +415,7 @@ pub fn load_failures(pods: &BTreeMap<(u32, u32), Pod>, shards: u32) -> Option<St
                 .filter(|m| !m.trim().is_empty())
                 .unwrap_or_else(|| {
                     format!(
-                        "exit code {}; see kubectl logs {} -c {CONTAINER}",
+                        "its init container {CONTAINER} exited {} (its SHA-256 or size differs from the manifest's, or the bucket could not be read); see kubectl logs {} -c {CONTAINER}",
                         terminated.exit_code,
                         pod.name_any()
                     )
@@ -620,6 +620,52 @@ mod tests {
         let map = slot_map(&record).unwrap();
         assert_eq!(map[&ShardIndex(0)].len(), 1001);
         assert_eq!(map[&ShardIndex(1)].len(), 16384 - 1001);
+    }
+
+    fn first_member(exit_code: i32, message: Option<&str>) -> Pod {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
+        };
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("c-1-0-0".into());
+        pod.status = Some(PodStatus {
+            init_container_statuses: Some(vec![ContainerStatus {
+                name: CONTAINER.into(),
+                last_state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code,
+                        message: message.map(str::to_string),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn a_first_member_that_could_not_load_says_why_by_shard() {
+        let mut pods = BTreeMap::new();
+        pods.insert((1, 0), first_member(0, None));
+        assert_eq!(load_failures(&pods, 2), None);
+        pods.insert(
+            (1, 0),
+            first_member(1, Some("checksum mismatch for shard 1 (p/shard-1.rdb)")),
+        );
+        assert_eq!(
+            load_failures(&pods, 2).as_deref(),
+            Some("shard 1: checksum mismatch for shard 1 (p/shard-1.rdb)")
+        );
+        // Without a termination message (the testbed's runtime keeps none).
+        pods.insert((1, 0), first_member(1, None));
+        let why = load_failures(&pods, 2).unwrap();
+        assert!(
+            why.contains("exited 1") && why.contains("kubectl logs c-1-0-0 -c restore"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -324,6 +324,7 @@ const KNOWN_CONDITIONS: &[&str] = &[
     CONDITION_TOPOLOGY_SPREAD,
     CONDITION_PRIMARY_PLACEMENT_ALIGNED,
     CONDITION_PAUSED,
+    CONDITION_RESTORED,
 ];
 
 fn summary_of(a: &Activity, fallback: &str) -> String {

@@ -1,11 +1,13 @@
-//! Backups (issue 28, first increment): a `ValkeyBackup` of a 3x1 cluster
-//! under a writer Completes, with one RDB per shard and the manifest in the
-//! testbed's S3 store (read back with SigV4-signed GETs: sizes and SHA-256
-//! match the manifest, every slot is in one shard); a backup with wrong
-//! credentials, and one of a missing cluster, Fail with a message and leave
-//! no manifest. Restores (`spec.restore`): a cluster restored from the
-//! backup holds every key acknowledged before the backup started, each shard
-//! serving the slots it had; a missing or Failed backup, another number of
+//! Backups (issue 28): a `ValkeyBackup` of a 3x1 cluster under a writer
+//! Completes, with one RDB per shard and the manifest in the testbed's S3
+//! store (read back with SigV4-signed GETs: sizes and SHA-256 match the
+//! manifest, every slot is in one shard); a backup with wrong credentials,
+//! and one of a missing cluster, Fail with a message and leave no manifest.
+//!
+//! Restores (`spec.restore`): a cluster restored from the backup holds every
+//! key acknowledged before the backup started, each shard serving the slots
+//! it had (with persistence too, AOF on); one asked for before its backup
+//! completed waits for it; a missing or Failed backup, another number of
 //! shards and a damaged object are refused (condition `Restored`) without
 //! any member, and other bytes that pass those checks fail the SHA-256 in
 //! the member that loads them.
@@ -369,6 +371,29 @@ fn restore_checks(
     .context("dst-disk never Ready again after its member was re-created")?;
     env.verify_cluster_keys(ns, "dst-disk", &password, before)?;
     println!("restore: dst-disk member re-created after the restore kept its data");
+
+    // A restore asked for before its backup completed waits for it (no
+    // member meanwhile), then goes on.
+    env.apply(ns, &backup_yaml("late", "src", s3, "s3"))?;
+    env.apply(ns, &restore_yaml("dst-late", 3, "late"))?;
+    let late = cluster_manifest("dst-late", 3, 1);
+    let mut waited = false;
+    wait_until(Duration::from_secs(300), Duration::from_secs(1), || {
+        let obj = env.cluster(ns, "dst-late")?;
+        let cond = condition(&obj, "Restored");
+        if cond["reason"] == "BackupNotCompleted" {
+            waited = true;
+            ensure!(
+                members_made(env, ns, "dst-late")? == 0,
+                "members made for an unfinished backup"
+            );
+        }
+        Ok(cond["status"] == "True")
+    })
+    .context("dst-late never restored")?;
+    env.wait_ready_shape(ns, &late, Duration::from_secs(60))?;
+    env.verify_cluster_keys(ns, "dst-late", &env.password(ns, "dst-late")?, before)?;
+    println!("restore: dst-late waited for its backup ({waited}) and holds every key");
 
     refused(
         env,

@@ -103,7 +103,7 @@ fn a_backup_under_writes_lands_in_the_bucket_and_bad_input_fails_with_a_message(
     let Some(suite) = Suite::start("backup", "backup", "e2e-backup") else {
         return;
     };
-    suite.run(&["src", "dst", "dst-disk", "bad-sum"], |env, ns| {
+    suite.run(CLUSTERS, |env, ns| {
         let work = env.work_dir("backup")?;
         let s3 = s3_info(env)?;
         env.apply(
@@ -213,6 +213,9 @@ fn a_backup_under_writes_lands_in_the_bucket_and_bad_input_fails_with_a_message(
         restore_checks(env, ns, &work, &s3, &manifest, &before)
     });
 }
+
+/// The clusters whose diagnostics a failure prints.
+const CLUSTERS: &[&str] = &["src", "dst", "dst-disk", "dst-late", "bad-sum"];
 
 fn restore_yaml(name: &str, shards: u32, backup: &str) -> String {
     cluster_manifest(name, shards, 1)

@@ -28,6 +28,11 @@ enum Command {
     /// ValkeyBackup's Job runs). Exit 0 when every shard and the manifest
     /// are written, 1 when not; the outcome is printed as JSON.
     Backup(operator::backup::take::BackupArgs),
+    /// Load one shard's RDB from a backup onto a member's data volume, its
+    /// size and SHA-256 checked against the manifest (the init container of
+    /// each shard's first member while a cluster is restored). Leaves a
+    /// volume that already holds a node or data alone. Exit 1 on a mismatch.
+    Restore(operator::backup::load::LoadArgs),
     /// Plan member placement for a ValkeyCluster over Nodes and Pods read from
     /// files. Exit 0 when every member is placed, 2 when not, 1 on bad input.
     Plan(plan_cmd::PlanArgs),
@@ -102,6 +107,13 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan_cmd::main(&args),
         Command::Backup(args) => match tokio::runtime::Runtime::new() {
             Ok(rt) => rt.block_on(operator::backup::take::main(args)),
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Restore(args) => match tokio::runtime::Runtime::new() {
+            Ok(rt) => rt.block_on(operator::backup::load::main(args)),
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::from(1)

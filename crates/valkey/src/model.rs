@@ -6,6 +6,7 @@
 //! loses its nodes.conf. The planner ties the two together.
 
 use crate::parse::{ClusterNode, ClusterNodes, NodeId, ReplicationInfo, Role, SlotMigration};
+use crate::slots::SlotSet;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -118,6 +119,15 @@ pub struct DesiredCluster {
     /// Values are compared as text with what CONFIG GET returns, so give them in the
     /// form Valkey prints (bytes as plain numbers, `yes`/`no`).
     pub config: BTreeMap<String, String>,
+    /// A cluster being restored from a backup: per shard, the slots it held in
+    /// the backup. Each shard's first member starts holding that shard's keys
+    /// and, as Valkey does on start with keys in slots nobody owns, serving the
+    /// slots of its keys. While set, the planner meets such members like fresh
+    /// ones, waits for every desired member to join before it attaches
+    /// replicas or adds slots, adds each slot nobody serves to the shard that
+    /// held it, and moves no slot. `None`: no restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<BTreeMap<ShardIndex, SlotSet>>,
 }
 
 impl DesiredCluster {
@@ -304,6 +314,7 @@ mod tests {
     #[test]
     fn config_keys_include_member_settings() {
         let mut desired = DesiredCluster {
+            restore: None,
             shards: vec![DesiredShard::with_members(0, 2)],
             config: [("maxmemory-policy".to_string(), "noeviction".to_string())]
                 .into_iter()

@@ -1,9 +1,16 @@
-//! Backups (issue 28, first increment): a `ValkeyBackup` of a 3x1 cluster
-//! under a writer Completes, with one RDB per shard and the manifest in the
-//! testbed's S3 store (read back with SigV4-signed GETs: sizes and SHA-256
-//! match the manifest, every slot is in one shard); a backup with wrong
-//! credentials, and one of a missing cluster, Fail with a message and leave
-//! no manifest.
+//! Backups (issue 28): a `ValkeyBackup` of a 3x1 cluster under a writer
+//! Completes, with one RDB per shard and the manifest in the testbed's S3
+//! store (read back with SigV4-signed GETs: sizes and SHA-256 match the
+//! manifest, every slot is in one shard); a backup with wrong credentials,
+//! and one of a missing cluster, Fail with a message and leave no manifest.
+//!
+//! Restores (`spec.restore`): a cluster restored from the backup holds every
+//! key acknowledged before the backup started, each shard serving the slots
+//! it had (with persistence too, AOF on); one asked for before its backup
+//! completed waits for it; a missing or Failed backup, another number of
+//! shards and a damaged object are refused (condition `Restored`) without
+//! any member, and other bytes that pass those checks fail the SHA-256 in
+//! the member that loads them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
@@ -96,7 +103,7 @@ fn a_backup_under_writes_lands_in_the_bucket_and_bad_input_fails_with_a_message(
     let Some(suite) = Suite::start("backup", "backup", "e2e-backup") else {
         return;
     };
-    suite.run(&["src"], |env, ns| {
+    suite.run(CLUSTERS, |env, ns| {
         let work = env.work_dir("backup")?;
         let s3 = s3_info(env)?;
         env.apply(
@@ -113,6 +120,10 @@ fn a_backup_under_writes_lands_in_the_bucket_and_bad_input_fails_with_a_message(
         let password = env.password(ns, "src")?;
         let mut load = env.start_member_load(ns, "src", &password, &work, "bk", &[])?;
 
+        // The keys acknowledged before the backup started: a cluster restored
+        // from it must hold every one.
+        let before = work.join("before-backup.keys");
+        std::fs::copy(&load.keys, &before)?;
         env.apply(ns, &backup_yaml("full", "src", &s3, "s3"))?;
         let status = wait_final(env, ns, "full", Duration::from_secs(240))?;
         finish_load(&mut load, "writes during the backup")?;
@@ -198,6 +209,264 @@ fn a_backup_under_writes_lands_in_the_bucket_and_bad_input_fails_with_a_message(
             bail!("a Job was made for a backup of a missing cluster");
         }
         println!("backup: missing cluster: Failed: {message}");
-        Ok(())
+
+        restore_checks(env, ns, &work, &s3, &manifest, &before)
     });
+}
+
+/// The clusters whose diagnostics a failure prints.
+const CLUSTERS: &[&str] = &["src", "dst", "dst-disk", "dst-late", "bad-sum"];
+
+fn restore_yaml(name: &str, shards: u32, backup: &str) -> String {
+    cluster_manifest(name, shards, 1)
+        .extra_spec(&format!("  restore:\n    backup: {backup}\n"))
+        .yaml()
+}
+
+/// The condition `type_` of a ValkeyCluster object.
+fn condition(obj: &Value, type_: &str) -> Value {
+    obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// How many pods and StatefulSets cluster `name` has.
+fn members_made(env: &Env, ns: &str, name: &str) -> Result<usize> {
+    let selector = format!("valkey.rs/cluster={name}");
+    let mut n = 0;
+    for kind in ["pods", "statefulsets"] {
+        n += env.kubectl_json(&["get", kind, "-n", ns, "-l", &selector])?["items"]
+            .as_array()
+            .map_or(0, Vec::len);
+    }
+    Ok(n)
+}
+
+/// A restore that must be refused: the condition Restored says why (its
+/// reason, a message naming `field`), and no member is ever made.
+fn refused(
+    env: &Env,
+    ns: &str,
+    (name, shards, backup): (&str, u32, &str),
+    reason: &str,
+    field: &str,
+) -> Result<()> {
+    env.apply(ns, &restore_yaml(name, shards, backup))?;
+    let obj = env.wait_condition(ns, name, "Restored", "False", Duration::from_secs(60))?;
+    let cond = condition(&obj, "Restored");
+    let message = s(&cond, "message");
+    ensure!(
+        cond["reason"] == reason && message.contains(field) && message.contains(backup),
+        "{name}: {cond}"
+    );
+    ensure!(
+        reason != "ChecksumMismatch" || message.contains("checksum mismatch"),
+        "{name}: unclear message: {message}"
+    );
+    ensure!(
+        condition(&obj, "Ready")["status"] == "False",
+        "{name}: Ready while refused: {obj}"
+    );
+    // Still nothing a while later: no empty cluster.
+    std::thread::sleep(Duration::from_secs(5));
+    let made = members_made(env, ns, name)?;
+    ensure!(
+        made == 0,
+        "{name}: {made} member objects made for a refused restore"
+    );
+    println!("restore: {name}: refused ({reason}): {message}");
+    Ok(())
+}
+
+/// PUTs `body` as `key` in the bucket, signed; the HTTP status.
+fn s3_put(s3: &Value, key: &str, body: &Path) -> Result<u16> {
+    let url = format!("{}/{}/{key}", s(s3, "endpoint"), s(s3, "bucket"));
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-T"])
+        .arg(body)
+        .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user"])
+        .arg(format!("{}:{}", s(s3, "accessKey"), s(s3, "secretKey")))
+        .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"])
+        .arg(&url)
+        .output()
+        .context("curl")?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .with_context(|| format!("curl PUT {url}: {out:?}"))
+}
+
+/// Restores: a new cluster from the Completed backup holds every key
+/// acknowledged before the backup started, its shards serve the slots of the
+/// manifest; a missing or Failed backup, another number of shards and a
+/// damaged object are refused with a reason and no member (or, for an object
+/// of the right size with other bytes, fail on the checksum).
+fn restore_checks(
+    env: &Env,
+    ns: &str,
+    work: &Path,
+    s3: &Value,
+    manifest: &Value,
+    before: &Path,
+) -> Result<()> {
+    env.apply(ns, &restore_yaml("dst", 3, "full"))?;
+    let obj = env.wait_ready_shape(ns, &cluster_manifest("dst", 3, 1), Duration::from_secs(300))?;
+    let restored = condition(&obj, "Restored");
+    ensure!(restored["status"] == "True", "Restored: {restored}");
+    ensure!(
+        obj["status"]["restore"]["done"] == true,
+        "{}",
+        obj["status"]
+    );
+    let password = env.password(ns, "dst")?;
+    let summary = env.verify_cluster_keys(ns, "dst", &password, before)?;
+    ensure!(summary["checked"].as_u64().unwrap_or(0) >= 50, "{summary}");
+    println!("restore: dst Ready, every key acknowledged before the backup is there: {summary}");
+    for shard in manifest["shards"].as_array().into_iter().flatten() {
+        let want: Vec<String> = shard["slots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                if r[0] == r[1] {
+                    r[0].to_string()
+                } else {
+                    format!("{}-{}", r[0], r[1])
+                }
+            })
+            .collect();
+        let index = shard["index"].as_u64().unwrap_or(0);
+        let live = obj["status"]["shards"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|x| x["index"].as_u64() == Some(index))
+            .map(|x| s(x, "slots"))
+            .unwrap_or_default();
+        ensure!(
+            live == want.join(","),
+            "shard {index} serves {live}, the backup had {want:?}"
+        );
+    }
+    println!("restore: every shard serves the slots it had in the backup");
+
+    // With persistence Valkey runs with AOF on and loads only the AOF: the
+    // RDB is its base. A member re-created after the restore keeps its data.
+    let disk = cluster_manifest("dst-disk", 3, 0)
+        .persistence("64Mi", "Delete")
+        .extra_spec("  restore:\n    backup: full\n");
+    env.apply(ns, &disk.yaml())?;
+    env.wait_ready_shape(ns, &disk, Duration::from_secs(300))?;
+    let password = env.password(ns, "dst-disk")?;
+    let summary = env.verify_cluster_keys(ns, "dst-disk", &password, before)?;
+    println!("restore: dst-disk (AOF) holds every key: {summary}");
+    env.kubectl(&["delete", "pod", "dst-disk-0-0-0", "-n", ns])?;
+    // The status says Ready until the operator sees the pod gone.
+    wait_until(Duration::from_secs(300), Duration::from_secs(2), || {
+        Ok(env
+            .wait_ready_shape(ns, &disk, Duration::from_secs(5))
+            .is_ok())
+    })
+    .context("dst-disk never Ready again after its member was re-created")?;
+    env.verify_cluster_keys(ns, "dst-disk", &password, before)?;
+    println!("restore: dst-disk member re-created after the restore kept its data");
+
+    // A restore asked for before its backup completed waits for it (no
+    // member meanwhile), then goes on.
+    env.apply(ns, &backup_yaml("late", "src", s3, "s3"))?;
+    env.apply(ns, &restore_yaml("dst-late", 3, "late"))?;
+    let late = cluster_manifest("dst-late", 3, 1);
+    let mut waited = false;
+    wait_until(Duration::from_secs(300), Duration::from_secs(1), || {
+        let obj = env.cluster(ns, "dst-late")?;
+        let cond = condition(&obj, "Restored");
+        if cond["reason"] == "BackupNotCompleted" {
+            waited = true;
+            ensure!(
+                members_made(env, ns, "dst-late")? == 0,
+                "members made for an unfinished backup"
+            );
+        }
+        Ok(cond["status"] == "True")
+    })
+    .context("dst-late never restored")?;
+    env.wait_ready_shape(ns, &late, Duration::from_secs(60))?;
+    env.verify_cluster_keys(ns, "dst-late", &env.password(ns, "dst-late")?, before)?;
+    println!("restore: dst-late waited for its backup ({waited}) and holds every key");
+
+    refused(
+        env,
+        ns,
+        ("from-nothing", 3, "nope"),
+        "BackupNotFound",
+        "spec.restore.backup",
+    )?;
+    refused(
+        env,
+        ns,
+        ("from-failed", 3, "wrong-creds"),
+        "BackupFailed",
+        "spec.restore.backup",
+    )?;
+    refused(
+        env,
+        ns,
+        ("two-shards", 2, "full"),
+        "ShardCountMismatch",
+        "spec.shards",
+    )?;
+
+    // Damage shard 1's object with other bytes of the same size: written
+    // after the manifest, it is refused before any member is made. With the
+    // manifest written again after it, the gate passes and the member that
+    // loads the object fails on its SHA-256. Another size is refused again.
+    let shard1 = &manifest["shards"][1];
+    let size = shard1["sizeBytes"].as_u64().unwrap_or(0) as usize;
+    let key = format!("e2e/{ns}/full/{}", s(shard1, "object"));
+    let garbage = work.join("garbage.rdb");
+    std::fs::write(&garbage, vec![b'x'; size])?;
+    let code = s3_put(s3, &key, &garbage)?;
+    ensure!(code == 200, "PUT {key}: HTTP {code}");
+    refused(
+        env,
+        ns,
+        ("bad-sum", 3, "full"),
+        "ChecksumMismatch",
+        "spec.restore.backup",
+    )?;
+    std::thread::sleep(Duration::from_secs(1));
+    let manifest_key = format!("e2e/{ns}/full/manifest.json");
+    let code = s3_put(s3, &manifest_key, &work.join("manifest.json"))?;
+    ensure!(code == 200, "PUT {manifest_key}: HTTP {code}");
+    let mut last = Value::Null;
+    wait_until(Duration::from_secs(180), Duration::from_secs(1), || {
+        last = condition(&env.cluster(ns, "bad-sum")?, "Restored");
+        Ok(last["reason"] == "RestoreFailed")
+    })
+    .with_context(|| format!("bad-sum: no RestoreFailed: {last}"))?;
+    ensure!(s(&last, "message").contains("shard 1"), "{last}");
+    ensure!(
+        condition(&env.cluster(ns, "bad-sum")?, "Ready")["status"] != "True",
+        "bad-sum became Ready from a damaged backup"
+    );
+    println!(
+        "restore: same size, other bytes, SHA-256 checked by the member: {}",
+        s(&last, "message")
+    );
+
+    std::fs::write(&garbage, b"not an rdb")?;
+    let code = s3_put(s3, &key, &garbage)?;
+    ensure!(code == 200, "PUT {key}: HTTP {code}");
+    refused(
+        env,
+        ns,
+        ("bad-size", 3, "full"),
+        "ChecksumMismatch",
+        "spec.restore.backup",
+    )?;
+    Ok(())
 }

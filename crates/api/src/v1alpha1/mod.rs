@@ -21,7 +21,7 @@ pub use backup::{
 pub use spec::*;
 pub use status::*;
 pub use validation::{
-    FieldError, MemberRequest, OperatorPods, ResolvedSpreadConstraint, ValidatedCluster,
-    ValidatedExporter, ValidatedNetworkPolicy, ValidatedTls, ValidatedUser, ValidationError,
-    ValidationSettings, default_exporter_resources, validate, validate_with,
+    FieldError, MemberRequest, OperatorPods, ResolvedSpreadConstraint, RestoreSource,
+    ValidatedCluster, ValidatedExporter, ValidatedNetworkPolicy, ValidatedTls, ValidatedUser,
+    ValidationError, ValidationSettings, default_exporter_resources, validate, validate_with,
 };

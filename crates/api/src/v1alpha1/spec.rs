@@ -76,6 +76,10 @@ use std::collections::BTreeMap;
         .field_path(".persistence")
         .reason(Reason::FieldValueForbidden),
     validation = Rule::new(cel::members_bounded()).message(cel::MEMBERS_BOUNDED_MESSAGE),
+    validation = Rule::new(cel::RESTORE_FIXED)
+        .message(cel::RESTORE_FIXED_MESSAGE)
+        .field_path(".restore")
+        .reason(Reason::FieldValueForbidden),
     validation = Rule::new(cel::TLS_FIXED)
         .message(cel::TLS_FIXED_MESSAGE)
         .field_path(".tls.enabled")
@@ -264,6 +268,24 @@ pub struct ValkeyClusterSpec {
     /// changes no pod, so turning it on or off restarts no member.
     #[serde(default)]
     pub network_policy: MemberNetworkPolicy,
+
+    /// Start the cluster from a backup: `{backup: <ValkeyBackup name>}`, a
+    /// Completed ValkeyBackup in this namespace with as many shards as
+    /// `shards`. Each shard's first member loads its shard's RDB before it
+    /// serves, the slots are assigned as the backup's manifest says, the
+    /// replicas sync from it. Until the backup is usable no member is made
+    /// and the condition `Restored` says why. Fixed at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreSpec>,
+}
+
+/// Where a new cluster's data comes from.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSpec {
+    /// Name of a ValkeyBackup in this namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub backup: String,
 }
 
 /// The members' NetworkPolicy.
@@ -684,6 +706,7 @@ impl Default for ValkeyClusterSpec {
             security_context: None,
             exporter: Exporter::default(),
             network_policy: MemberNetworkPolicy::default(),
+            restore: None,
         }
     }
 }

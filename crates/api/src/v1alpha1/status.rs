@@ -26,6 +26,12 @@ pub const CONDITION_PRIMARY_PLACEMENT_ALIGNED: &str = "PrimaryPlacementAligned";
 /// operator changes nothing (no object, no Valkey command) until it is removed.
 pub const CONDITION_PAUSED: &str = "Paused";
 
+/// Condition type: with `spec.restore`, whether the backup's data is in the
+/// cluster. False while it is being restored, or while the backup cannot be
+/// used (missing, not Completed, another number of shards, a manifest that
+/// cannot be read): the reason and message say which, naming the backup.
+pub const CONDITION_RESTORED: &str = "Restored";
+
 /// Observed state of a ValkeyCluster.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -69,6 +75,35 @@ pub struct ValkeyClusterStatus {
     /// A human-readable summary of the cluster's state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// With `spec.restore`: where the data came from and whether it is in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreStatus>,
+}
+
+/// A restore from a backup, as recorded when the first member was made: the
+/// location is copied from the ValkeyBackup so that the members' pods are
+/// built the same while the restore runs, even if the backup changes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreStatus {
+    /// The ValkeyBackup restored from.
+    pub backup: String,
+    /// The S3 endpoint, bucket, region and credentials Secret of the backup.
+    pub endpoint: String,
+    pub bucket: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    pub credentials_secret: String,
+    /// The backup's folder in the bucket (`<prefix>/<namespace>/<name>`).
+    pub folder: String,
+    /// Per shard (by index), the slot ranges it held in the backup, e.g.
+    /// `0-5460`.
+    #[serde(default)]
+    pub shard_slots: Vec<String>,
+    /// True once the cluster was Ready with the backup's data: members made
+    /// later start empty and sync from their primary, as in any cluster.
+    #[serde(default)]
+    pub done: bool,
 }
 
 /// One shard's slots and primary.

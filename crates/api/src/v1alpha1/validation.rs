@@ -144,6 +144,12 @@ pub mod cel {
          <cluster>-<shard>-<member> and the Services)";
 
     /// Spec (transition): persistence is chosen at creation.
+    /// Spec (transition): a restore is chosen at creation; adding, removing
+    /// or changing it later would mean nothing (the data is loaded once).
+    pub const RESTORE_FIXED: &str = "has(self.restore) == has(oldSelf.restore) && \
+        (!has(self.restore) || self.restore == oldSelf.restore)";
+    pub const RESTORE_FIXED_MESSAGE: &str = "restore is fixed at creation";
+
     pub const PERSISTENCE_FIXED: &str = "has(self.persistence) == has(oldSelf.persistence)";
     pub const PERSISTENCE_FIXED_MESSAGE: &str =
         "persistence cannot be added or removed after creation";
@@ -527,6 +533,19 @@ pub struct ValidatedCluster {
     /// started (0 until the first). Part of the members' restart hash when
     /// above 0, so a rotation rolls the members onto the new password.
     pub auth_generation: u64,
+    /// Not from the spec: the restore in progress (`spec.restore` whose
+    /// backup was found usable, until the cluster was Ready with its data),
+    /// with the image that loads it (the operator's own). `None` otherwise.
+    pub restore: Option<RestoreSource>,
+}
+
+/// A restore in progress, as the members' pods need it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestoreSource {
+    /// Where the backup is (`status.restore`).
+    pub record: super::status::RestoreStatus,
+    /// The image of the init container that loads a shard's RDB.
+    pub image: String,
 }
 
 /// Collects errors so one pass reports every broken rule.
@@ -851,6 +870,7 @@ fn validate_spec(
             operator: None,
         },
         auth_generation: 0,
+        restore: None,
     })
 }
 

@@ -4,10 +4,16 @@
 //! - [`job`]: the Job that takes one backup (pure builder);
 //! - [`take`]: `valkey-operator backup`, what runs in that Job;
 //! - [`manifest`]: what a backup holds (`manifest.json`);
+//! - [`restore`]: a ValkeyCluster's `spec.restore` (is the backup usable,
+//!   what the members need, the `Restored` condition);
+//! - [`load`]: `valkey-operator restore`, the init container that loads a
+//!   shard's RDB;
 //! - [`store`]: the object store client.
 
 pub mod controller;
 pub mod job;
+pub mod load;
 pub mod manifest;
+pub mod restore;
 pub mod store;
 pub mod take;

@@ -210,6 +210,14 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
         restart = restart.feed_json(&c.auth_generation);
     }
     let restart_hash = restart.hex();
+    // A restore: the shard's first member loads its data before Valkey
+    // starts. Out of the restart hash, so that taking it out once the
+    // restore is done restarts nobody (members update on delete).
+    if input.member == 0
+        && let Some(restore) = &c.restore
+    {
+        restore_member(&mut pod_spec, c, restore, input.shard);
+    }
     pod_spec.affinity = scheduling::affinity(
         &c.name,
         input.shard,
@@ -318,6 +326,104 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     };
     set_ordinals(&mut sts, input.ordinals);
     sts
+}
+
+/// The staging name of a restored RDB on a volume without persistence: the
+/// member's start script empties the volume (see [`FORGET_IDENTITY_SCRIPT`])
+/// and then moves this file into place, once; a container restart finds
+/// nothing to reload.
+pub const RESTORE_STAGING: &str = "restore.rdb";
+
+/// Adds the init container that loads shard `shard`'s RDB from the backup
+/// (`valkey-operator restore`, the operator's image) to a first member's pod.
+/// With AOF on, the RDB also becomes the AOF's base (Valkey loads only the
+/// AOF then); without persistence the start script is told to keep it.
+fn restore_member(
+    spec: &mut PodSpec,
+    c: &ValidatedCluster,
+    restore: &api::v1alpha1::RestoreSource,
+    shard: u32,
+) {
+    let r = &restore.record;
+    let setting = |key: &str| {
+        c.config
+            .get(key)
+            .map(|v| v.trim().trim_matches('"').to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let dbfilename = setting("dbfilename").unwrap_or_else(|| "dump.rdb".into());
+    let persistent = c.persistence.is_some();
+    let aof = persistent && setting("appendonly").is_none_or(|v| v.eq_ignore_ascii_case("yes"));
+    let mut args = vec![
+        "restore".to_string(),
+        format!("--endpoint={}", r.endpoint),
+        format!("--bucket={}", r.bucket),
+        format!("--folder={}", r.folder),
+        format!("--shard={shard}"),
+        format!("--dir={DATA_DIR}"),
+        format!(
+            "--file={}",
+            if persistent {
+                dbfilename.as_str()
+            } else {
+                RESTORE_STAGING
+            }
+        ),
+    ];
+    if let Some(region) = &r.region {
+        args.push(format!("--region={region}"));
+    }
+    if aof {
+        args.push("--aof".into());
+        if let Some(dir) = setting("appenddirname") {
+            args.push(format!("--aof-dir={dir}"));
+        }
+        if let Some(name) = setting("appendfilename") {
+            args.push(format!("--aof-file={name}"));
+        }
+    }
+    let key = |name: &str| EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: r.credentials_secret.clone(),
+                key: name.into(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+    };
+    spec.init_containers = Some(vec![Container {
+        name: crate::backup::restore::CONTAINER.into(),
+        image: Some(restore.image.clone()),
+        args: Some(args),
+        env: Some(vec![key("AWS_ACCESS_KEY_ID"), key("AWS_SECRET_ACCESS_KEY")]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: DATA_VOLUME.into(),
+            mount_path: DATA_DIR.into(),
+            ..Default::default()
+        }]),
+        // The Valkey container's: the file is Valkey's to read and replace.
+        security_context: Some(c.security_context.clone()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    }]);
+    if !persistent {
+        let keep = format!(
+            "for f in /data/* /data/.[!.]*; do [ \"$f\" = /data/{RESTORE_STAGING} ] || rm -rf \"$f\"; done; \
+             if [ -f /data/{RESTORE_STAGING} ]; then mv /data/{RESTORE_STAGING} '/data/{dbfilename}'; fi; \
+             exec valkey-server \"$@\""
+        );
+        for container in spec.containers.iter_mut().filter(|x| x.name == CONTAINER) {
+            if let Some(script) = container.command.as_mut().and_then(|cmd| cmd.get_mut(2)) {
+                *script = script.replace(
+                    "rm -rf /data/* /data/.[!.]* && exec valkey-server \"$@\"",
+                    &keep,
+                );
+            }
+        }
+    }
 }
 
 /// The pod spec without scheduling rules (those are added by the caller, out
@@ -736,6 +842,119 @@ fn field_env(name: &str, path: &str) -> EnvVar {
             }),
             ..Default::default()
         }),
+    }
+}
+
+#[cfg(test)]
+mod restore_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::builders::test_support::{cluster, cluster_with_persistence, owner};
+
+    fn restoring(mut c: ValidatedCluster) -> ValidatedCluster {
+        c.restore = Some(api::v1alpha1::RestoreSource {
+            record: api::v1alpha1::RestoreStatus {
+                backup: "nightly".into(),
+                endpoint: "http://s3:8333".into(),
+                bucket: "bk".into(),
+                region: None,
+                credentials_secret: "s3".into(),
+                folder: "p/ns/nightly".into(),
+                shard_slots: vec!["0-8191".into(), "8192-16383".into()],
+                done: false,
+            },
+            image: "operator:1".into(),
+        });
+        c
+    }
+
+    fn member(c: &ValidatedCluster, shard: u32, member: u32) -> StatefulSet {
+        statefulset(MemberInput {
+            cluster: c,
+            owner: &owner(),
+            shard,
+            member,
+            placement: &MemberPlacement::Placed {
+                node: "n1".into(),
+                domains: BTreeMap::new(),
+            },
+            existing_claim_templates: None,
+            ordinals: Ordinals::INITIAL,
+        })
+    }
+
+    fn pod(s: &StatefulSet) -> PodSpec {
+        s.spec.clone().unwrap().template.spec.unwrap()
+    }
+
+    fn hash(s: &StatefulSet) -> String {
+        s.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()[ANNOTATION_RESTART_HASH]
+            .clone()
+    }
+
+    #[test]
+    fn only_a_shards_first_member_loads_the_backup_and_no_restart_follows_the_restore() {
+        let plain = cluster("c", 2, 1);
+        let c = restoring(plain.clone());
+        let first = member(&c, 1, 0);
+        let inits = pod(&first).init_containers.unwrap();
+        assert_eq!(inits.len(), 1);
+        let args = inits[0].args.clone().unwrap();
+        assert_eq!(args[0], "restore");
+        assert!(args.contains(&"--shard=1".to_string()), "{args:?}");
+        assert!(
+            args.contains(&"--folder=p/ns/nightly".to_string()),
+            "{args:?}"
+        );
+        assert_eq!(inits[0].image.as_deref(), Some("operator:1"));
+        let env = inits[0].env.clone().unwrap();
+        assert!(
+            env.iter().all(|e| e.value.is_none()),
+            "no secret in the spec"
+        );
+        assert!(pod(&member(&c, 1, 1)).init_containers.is_none());
+        // The same restart hash as without the restore: dropping the init
+        // container after the restore restarts nothing.
+        assert_eq!(hash(&first), hash(&member(&plain, 1, 0)));
+    }
+
+    #[test]
+    fn without_persistence_the_start_script_keeps_the_restored_file_once() {
+        let c = restoring(cluster("c", 2, 1));
+        let first = pod(&member(&c, 0, 0));
+        let args = first.init_containers.unwrap()[0].args.clone().unwrap();
+        assert!(
+            args.contains(&format!("--file={RESTORE_STAGING}")),
+            "{args:?}"
+        );
+        assert!(!args.contains(&"--aof".to_string()));
+        let script = first.containers[0].command.clone().unwrap()[2].clone();
+        assert!(
+            script.contains("mv /data/restore.rdb '/data/dump.rdb'"),
+            "{script}"
+        );
+        assert!(
+            !script.contains("rm -rf /data/* /data/.[!.]* &&"),
+            "{script}"
+        );
+    }
+
+    #[test]
+    fn with_aof_the_restored_rdb_also_becomes_the_aof_base() {
+        let c = restoring(cluster_with_persistence("c", 2, 1, "Delete"));
+        let first = pod(&member(&c, 0, 0));
+        let args = first.init_containers.unwrap()[0].args.clone().unwrap();
+        assert!(args.contains(&"--file=dump.rdb".to_string()), "{args:?}");
+        assert!(args.contains(&"--aof".to_string()), "{args:?}");
     }
 }
 

@@ -12,6 +12,10 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 /// [`action_reason`].
 pub mod reason {
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const RESTORE_REFUSED: &str = "RestoreRefused";
+    pub const RESTORE_STARTED: &str = "RestoreStarted";
+    pub const RESTORE_FAILED: &str = "RestoreFailed";
+    pub const RESTORE_COMPLETED: &str = "RestoreCompleted";
     pub const PAUSED: &str = "ReconcilePaused";
     pub const RESUMED: &str = "ReconcileResumed";
     pub const CLUSTER_READY: &str = "ClusterReady";

@@ -66,6 +66,10 @@ pub struct Announced {
     pub users_missing: Option<String>,
     /// The members a password rotation waits for (unreachable).
     pub rotation_waiting: Option<String>,
+    /// Why `spec.restore` is refused.
+    pub restore_refused: Option<String>,
+    /// Why a first member could not load the backup.
+    pub restore_failed: Option<String>,
 }
 
 impl Memory {

@@ -25,6 +25,7 @@ use super::events::{Events, reason};
 use super::facts::Facts;
 use super::report::{self, Target};
 use super::{Context, Error, Memory, Settings, observe};
+use crate::backup::restore;
 use crate::metrics;
 use api::{ValidatedCluster, ValkeyCluster};
 use kube::Resource;
@@ -41,6 +42,9 @@ pub async fn reconcile(vc: &ValkeyCluster, ctx: &Context, key: &str) -> Result<A
     ctx.remember(key, memory);
     result
 }
+
+/// How soon a refused restore looks at its backup again.
+const RESTORE_RECHECK: Duration = Duration::from_secs(10);
 
 /// The annotation `valkey.rs/paused: "true"` is set.
 fn is_paused(vc: &ValkeyCluster) -> bool {
@@ -123,6 +127,55 @@ async fn run(
     let owner = vc
         .controller_owner_ref(&())
         .ok_or(Error::MissingMetadata("uid"))?;
+
+    // A restore: no member is made until the backup is usable (no empty
+    // cluster); while it runs, the first members load it (see
+    // `backup::restore`).
+    let restore = restore::gate(ctx, vc, cluster.shards, target.old).await?;
+    if let restore::Gate::Refused(refusal) = &restore {
+        let status = report::restore_refused(&target, vc.metadata.generation, refusal);
+        let conditions = metrics::conditions_of(&status);
+        report::write_status(ctx, &target, status).await?;
+        ctx.metrics
+            .observe_conditions(namespace, &target.name, &conditions);
+        if memory.announced.restore_refused.as_deref() != Some(refusal.message.as_str()) {
+            events
+                .warning(reason::RESTORE_REFUSED, "Restore", &refusal.message)
+                .await;
+            memory.announced.restore_refused = Some(refusal.message.clone());
+        }
+        // A backup that completes, or is created, is noticed by this look.
+        return Ok(Action::requeue(RESTORE_RECHECK));
+    }
+    memory.announced.restore_refused = None;
+    if let restore::Gate::Go(record) = &restore
+        && target.old.and_then(|s| s.restore.as_ref()).is_none()
+    {
+        // The record goes in before any member is made: a reconcile cut
+        // short after the members are made still finds it.
+        let mut status = target.old.cloned().unwrap_or_default();
+        restore::report(&mut status, target.old, record, None, &target.now);
+        report::write_status(ctx, &target, status).await?;
+        events
+            .normal(
+                reason::RESTORE_STARTED,
+                "Restore",
+                format!(
+                    "restoring ValkeyBackup {} ({} shards from {}/{})",
+                    record.backup,
+                    record.shard_slots.len(),
+                    record.bucket,
+                    record.folder
+                ),
+            )
+            .await;
+    }
+    cluster.restore = restore
+        .in_progress()
+        .map(|record| api::v1alpha1::RestoreSource {
+            record: record.clone(),
+            image: ctx.settings.exporter_image.clone(),
+        });
 
     // 2. Kubernetes: observe, place, apply the owned objects
     let mut kube = observe::kube::kubernetes(ctx, &cluster).await?;
@@ -354,7 +407,36 @@ async fn run(
 
     // 4. report
     let blocked = blocker.is_some();
-    let status = report::build(&target, &facts, &placement, &decision, &done, blocker);
+    let mut status = report::build(&target, &facts, &placement, &decision, &done, blocker);
+    if let restore::Gate::Go(record) = &restore {
+        let failure = restore::load_failures(&kube.members, cluster.shards);
+        if restore::report(
+            &mut status,
+            target.old,
+            record,
+            failure.as_deref(),
+            &target.now,
+        ) {
+            events
+                .normal(
+                    reason::RESTORE_COMPLETED,
+                    "Restore",
+                    format!(
+                        "the data of ValkeyBackup {} is in the cluster",
+                        record.backup
+                    ),
+                )
+                .await;
+        }
+        if failure != memory.announced.restore_failed {
+            if let Some(why) = &failure {
+                events
+                    .warning(reason::RESTORE_FAILED, "Restore", why.clone())
+                    .await;
+            }
+            memory.announced.restore_failed = failure;
+        }
+    }
     let gauges = report::gauges::of(&facts, &placement, &status);
     report::publish(ctx, &target, status, events).await?;
     ctx.metrics

@@ -293,7 +293,9 @@ pub fn health(
         .map(|s| (s.index, s.slots.clone()))
         .collect();
     let keep: Vec<ShardIndex> = a.desired_shards.keys().copied().collect();
-    if let Ok(moves) = slots::rebalance(&current, &keep)
+    // A restore keeps the slots where the backup had them until it is done.
+    if a.desired.restore.is_none()
+        && let Ok(moves) = slots::rebalance(&current, &keep)
         && !moves.is_empty()
     {
         issues.push(HealthIssue::SlotsUnbalanced);

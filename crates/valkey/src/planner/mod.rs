@@ -226,9 +226,18 @@ pub fn next_actions(
     for r in &a.migrating {
         plan.wait(Wait::WaitingForSlotMigration { member: *r });
     }
-    replication(&a, &shards, &mut plan);
+    // A restore attaches replicas and adds slots only once every member is
+    // in: a first member not yet met still holds slots of its own the anchor
+    // does not know of (see `DesiredCluster::restore`).
+    let restore_waits =
+        a.desired.restore.is_some() && a.desired_refs.iter().any(|r| !a.joined.contains(r));
+    if !restore_waits {
+        replication(&a, &shards, &mut plan);
+    }
     config(&a, &mut plan);
-    slots_and_failover(&a, &shards, &mut plan)?;
+    if !restore_waits {
+        slots_and_failover(&a, &shards, &mut plan)?;
+    }
     plan.removable = removable(&a);
     plan.actions.sort_by_key(Action::rank);
     Ok(plan)
@@ -388,7 +397,7 @@ fn membership(a: &Analysis<'_>, plan: &mut Plan) {
                     .slot_owners()
                     .keys()
                     .all(|id| anchor_view.get(id).is_some());
-                if view.is_fresh() {
+                if view.is_fresh() || restored_alone(a, *r, view, anchor_view) {
                     plan.actions.push(meet_from_anchor);
                 } else if report.keys == 0 {
                     // An empty node with a view the anchor's cluster does not share:
@@ -407,6 +416,27 @@ fn membership(a: &Analysis<'_>, plan: &mut Plan) {
             }
         }
     }
+}
+
+/// A shard's first member that started from the backup being restored: it
+/// knows only itself, is a primary, and serves only slots its shard held in
+/// the backup (those Valkey gave it for the keys it loaded), none of which the
+/// anchor's cluster gives to anyone. Met like a fresh node: no two owners of
+/// a slot can meet.
+fn restored_alone(
+    a: &Analysis<'_>,
+    r: MemberRef,
+    view: &crate::parse::ClusterNodes,
+    anchor_view: &crate::parse::ClusterNodes,
+) -> bool {
+    let Some(held) = a.desired.restore.as_ref().and_then(|m| m.get(&r.shard)) else {
+        return false;
+    };
+    let me = view.myself();
+    view.nodes().len() == 1
+        && me.role() == Some(Role::Primary)
+        && me.slots.is_subset(held)
+        && me.slots.is_disjoint(&anchor_view.covered_slots())
 }
 
 /// Step 2: forget node ids no member claims.
@@ -697,9 +727,26 @@ fn slots_and_failover(
         }
     }
 
+    // A restore gives each slot nobody serves to the shard that held it in
+    // the backup; only slots no shard held are spread evenly.
+    let restore = a.desired.restore.as_ref();
+    let mut spread = unassigned.clone();
+    for (shard, held) in restore.into_iter().flatten() {
+        let add = unassigned.intersection(held);
+        spread = spread.difference(held);
+        if add.is_empty() || !a.desired_shards.contains_key(shard) {
+            continue;
+        }
+        match usable_primary(a, shards, *shard) {
+            Some(p) => plan
+                .actions
+                .push(Action::AddSlotsRange { on: p, ranges: add }),
+            None => plan.wait(Wait::WaitingForPrimary { shard: *shard }),
+        }
+    }
     let mut current: BTreeMap<Holder, SlotSet> = BTreeMap::new();
-    if !unassigned.is_empty() {
-        current.insert(Holder::Unassigned, unassigned.clone());
+    if !spread.is_empty() {
+        current.insert(Holder::Unassigned, spread);
     }
     for s in shards.values() {
         if !s.slots.is_empty() {
@@ -722,7 +769,8 @@ fn slots_and_failover(
             None => plan.wait(Wait::WaitingForPrimary { shard: to }),
         }
     }
-    if !unassigned.is_empty() {
+    // While restoring, the slots stay where the backup had them.
+    if !unassigned.is_empty() || restore.is_some() {
         return Ok(());
     }
 

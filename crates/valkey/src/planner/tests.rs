@@ -74,6 +74,8 @@ struct Sim {
     track_ids: bool,
     /// Data may be lost in this scenario (a primary without replicas lost its disk).
     loss_allowed: bool,
+    /// A restore: clusters whose slots are disjoint may meet.
+    restoring: bool,
     log: Vec<String>,
 }
 
@@ -653,8 +655,14 @@ impl Sim {
                 let (a, b) = (self.nodes[i].id.clone(), self.nodes[t].id.clone());
                 let mine = self.component(i);
                 if !mine.contains(&b) {
+                    let disjoint = self.restoring
+                        && self
+                            .component_slots(i)
+                            .is_disjoint(&self.component_slots(t));
                     assert!(
-                        self.component_slots(i).is_empty() || self.component_slots(t).is_empty(),
+                        self.component_slots(i).is_empty()
+                            || self.component_slots(t).is_empty()
+                            || disjoint,
                         "MEET merged two clusters that both serve slots\n{}",
                         self.log.join("\n")
                     );
@@ -833,6 +841,7 @@ fn desired(shards: u32, replicas: u32) -> DesiredCluster {
             .map(|s| DesiredShard::with_members(s, replicas + 1))
             .collect(),
         config: BTreeMap::new(),
+        restore: None,
     }
 }
 
@@ -2239,4 +2248,80 @@ fn no_bump_for_a_primary_the_anchor_sees_failed() {
         !plan.actions.iter().any(|a| a.kind() == "BumpEpoch"),
         "{plan:#?}"
     );
+}
+
+// ---------------------------------------------------------------- restore
+
+/// A fresh `shards` x `replicas` cluster whose first members started from a
+/// backup with the shard ranges `held`: each holds keys in the first half of
+/// its range and, as Valkey does on start, serves the slots of its keys.
+fn restoring(replicas: u32, held: &[(u64, u64)]) -> (Sim, DesiredCluster) {
+    let shards = held.len() as u32;
+    let mut sim = Sim::cluster(shards, replicas);
+    sim.restoring = true;
+    let mut want = desired(shards, replicas);
+    let mut map = BTreeMap::new();
+    for (s, (start, end)) in held.iter().enumerate() {
+        let range = SlotSet::from_range(SlotRange::from_numbers(*start, *end).unwrap());
+        let keys = SlotSet::from_range(
+            SlotRange::from_numbers(*start, start + (end - start) / 2).unwrap(),
+        );
+        let i = sim.idx(MemberRef::new(s as u32, 0));
+        sim.nodes[i].slots = keys.clone();
+        sim.nodes[i].holds = keys.clone();
+        sim.written = sim.written.union(&keys);
+        map.insert(ShardIndex(s as u32), range);
+    }
+    want.restore = Some(map);
+    (sim, want)
+}
+
+#[test]
+fn a_restore_joins_the_first_members_and_gives_each_shard_the_slots_of_its_backup() {
+    // Deliberately uneven: a plain bootstrap would split 16384 evenly.
+    let held = [(0, 999), (1000, 9999), (10000, 16383)];
+    let (mut sim, want) = restoring(1, &held);
+    let plans = converge(&mut sim, &want, 30);
+    for (s, (start, end)) in held.iter().enumerate() {
+        let first = MemberRef::new(s as u32, 0);
+        let range = SlotSet::from_range(SlotRange::from_numbers(*start, *end).unwrap());
+        assert_eq!(sim.node(first).slots, range, "shard {s}");
+        assert_follows(&sim, MemberRef::new(s as u32, 1), first);
+    }
+    let kinds: Vec<&str> = all_actions(&plans).map(Action::kind).collect();
+    assert!(!kinds.contains(&"MigrateSlots"), "{kinds:?}");
+    assert!(!kinds.contains(&"ResetNode"), "{kinds:?}");
+}
+
+#[test]
+fn a_restore_adds_no_slot_and_attaches_no_replica_until_every_member_joined() {
+    let (mut sim, want) = restoring(1, &[(0, 8191), (8192, 16383)]);
+    // Shard 1's first member is not up yet.
+    let i = sim.idx(MemberRef::new(1, 0));
+    sim.nodes[i].alive = false;
+    for _ in 0..4 {
+        let plan = plan_of(&mut sim, &want);
+        assert!(!has(&plan, "AddSlotsRange"), "{:?}", plan.actions);
+        assert!(!has(&plan, "Replicate"), "{:?}", plan.actions);
+        step(&mut sim, &plan);
+    }
+}
+
+#[test]
+fn a_member_serving_slots_outside_its_shards_backup_is_not_met_as_restored() {
+    let (mut sim, mut want) = restoring(0, &[(0, 8191), (8192, 16383)]);
+    // The manifest says shard 1 held other slots than its member serves.
+    if let Some(map) = want.restore.as_mut() {
+        map.insert(
+            ShardIndex(1),
+            SlotSet::from_range(SlotRange::from_numbers(16000, 16383).unwrap()),
+        );
+    }
+    let m = MemberRef::new(1, 0);
+    for _ in 0..3 {
+        let plan = plan_of(&mut sim, &want);
+        assert!(plan.waiting.contains(&Wait::SeparateCluster { member: m }));
+        assert!(!has(&plan, "AddSlotsRange"));
+        step(&mut sim, &plan);
+    }
 }

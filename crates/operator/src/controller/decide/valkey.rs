@@ -78,6 +78,11 @@ pub fn members(f: &Facts<'_>) -> DesiredCluster {
     DesiredCluster {
         shards,
         config: live,
+        restore: f
+            .cluster
+            .restore
+            .as_ref()
+            .and_then(|r| crate::backup::restore::slot_map(&r.record)),
     }
 }
 

@@ -92,6 +92,47 @@ pub fn invalid(t: &Target<'_>, generation: Option<i64>, message: &str) -> Valkey
     status::build(t.old, &conds, generation, obs, &t.now)
 }
 
+/// The status of a cluster whose `spec.restore` cannot be used (yet): no
+/// member is made, the conditions say why, naming the backup.
+pub fn restore_refused(
+    t: &Target<'_>,
+    generation: Option<i64>,
+    refusal: &crate::backup::restore::Refusal,
+) -> ValkeyClusterStatus {
+    use api::v1alpha1::{CONDITION_DEGRADED, CONDITION_PROGRESSING, CONDITION_RESTORED};
+    use status::Cond;
+    let waiting = refusal.reason == crate::backup::restore::reason::BACKUP_NOT_COMPLETED;
+    let conds = vec![
+        Cond::new(
+            CONDITION_READY,
+            false,
+            refusal.reason,
+            refusal.message.clone(),
+        ),
+        Cond::new(
+            CONDITION_PROGRESSING,
+            false,
+            refusal.reason,
+            "waiting for the backup of spec.restore.backup to be usable",
+        ),
+        Cond::new(
+            CONDITION_DEGRADED,
+            !waiting,
+            refusal.reason,
+            refusal.message.clone(),
+        ),
+        Cond::new(
+            CONDITION_RESTORED,
+            false,
+            refusal.reason,
+            refusal.message.clone(),
+        ),
+    ];
+    let mut obs = t.old.map(keep_observations).unwrap_or_default();
+    obs.message = Some(refusal.message.clone());
+    status::build(t.old, &conds, generation, obs, &t.now)
+}
+
 /// The status of a paused cluster: what was observed and concluded before
 /// stays, Progressing turns False and the condition Paused says why.
 pub fn paused(t: &Target<'_>) -> ValkeyClusterStatus {

@@ -13,8 +13,8 @@
 
 use api::v1alpha1::{
     CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_PRIMARY_PLACEMENT_ALIGNED,
-    CONDITION_PROGRESSING, CONDITION_READY, CONDITION_TOPOLOGY_SPREAD, MemberStatus, ShardStatus,
-    ShardTopology, ValkeyClusterStatus,
+    CONDITION_PROGRESSING, CONDITION_READY, CONDITION_RESTORED, CONDITION_TOPOLOGY_SPREAD,
+    MemberStatus, ShardStatus, ShardTopology, ValkeyClusterStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -324,6 +324,7 @@ const KNOWN_CONDITIONS: &[&str] = &[
     CONDITION_TOPOLOGY_SPREAD,
     CONDITION_PRIMARY_PLACEMENT_ALIGNED,
     CONDITION_PAUSED,
+    CONDITION_RESTORED,
 ];
 
 fn summary_of(a: &Activity, fallback: &str) -> String {
@@ -401,9 +402,19 @@ pub fn build(
     now: &Time,
 ) -> ValkeyClusterStatus {
     let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or(&[]);
+    let mut conditions = merge_conditions(old_conditions, conds, generation, now);
+    // `Restored` is set by the restore step (`controller::restore`), not from
+    // the facts: it stays as that step last left it.
+    if !conds.iter().any(|c| c.type_ == CONDITION_RESTORED)
+        && let Some(restored) = old_conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_RESTORED)
+    {
+        conditions.push(restored.clone());
+    }
     ValkeyClusterStatus {
         observed_generation: generation,
-        conditions: merge_conditions(old_conditions, conds, generation, now),
+        conditions,
         ready_shards: obs.ready_shards,
         shards: obs.shards,
         members: obs.members,
@@ -414,6 +425,7 @@ pub fn build(
             .last_action
             .or_else(|| old.and_then(|s| s.last_action.clone())),
         message: obs.message,
+        restore: old.and_then(|s| s.restore.clone()),
     }
 }
 

@@ -14,7 +14,13 @@
 //!
 //! The target directory is its own (not the workspace's `target/`): a build
 //! there would replace `target/release/valkey-operator`, which the suites run
-//! meanwhile. It is shared between tags, so dependencies compile once.
+//! meanwhile. It is shared between tags, so dependencies compile once; and
+//! when it is first made it is seeded with hard links to what the
+//! workspace's own release build compiled (`deps`, `build`, `.fingerprint`):
+//! a crates.io dependency compiled with the same version and features has
+//! the same unit hash in any workspace, so cargo finds it fresh and compiles
+//! only the tag's own crates and what differs. A unit cargo rebuilds gets a
+//! new file or rewrites one of the same hash with the same content.
 
 use crate::cluster::Env;
 use anyhow::{Context, Result, bail, ensure};
@@ -108,6 +114,41 @@ fn extract(root: &Path, commit: &str, dest: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Hard-links the workspace's compiled release units into `target_dir`
+/// once (see the module doc); without a workspace build it does nothing and
+/// the first build is cold.
+fn seed(root: &Path, target_dir: &Path) -> Result<()> {
+    let release = target_dir.join("release");
+    if release.exists() {
+        return Ok(());
+    }
+    let ours = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|d| if d.is_absolute() { d } else { root.join(d) })
+        .unwrap_or_else(|| root.join("target"))
+        .join("release");
+    let partial = target_dir.join("release.partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    std::fs::create_dir_all(&partial)?;
+    for dir in ["deps", "build", ".fingerprint"] {
+        if !ours.join(dir).is_dir() {
+            continue;
+        }
+        let ok = Command::new("cp")
+            .arg("-al")
+            .arg(ours.join(dir))
+            .arg(partial.join(dir))
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            // Another file system, say: a cold build is slower, not wrong.
+            let _ = std::fs::remove_dir_all(partial.join(dir));
+        }
+    }
+    std::fs::rename(&partial, &release)?;
+    Ok(())
+}
+
 /// The version of package `operator` in the tree at `src`.
 fn crate_version(src: &Path) -> Result<String> {
     let text = run(
@@ -156,6 +197,7 @@ pub fn build(env: &Env, tag: &str) -> Result<Release> {
 
     // Cargo decides what is fresh; with everything cached it only checks.
     let target_dir = base.join("target");
+    seed(root, &target_dir)?;
     let out = Command::new("nice")
         .args(["-n", "10", "cargo", "build", "--release", "--locked"])
         .args(["-p", "operator", "--bin", "valkey-operator", "--target-dir"])

@@ -444,7 +444,13 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
     let mut templates_before = BTreeMap::new();
     for w in &writers {
         before.insert(w.cluster, snapshot(&w.env, ns, w.cluster, &w.password)?);
-        templates_before.insert(w.cluster, statefulsets(env, ns, w.cluster)?);
+        let sts = statefulsets(env, ns, w.cluster)?;
+        let hashes: std::collections::BTreeSet<&str> = sts.values().map(restart_hash).collect();
+        eprintln!(
+            "operator_upgrade: {} renders {}'s StatefulSets with restart hash {hashes:?}",
+            prev.tag, w.cluster
+        );
+        templates_before.insert(w.cluster, sts);
     }
 
     // 4. the upgrade: CRDs first (Helm leaves crds/ alone on upgrade), then

@@ -44,7 +44,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const PREVIOUS_TAG: &str = "v0.1.0";
 const RELEASE: &str = "vk-upgrade";
 const OPERATOR_NS: &str = "valkey-upgrade";
-const CHART_NAME: &str = "valkey-operator";
 const PLAIN: &str = "plain";
 const SECURE: &str = "secure";
 /// The operator's metrics port (the chart's `metrics.port`).

@@ -218,10 +218,9 @@ fn last_reconcile(env: &Env, ns: &str, cluster: &str) -> Result<Option<f64>> {
             if line.starts_with("valkey_operator_cluster_last_reconcile_timestamp_seconds{")
                 && line.contains(&want)
                 && line.contains(&want_ns)
+                && let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())
             {
-                if let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
-                    best = Some(best.map_or(v, |b| b.max(v)));
-                }
+                best = Some(best.map_or(v, |b| b.max(v)));
             }
         }
     }

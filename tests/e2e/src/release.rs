@@ -20,7 +20,11 @@
 //! a crates.io dependency compiled with the same version and features has
 //! the same unit hash in any workspace, so cargo finds it fresh and compiles
 //! only the tag's own crates and what differs. A unit cargo rebuilds gets a
-//! new file or rewrites one of the same hash with the same content.
+//! new file or rewrites one of the same hash with the same content. The
+//! links share modification times too: when the workspace's build later
+//! rewrites a shared unit, cargo here may find its dependents older and
+//! rebuild them (a partial rebuild, never a wrong one); a copy would avoid
+//! that at the price of gigabytes per checkout.
 
 use crate::cluster::Env;
 use anyhow::{Context, Result, bail, ensure};

@@ -13,7 +13,7 @@ IMAGE_NAME ?= valkey-operator
 DEMO_DIR ?= .testbed
 E2E_DIR ?= .testbed-e2e
 
-.PHONY: setup build test lint fmt unit crd crd-check manifests manifests-check version-check chart-check image image-check e2e e2e-topology chaos-seeds demo demo-down bench clean
+.PHONY: setup build test lint fmt unit crd crd-check manifests manifests-check version-check chart-check image image-check e2e e2e-upgrade e2e-topology chaos-seeds demo demo-down bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -77,6 +77,13 @@ unit: build
 # operator_incluster installs the image `make image` writes.
 e2e: build image
 	bash scripts/e2e.sh $(E2E_DIR)
+
+# The operator upgrade from the last release tag alone (also part of `make
+# test`): builds the tag's binary, image and chart (cached under
+# target/prev-release), installs it with clusters under writers, upgrades to
+# this tree and counts member restarts and lost writes (docs/operator.md, Upgrades).
+e2e-upgrade: build image
+	E2E_TEST=operator_upgrade bash scripts/e2e.sh $(E2E_DIR)
 
 # Issue-3 live-topology suites alone (also part of `make test`): zone loss,
 # primary kill and rebalance, node loss and move back; then the seeded chaos

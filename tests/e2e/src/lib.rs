@@ -6,5 +6,6 @@ pub mod helm;
 pub mod manifest;
 pub mod prometheus;
 pub mod rbac;
+pub mod release;
 pub mod suite;
 pub mod topology;

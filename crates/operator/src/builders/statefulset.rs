@@ -1643,6 +1643,66 @@ mod tests {
         );
     }
 
+    /// A cluster as the e2e suites' manifests make it
+    /// (tests/e2e/src/manifest.rs), with `extra` merged into its spec.
+    fn from_manifest(name: &str, extra: serde_json::Value) -> ValidatedCluster {
+        let mut spec = serde_json::json!({
+            "shards": 3,
+            "replicas": 1,
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+        });
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        let vc: api::ValkeyCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.rs/v1alpha1",
+            "kind": "ValkeyCluster",
+            "metadata": {"name": name, "namespace": "e2e-upgrade", "uid": "uid-1"},
+            "spec": spec,
+        }))
+        .unwrap();
+        api::v1alpha1::validate(&vc).unwrap()
+    }
+
+    #[test]
+    fn clusters_made_by_v0_1_0_keep_their_restart_hash_so_an_operator_upgrade_restarts_nothing() {
+        // The restart hashes the v0.1.0 operator wrote on these clusters'
+        // StatefulSets (the e2e suite operator_upgrade prints them). Fields
+        // added to the API since then must hash as before while unset; a
+        // change here restarts every member of every such cluster when the
+        // new operator takes over. If a release must change running members,
+        // change the expected value knowingly and say so in the CHANGELOG.
+        let hash =
+            |c: &ValidatedCluster| annotation(&build(c, &placed("n1")), ANNOTATION_RESTART_HASH);
+        let plain = from_manifest("plain", serde_json::json!({}));
+        assert!(plain.external_access.is_none());
+        assert_eq!(
+            hash(&plain),
+            "dd719296d8a5bdfd",
+            "plain 3x1, auth by default"
+        );
+        let secure = from_manifest(
+            "secure",
+            serde_json::json!({"tls": {"enabled": true}, "exporter": {"enabled": true}}),
+        );
+        assert_eq!(
+            hash(&secure),
+            "0367230e3e10b87b",
+            "TLS, auth and the exporter"
+        );
+        // Nor do the shard, the member or the placement enter it.
+        let other = statefulset(MemberInput {
+            cluster: &secure,
+            owner: &owner(),
+            shard: 0,
+            member: 0,
+            placement: &placed("n9"),
+            existing_claim_templates: None,
+            ordinals: Ordinals::INITIAL,
+        });
+        assert_eq!(annotation(&other, ANNOTATION_RESTART_HASH), hash(&secure));
+    }
+
     #[test]
     fn without_persistence_data_is_an_empty_dir() {
         let c = cluster("cache", 1, 0);

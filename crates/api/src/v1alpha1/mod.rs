@@ -3,16 +3,19 @@
 //! - [`spec`]: the user's request, with schema bounds and CEL rules;
 //! - [`status`]: what the operator observed and did;
 //! - [`defaults`]: default values, shared by serde and the schema;
+//! - [`extensions`]: `spec.podTemplate` and `spec.modules`, checked;
 //! - [`security`]: the restricted security contexts of member pods;
 //! - [`validation`]: the same rules in Rust, producing a [`ValidatedCluster`].
 
 pub mod defaults;
+pub mod extensions;
 pub mod security;
 pub mod spec;
 pub mod status;
 pub mod validation;
 pub mod versions;
 
+pub use extensions::{ValidatedModule, ValidatedPodTemplate};
 pub use spec::*;
 pub use status::*;
 pub use validation::{

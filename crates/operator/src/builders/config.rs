@@ -193,6 +193,16 @@ pub fn render(cluster: &ValidatedCluster) -> String {
             line(&mut out, k, v);
         }
     }
+    if !cluster.modules.is_empty() {
+        // Loaded at start only (loadmodule is no config CONFIG SET knows):
+        // the modules are in the members' restart hash.
+        out.push_str("\n# spec.modules\n");
+        for m in &cluster.modules {
+            let mut words = vec![m.path.as_str()];
+            words.extend(m.args.iter().map(String::as_str));
+            line(&mut out, "loadmodule", &words.join(" "));
+        }
+    }
     out.push_str("\n# Owned by the operator\n");
     for (k, v) in owned_settings(cluster) {
         line(&mut out, k, &v);

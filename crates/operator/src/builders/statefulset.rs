@@ -38,6 +38,7 @@
 
 use super::config::{self, CONFIG_DIR, CONFIG_FILE, DATA_DIR, TLS_DIR};
 use super::hash::Fnv;
+use super::overlay;
 use super::scheduling::{self, MemberPlacement};
 use super::{config_map_name, headless_service_name, member_labels, member_selector};
 use api::ValidatedCluster;
@@ -197,7 +198,10 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     let c = input.cluster;
     let name = member_name(&c.name, input.shard, input.member);
     let labels = member_labels(&c.name, input.shard, input.member);
-    let mut pod_labels = c.pod_labels.clone();
+    // The overlay's labels, then spec.podLabels, then the operator's (the
+    // `valkey.rs/` ones, which validation keeps out of the other two).
+    let mut pod_labels = c.pod_template.labels.clone();
+    pod_labels.extend(c.pod_labels.clone());
     pod_labels.extend(labels.clone());
 
     let mut pod_spec = pod_spec(c);
@@ -208,6 +212,16 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     // environment); before the first one the hash is as it always was.
     if c.auth_generation > 0 {
         restart = restart.feed_json(&c.auth_generation);
+    }
+    // Modules load at start only, and the overlay's labels and annotations
+    // reach a pod only when it is made again: both roll the members. Fed
+    // only when set, so the hash of a cluster without them is as before.
+    if !c.modules.is_empty() {
+        restart = restart.feed_json(&c.modules);
+    }
+    let overlay_meta = (&c.pod_template.labels, &c.pod_template.annotations);
+    if !overlay_meta.0.is_empty() || !overlay_meta.1.is_empty() {
+        restart = restart.feed_json(&overlay_meta);
     }
     let restart_hash = restart.hex();
     pod_spec.affinity = scheduling::affinity(
@@ -228,7 +242,8 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
         .feed_json(&pod_spec.priority_class_name)
         .hex();
 
-    let mut annotations = c.pod_annotations.clone();
+    let mut annotations = c.pod_template.annotations.clone();
+    annotations.extend(c.pod_annotations.clone());
     annotations.insert(ANNOTATION_RESTART_HASH.into(), restart_hash);
     // Which rotation's password the pod starts with (already in the restart
     // hash, so it restarts nothing more): read back when the record is gone.
@@ -367,7 +382,7 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
     if let Some(exporter) = &c.exporter {
         containers.push(exporter_container(c, exporter));
     }
-    PodSpec {
+    let spec = PodSpec {
         containers,
         volumes: Some(volumes),
         termination_grace_period_seconds: Some(c.termination_grace_period_seconds),
@@ -381,7 +396,26 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
         image_pull_secrets: (!c.image_pull_secrets.is_empty())
             .then(|| c.image_pull_secrets.clone()),
         ..Default::default()
+    };
+    with_pod_template(spec, c)
+}
+
+/// `spec.podTemplate` merged in (see [`overlay`]): the Valkey container's
+/// overlay by name, sidecars after the operator's containers, init
+/// containers and volumes added. A cluster without one gets the pod as it
+/// always was (same restart hash).
+fn with_pod_template(spec: PodSpec, c: &ValidatedCluster) -> PodSpec {
+    let t = &c.pod_template;
+    if t.valkey.is_none() && t.sidecars.is_empty() && t.init_containers.is_empty() && t.volumes.is_empty() {
+        return spec;
     }
+    let patch = PodSpec {
+        containers: t.valkey.iter().chain(&t.sidecars).cloned().collect(),
+        init_containers: (!t.init_containers.is_empty()).then(|| t.init_containers.clone()),
+        volumes: (!t.volumes.is_empty()).then(|| t.volumes.clone()),
+        ..Default::default()
+    };
+    overlay::merge_pod_spec(&spec, &patch)
 }
 
 /// The pod spec as the restart hash sees it: the exporter's image left out
@@ -598,6 +632,12 @@ fn container(c: &ValidatedCluster) -> Container {
         resources: (c.resources != Default::default()).then(|| c.resources.clone()),
         security_context: Some(c.security_context.clone()),
         volume_mounts: Some(mounts),
+        // valkey-server logs why a module did not load and exits: the log
+        // tail becomes the termination message the status reports
+        // (`status.members[].moduleError`). Only with modules, so the pods
+        // of a cluster without them stay as they were.
+        termination_message_policy: (!c.modules.is_empty())
+            .then(|| "FallbackToLogsOnError".to_string()),
         // `-e`: exit non-zero on an error reply (NOAUTH, LOADING), so Ready
         // means "answers commands", not only "accepts connections".
         readiness_probe: Some(Probe {

@@ -55,7 +55,12 @@ pub const OWNED_VOLUMES: &[&str] = &["config", "users", "tls", "data"];
 /// Where the operator mounts its volumes in the Valkey container (the
 /// config, the data, the users file, the TLS files): `spec.podTemplate`
 /// cannot mount anything there.
-pub const OWNED_MOUNT_PATHS: &[&str] = &["/etc/valkey", "/data", "/etc/valkey-users", "/etc/valkey-tls"];
+pub const OWNED_MOUNT_PATHS: &[&str] = &[
+    "/etc/valkey",
+    "/data",
+    "/etc/valkey-users",
+    "/etc/valkey-tls",
+];
 /// Name of the exporter's container port; monitors select it by this name.
 pub const EXPORTER_PORT_NAME: &str = "metrics";
 /// The exporter's port, on the pod IP.

@@ -641,7 +641,10 @@ fn parse_module_list(value: &Value) -> Vec<String> {
         .filter_map(|entry| {
             let pairs: Vec<(&Value, &Value)> = match entry {
                 Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
-                Value::Array(items) => items.chunks(2).filter_map(|c| Some((c.first()?, c.get(1)?))).collect(),
+                Value::Array(items) => items
+                    .chunks(2)
+                    .filter_map(|c| Some((c.first()?, c.get(1)?)))
+                    .collect(),
                 _ => return None,
             };
             pairs

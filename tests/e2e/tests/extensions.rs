@@ -111,7 +111,11 @@ fn spec() -> String {
 fn check_pods(env: &Env, ns: &str) -> Result<()> {
     let pods = env.kubectl_json(&["get", "pods", "-n", ns, "-l", "valkey.rs/cluster=ext"])?;
     let items = pods["items"].as_array().cloned().unwrap_or_default();
-    ensure!(items.len() == 4, "expected 4 member pods, found {}", items.len());
+    ensure!(
+        items.len() == 4,
+        "expected 4 member pods, found {}",
+        items.len()
+    );
     for pod in &items {
         let name = pod["metadata"]["name"].as_str().unwrap_or("?");
         ensure!(
@@ -143,7 +147,10 @@ fn check_pods(env: &Env, ns: &str) -> Result<()> {
             .iter()
             .find(|c| c["name"] == "reader")
             .with_context(|| format!("{name}: no sidecar reader"))?;
-        ensure!(reader["ready"] == true, "{name}: the sidecar is not ready: {reader}");
+        ensure!(
+            reader["ready"] == true,
+            "{name}: the sidecar is not ready: {reader}"
+        );
         let valkey = pod["spec"]["containers"]
             .as_array()
             .into_iter()
@@ -217,7 +224,10 @@ fn pod_template_overlay_and_a_real_module() {
         // The status lists what every member loaded.
         wait_until(Duration::from_secs(30), Duration::from_secs(1), || {
             let obj = env.cluster(ns, CLUSTER)?;
-            let members = obj["status"]["members"].as_array().cloned().unwrap_or_default();
+            let members = obj["status"]["members"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             Ok(members.len() == 4
                 && members.iter().all(|m| {
                     m["modules"]

@@ -92,7 +92,10 @@ pub fn validate_pod_template(
     for (key, value) in &meta.labels {
         let field = format!("{AT}.metadata.labels[{key}]");
         if key.starts_with(LABEL_PREFIX) {
-            errors.push(err(field, super::validation::cel::POD_LABELS_NOT_OWNED_MESSAGE));
+            errors.push(err(
+                field,
+                super::validation::cel::POD_LABELS_NOT_OWNED_MESSAGE,
+            ));
         } else if !is_label_key(key) {
             errors.push(err(field, "not a valid label key"));
         } else if !is_label_value(value) {
@@ -120,7 +123,11 @@ pub fn validate_pod_template(
         if OWNED_VOLUMES.contains(&v.name.as_str()) {
             errors.push(err(
                 field,
-                format!("{:?}: {}", v.name, super::validation::cel::VOLUMES_NOT_OWNED_MESSAGE),
+                format!(
+                    "{:?}: {}",
+                    v.name,
+                    super::validation::cel::VOLUMES_NOT_OWNED_MESSAGE
+                ),
             ));
         } else if v.name.is_empty() {
             errors.push(err(field, "must not be empty"));
@@ -275,7 +282,10 @@ fn check_valkey_overlay(c: &Container, at: &str, errors: &mut Vec<FieldError>) {
         {
             errors.push(err(
                 format!("{at}.volumeMounts[{j}].mountPath"),
-                format!("{} is where the operator mounts its own volumes", m.mount_path),
+                format!(
+                    "{} is where the operator mounts its own volumes",
+                    m.mount_path
+                ),
             ));
         }
     }
@@ -291,11 +301,7 @@ fn added_container(
     errors: &mut Vec<FieldError>,
 ) -> Container {
     let field = format!("{at}.securityContext");
-    match security::resolve_added_container(
-        c.security_context.as_ref(),
-        &field,
-        allow_privileged,
-    ) {
+    match security::resolve_added_container(c.security_context.as_ref(), &field, allow_privileged) {
         Ok(sc) => Container {
             security_context: Some(sc),
             ..c.clone()
@@ -319,8 +325,7 @@ pub fn validate_modules(modules: &[Module], errors: &mut Vec<FieldError>) -> Vec
     for (i, m) in modules.iter().enumerate() {
         let at = format!("spec.modules[{i}]");
         let name_ok = m.name.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && m
-                .name
+            && m.name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !name_ok || m.name.len() > 64 {
@@ -331,7 +336,11 @@ pub fn validate_modules(modules: &[Module], errors: &mut Vec<FieldError>) -> Vec
         } else if !seen.insert(m.name.as_str()) {
             errors.push(err(
                 format!("{at}.name"),
-                format!("{:?}: {}", m.name, super::validation::cel::MODULES_UNIQUE_MESSAGE),
+                format!(
+                    "{:?}: {}",
+                    m.name,
+                    super::validation::cel::MODULES_UNIQUE_MESSAGE
+                ),
             ));
         }
         if !m.path.starts_with('/') || !word(&m.path) || m.path.len() > 1024 {
@@ -357,4 +366,136 @@ pub fn validate_modules(modules: &[Module], errors: &mut Vec<FieldError>) -> Vec
             args: m.args.clone(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::v1alpha1::{
+        ValidatedCluster, ValidationSettings, ValkeyCluster, ValkeyClusterSpec, validate_with,
+    };
+
+    fn cluster(
+        spec: serde_json::Value,
+        allow_privileged: bool,
+    ) -> Result<ValidatedCluster, Vec<String>> {
+        let mut base = serde_json::to_value(ValkeyClusterSpec::default()).unwrap();
+        if let (Some(b), Some(s)) = (base.as_object_mut(), spec.as_object()) {
+            b.extend(s.clone());
+        }
+        let spec: ValkeyClusterSpec = serde_json::from_value(base).unwrap();
+        let mut c = ValkeyCluster::new("ext", spec);
+        c.metadata.namespace = Some("default".into());
+        let settings = ValidationSettings {
+            allow_privileged_security_context: allow_privileged,
+        };
+        validate_with(&c, &settings)
+            .map_err(|e| e.fields().iter().map(ToString::to_string).collect())
+    }
+
+    fn errors(spec: serde_json::Value) -> Vec<String> {
+        cluster(spec, false).err().unwrap_or_default()
+    }
+
+    #[test]
+    fn owned_labels_volumes_ports_and_the_valkey_command_are_refused_naming_the_field() {
+        let errs = errors(serde_json::json!({"podTemplate": {
+            "metadata": {"labels": {"valkey.rs/cluster": "x"}},
+            "spec": {
+                "containers": [
+                    {"name": "valkey", "command": ["sh"]},
+                    {"name": "proxy", "image": "p:1", "ports": [{"containerPort": 6379}]}
+                ],
+                "volumes": [{"name": "data", "emptyDir": {}}]
+            }
+        }}));
+        for field in [
+            "spec.podTemplate.metadata.labels[valkey.rs/cluster]",
+            "spec.podTemplate.spec.containers[0].command",
+            "spec.podTemplate.spec.containers[1].ports[0].containerPort",
+            "spec.podTemplate.spec.volumes[0].name",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.starts_with(field)),
+                "{field} not in {errs:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_sidecar_gets_the_restricted_defaults_and_may_not_go_beyond_them() {
+        let sidecar = serde_json::json!({"podTemplate": {"spec": {"containers": [
+            {"name": "proxy", "image": "p:1"}
+        ]}}});
+        let c = cluster(sidecar, false).unwrap();
+        let sc = c.pod_template.sidecars[0].security_context.clone().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            sc.capabilities.and_then(|c| c.drop),
+            Some(vec!["ALL".to_string()])
+        );
+
+        let privileged = serde_json::json!({"podTemplate": {"spec": {"initContainers": [
+            {"name": "tune", "image": "t:1",
+             "securityContext": {"privileged": true, "allowPrivilegeEscalation": true}}
+        ]}}});
+        let errs = errors(privileged.clone());
+        assert!(
+            errs.iter().any(|e| e
+                .starts_with("spec.podTemplate.spec.initContainers[0].securityContext.privileged")),
+            "{errs:?}"
+        );
+        assert!(
+            cluster(privileged, true).is_ok(),
+            "allowed with the operator's flag"
+        );
+    }
+
+    #[test]
+    fn sidecar_and_init_requests_count_for_placement() {
+        let c = cluster(
+            serde_json::json!({
+                "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}},
+                "podTemplate": {"spec": {
+                    "containers": [{"name": "proxy", "image": "p:1",
+                        "resources": {"requests": {"cpu": "50m"}}}],
+                    "initContainers": [{"name": "warm", "image": "w:1",
+                        "resources": {"requests": {"cpu": "10m", "memory": "1Gi"}}}]
+                }}
+            }),
+            false,
+        )
+        .unwrap();
+        // cpu: 100m + 50m beside each other; memory: the init container's
+        // 1Gi is more than the containers' 100Mi.
+        assert_eq!(c.member_request.cpu_millis, Some(150));
+        assert_eq!(c.member_request.memory_bytes, Some(1 << 30));
+    }
+
+    #[test]
+    fn modules_are_checked_and_loadmodule_in_config_points_to_them() {
+        let errs = errors(serde_json::json!({
+            "modules": [
+                {"name": "json", "path": "usr/lib/valkey/libjson.so"},
+                {"name": "json", "path": "/x.so", "args": ["two words"]}
+            ],
+            "config": {"loadmodule": "/x.so"}
+        }));
+        for field in [
+            "spec.modules[0].path",
+            "spec.modules[1].name",
+            "spec.modules[1].args[0]",
+            "spec.config[loadmodule]: loadmodule is refused in spec.config: list modules in spec.modules",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.starts_with(field)),
+                "{field} not in {errs:?}"
+            );
+        }
+        let ok = cluster(
+            serde_json::json!({"modules": [{"name": "json", "path": "/usr/lib/valkey/libjson.so", "args": ["a"]}]}),
+            false,
+        )
+        .unwrap();
+        assert_eq!(ok.modules[0].args, ["a"]);
+    }
 }

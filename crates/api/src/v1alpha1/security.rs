@@ -267,7 +267,11 @@ pub fn resolve_added_container(
         .into_iter()
         .filter(|e| e.field.starts_with(field))
         .collect();
-    if errors.is_empty() { Ok(sc) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(sc)
+    } else {
+        Err(errors)
+    }
 }
 
 /// The fields the pod and the container security contexts share.
@@ -385,7 +389,10 @@ fn beyond_restricted_at(
         }
     }
     if c.privileged == Some(true) {
-        refuse(format!("{container_at}.privileged"), "must not be true".into());
+        refuse(
+            format!("{container_at}.privileged"),
+            "must not be true".into(),
+        );
     }
     if c.allow_privilege_escalation != Some(false) {
         refuse(

@@ -897,7 +897,11 @@ fn validate_spec(
         // strategic merge merges the requests and limits maps by key).
         resources = merge_resources(&resources, &extra);
         member_request = with_pod_template_requests(
-            container_request(&resources, "spec.podTemplate.spec.containers[valkey].resources", errors),
+            container_request(
+                &resources,
+                "spec.podTemplate.spec.containers[valkey].resources",
+                errors,
+            ),
             spec.exporter.enabled.then(|| {
                 spec.exporter
                     .resources

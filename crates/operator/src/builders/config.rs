@@ -441,6 +441,22 @@ mod tests {
     }
 
     #[test]
+    fn every_module_is_one_loadmodule_line_with_its_args() {
+        let mut c = cluster("cache", 3, 1);
+        c.modules = vec![api::v1alpha1::ValidatedModule {
+            name: "hello".into(),
+            path: "/modules/libhello.so".into(),
+            args: vec!["hi".into(), "there".into()],
+        }];
+        let conf = render(&c);
+        assert!(
+            conf.lines()
+                .any(|l| l == "loadmodule /modules/libhello.so hi there"),
+            "{conf}"
+        );
+    }
+
+    #[test]
     fn while_switching_to_tls_members_load_the_certificates_but_speak_plaintext() {
         let mut c = cluster("cache", 3, 1);
         c.tls = crate::builders::test_support::operator_tls(true);

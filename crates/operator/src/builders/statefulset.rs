@@ -406,7 +406,11 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
 /// always was (same restart hash).
 fn with_pod_template(spec: PodSpec, c: &ValidatedCluster) -> PodSpec {
     let t = &c.pod_template;
-    if t.valkey.is_none() && t.sidecars.is_empty() && t.init_containers.is_empty() && t.volumes.is_empty() {
+    if t.valkey.is_none()
+        && t.sidecars.is_empty()
+        && t.init_containers.is_empty()
+        && t.volumes.is_empty()
+    {
         return spec;
     }
     let patch = PodSpec {
@@ -1340,6 +1344,54 @@ mod tests {
             .spec
             .unwrap()
             .containers
+    }
+
+    #[test]
+    fn the_pod_template_adds_a_sidecar_merges_into_valkey_and_restarts_the_members() {
+        let plain = cluster("cache", 3, 2);
+        let mut c = plain.clone();
+        c.pod_template.sidecars = vec![Container {
+            name: "shipper".into(),
+            image: Some("shipper:1".into()),
+            ..Default::default()
+        }];
+        c.pod_template.valkey = Some(Container {
+            name: CONTAINER.into(),
+            env: Some(vec![EnvVar {
+                name: "TZ".into(),
+                value: Some("UTC".into()),
+                value_from: None,
+            }]),
+            ..Default::default()
+        });
+        c.pod_template.labels = BTreeMap::from([("team".to_string(), "a".to_string())]);
+        let s = build(&c, &placed("n1"));
+        let template = &s.spec.as_ref().unwrap().template;
+        let pod = template.spec.as_ref().unwrap();
+        let names: Vec<_> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, [CONTAINER, "shipper"]);
+        let valkey = &pod.containers[0];
+        assert!(valkey.env.as_ref().unwrap().iter().any(|e| e.name == "TZ"));
+        assert!(
+            valkey
+                .env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|e| e.name == "POD_IP")
+        );
+        assert_eq!(valkey.command, containers(&plain)[0].command);
+        assert_eq!(
+            valkey.security_context,
+            containers(&plain)[0].security_context
+        );
+        let labels = template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        assert_eq!(labels["team"], "a");
+        assert_eq!(labels[LABEL_CLUSTER], "cache");
+        assert_ne!(
+            annotation(&s, ANNOTATION_RESTART_HASH),
+            annotation(&build(&plain, &placed("n1")), ANNOTATION_RESTART_HASH)
+        );
     }
 
     #[test]

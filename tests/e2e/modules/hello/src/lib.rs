@@ -6,7 +6,6 @@
 //! The greeting is kept in a `OnceLock`: a module is loaded once per server,
 //! and the SDK's init function is the only place that sees its arguments.
 
-
 use valkey_module::alloc::ValkeyAlloc;
 use valkey_module::{Context, Status, ValkeyError, ValkeyResult, ValkeyString, valkey_module};
 

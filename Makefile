@@ -29,13 +29,17 @@ fmt:
 	$(CARGO) fmt --all
 
 crd: build
-	$(OPERATOR) crd > deploy/crd/valkeycluster.yaml
+	$(OPERATOR) crd --kind cluster > deploy/crd/valkeycluster.yaml
+	$(OPERATOR) crd --kind backup > deploy/crd/valkeybackup.yaml
 	cp deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
+	cp deploy/crd/valkeybackup.yaml deploy/helm/valkey-operator/crds/valkeybackup.yaml
 
 # The committed CRD must equal what the Rust types generate.
 crd-check: build
-	@diff -u deploy/crd/valkeycluster.yaml <($(OPERATOR) crd)
+	@diff -u deploy/crd/valkeycluster.yaml <($(OPERATOR) crd --kind cluster)
+	@diff -u deploy/crd/valkeybackup.yaml <($(OPERATOR) crd --kind backup)
 	@diff -u deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
+	@diff -u deploy/crd/valkeybackup.yaml deploy/helm/valkey-operator/crds/valkeybackup.yaml
 	@echo "crd: deploy/crd and the Helm chart's copy are up to date"
 
 # deploy/rbac and deploy/operator are rendered from the Helm chart (one source

@@ -8,7 +8,9 @@ pub mod constants;
 pub mod quantity;
 pub mod v1alpha1;
 
-pub use v1alpha1::{ValidatedCluster, ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus};
+pub use v1alpha1::{
+    ValidatedCluster, ValkeyBackup, ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus,
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -22,6 +24,16 @@ pub fn crd() -> CustomResourceDefinition {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct CrdYamlError(#[from] serde_saphyr::SerializeError);
+
+/// The `ValkeyBackup` CustomResourceDefinition.
+pub fn backup_crd() -> CustomResourceDefinition {
+    v1alpha1::ValkeyBackup::crd()
+}
+
+/// [`backup_crd`] as YAML (`valkey-operator crd --kind backup`).
+pub fn backup_crd_yaml() -> Result<String, CrdYamlError> {
+    Ok(serde_saphyr::to_string(&backup_crd())?)
+}
 
 /// [`crd`] as the YAML document `kubectl apply -f` takes.
 ///

@@ -1,4 +1,4 @@
-//! The committed CRD must be exactly what the Rust types generate.
+//! The committed CRDs must be exactly what the Rust types generate.
 
 #[test]
 fn committed_crd_matches_the_rust_types() {
@@ -7,6 +7,17 @@ fn committed_crd_matches_the_rust_types() {
     assert!(
         committed == generated,
         "deploy/crd/valkeycluster.yaml is stale: regenerate it with \
-         `cargo run -p operator -- crd > deploy/crd/valkeycluster.yaml` (or `make crd`)"
+         `cargo run -p operator -- crd --kind cluster > deploy/crd/valkeycluster.yaml` (or `make crd`)"
+    );
+}
+
+#[test]
+fn committed_backup_crd_matches_the_rust_types() {
+    let committed = include_str!("../../../deploy/crd/valkeybackup.yaml");
+    let generated = api::backup_crd_yaml().unwrap();
+    assert!(
+        committed == generated,
+        "deploy/crd/valkeybackup.yaml is stale: regenerate it with \
+         `cargo run -p operator -- crd --kind backup > deploy/crd/valkeybackup.yaml` (or `make crd`)"
     );
 }

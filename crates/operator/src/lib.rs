@@ -9,6 +9,7 @@
 //! - [`run`]: `valkey-operator run`, the controller.
 
 pub mod adapt;
+pub mod backup;
 pub mod builders;
 pub mod controller;
 pub mod crd_cmd;

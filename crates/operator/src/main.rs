@@ -21,8 +21,13 @@ struct Cli {
 enum Command {
     /// Run the controller (KUBECONFIG or in-cluster config).
     Run(run::RunArgs),
-    /// Print the ValkeyCluster CustomResourceDefinition as YAML.
-    Crd,
+    /// Print the CustomResourceDefinitions (ValkeyCluster, ValkeyBackup) as
+    /// YAML, or one of them with --kind.
+    Crd(crd_cmd::CrdArgs),
+    /// Take one backup of a ValkeyCluster to an S3-compatible store (what a
+    /// ValkeyBackup's Job runs). Exit 0 when every shard and the manifest
+    /// are written, 1 when not; the outcome is printed as JSON.
+    Backup(operator::backup::take::BackupArgs),
     /// Plan member placement for a ValkeyCluster over Nodes and Pods read from
     /// files. Exit 0 when every member is placed, 2 when not, 1 on bad input.
     Plan(plan_cmd::PlanArgs),
@@ -87,7 +92,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Crd => match crd_cmd::write(&mut std::io::stdout().lock()) {
+        Command::Crd(args) => match crd_cmd::write(args.kind, &mut std::io::stdout().lock()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");
@@ -95,6 +100,13 @@ fn main() -> ExitCode {
             }
         },
         Command::Plan(args) => plan_cmd::main(&args),
+        Command::Backup(args) => match tokio::runtime::Runtime::new() {
+            Ok(rt) => rt.block_on(operator::backup::take::main(args)),
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        },
         Command::ProbeMetrics(args) => probe_cmd::main(&args),
         Command::Exporter(args) => {
             if args.log_format == run::LogFormat::Json {

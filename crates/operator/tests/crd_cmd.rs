@@ -1,19 +1,38 @@
-//! `valkey-operator crd` prints the committed CRD.
+//! `valkey-operator crd` prints the committed CRDs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 
-#[test]
-fn crd_prints_the_committed_crd() {
+fn crd(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
         .arg("crd")
+        .args(args)
         .output()
         .expect("run valkey-operator crd");
     assert!(out.status.success());
-    let printed = String::from_utf8(out.stdout).unwrap();
-    let committed = include_str!("../../../deploy/crd/valkeycluster.yaml");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+const CLUSTER: &str = include_str!("../../../deploy/crd/valkeycluster.yaml");
+const BACKUP: &str = include_str!("../../../deploy/crd/valkeybackup.yaml");
+
+#[test]
+fn crd_kind_cluster_prints_the_committed_cluster_crd() {
     assert!(
-        printed == committed,
-        "deploy/crd/valkeycluster.yaml differs from `valkey-operator crd`: run `make crd`"
+        crd(&["--kind", "cluster"]) == CLUSTER,
+        "deploy/crd/valkeycluster.yaml differs from `valkey-operator crd --kind cluster`: run `make crd`"
     );
+}
+
+#[test]
+fn crd_kind_backup_prints_the_committed_backup_crd() {
+    assert!(
+        crd(&["--kind", "backup"]) == BACKUP,
+        "deploy/crd/valkeybackup.yaml differs from `valkey-operator crd --kind backup`: run `make crd`"
+    );
+}
+
+#[test]
+fn crd_prints_every_kind_as_one_stream() {
+    assert_eq!(crd(&[]), format!("{CLUSTER}---\n{BACKUP}"));
 }

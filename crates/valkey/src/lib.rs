@@ -35,6 +35,7 @@ pub mod client;
 pub mod model;
 pub mod parse;
 pub mod planner;
+pub mod replication;
 pub mod slots;
 pub mod wire;
 

@@ -205,6 +205,29 @@ pub(crate) async fn open(
     Ok(Bounded::new(stream, MAX_REPLY_BYTES))
 }
 
+/// [`open`] without the reply bound: for a replication stream, whose snapshot
+/// is far larger than any reply and goes on to a sink as it arrives (see
+/// `replication`). The caller bounds the time.
+pub(crate) async fn open_unbounded(
+    ip: IpAddr,
+    port: u16,
+    tls: Option<&TlsSettings<'_>>,
+) -> io::Result<Stream> {
+    let tcp = TcpStream::connect(SocketAddr::new(ip, port)).await?;
+    Ok(match tls {
+        None => Stream::Plain(tcp),
+        Some(tls) => {
+            let config = client_config(tls).map_err(io::Error::other)?;
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+            Stream::Tls(Box::new(
+                connector
+                    .connect(ServerName::IpAddress(ip.into()), tcp)
+                    .await?,
+            ))
+        }
+    })
+}
+
 fn invalid_config(what: &'static str, detail: String) -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, what, detail))
 }

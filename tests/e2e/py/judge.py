@@ -9,8 +9,13 @@ MOVED handling, topology refresh) and knows nothing of the operator.
                     [--wait-replicas N] [--prefix K]
     judge.py verify --host IP --password P --in FILE
 
+A --host may be IP:PORT (a member's external address); --port is for the
+others. `fill` also says which addresses the client learnt (`nodes`) and how
+many primaries its keys went to (`primaries`).
+
 Every verb takes --tls-ca FILE (before the verb) to connect with TLS,
-verifying the members' certificate chain against that CA.
+verifying the members' certificate chain against that CA (and, with
+--tls-check-hostname, that the certificate names the address connected to).
 
 `load` writes keys until --seconds pass or --stop-file appears, and appends
 every key whose write was acknowledged (and, with --wait-replicas, confirmed by
@@ -36,15 +41,16 @@ FAILURES = (ValkeyError, ValkeyClusterException, OSError)
 def connect(args, known=None):
     """A new client; `known`, an old client, adds the nodes it learnt (the
     members' IPs change when their pods are re-created)."""
-    hosts = list(args.host)
+    hosts = [address(h, args.port) for h in args.host]
     if known is not None:
         try:
-            hosts += [n.host for n in known.get_nodes() if n.host not in hosts]
+            hosts += [(n.host, n.port) for n in known.get_nodes()
+                      if (n.host, n.port) not in hosts]
         except Exception:  # noqa: BLE001 - a broken client knows nothing
             pass
     # Retries inside the client are kept small: the judge must see outages.
     return ValkeyCluster(
-        startup_nodes=[ClusterNode(h, args.port) for h in hosts],
+        startup_nodes=[ClusterNode(h, p) for h, p in hosts],
         username=args.username or None,
         password=current_password(args),
         socket_timeout=2.0,
@@ -53,6 +59,14 @@ def connect(args, known=None):
         decode_responses=True,
         **tls_options(args),
     )
+
+
+def address(host, default_port):
+    """`IP` or `IP:PORT` as (host, port)."""
+    if host.count(":") == 1:
+        h, p = host.split(":")
+        return h, int(p)
+    return host, default_port
 
 
 def current_password(args):
@@ -83,6 +97,21 @@ def tls_options(args):
     return {"ssl": True, "ssl_ca_certs": args.tls_ca, "ssl_cert_reqs": "required"}
 
 
+def check_hostnames():
+    """Makes every TLS connection check that the certificate names the
+    address connected to: the cluster client does not pass
+    ssl_check_hostname on to the connections it makes per node."""
+    import valkey.connection
+
+    plain_init = valkey.connection.SSLConnection.__init__
+
+    def init(self, *a, **kw):
+        kw["ssl_check_hostname"] = True
+        plain_init(self, *a, **kw)
+
+    valkey.connection.SSLConnection.__init__ = init
+
+
 def connect_retrying(args, deadline_s=60.0):
     start = time.monotonic()
     while True:
@@ -102,7 +131,10 @@ def cmd_fill(args):
     for i in range(args.count):
         client.set(f"{args.prefix}:{i}", str(i))
     bad = [i for i in range(args.count) if client.get(f"{args.prefix}:{i}") != str(i)]
-    print(json.dumps({"written": args.count, "missing_or_wrong": len(bad)}))
+    primaries = {client.get_node_from_key(f"{args.prefix}:{i}").name for i in range(args.count)}
+    nodes = sorted(n.name for n in client.get_nodes())
+    print(json.dumps({"written": args.count, "missing_or_wrong": len(bad),
+                      "primaries": len(primaries), "nodes": nodes}))
     return 1 if bad else 0
 
 
@@ -196,6 +228,8 @@ def main():
     parser.add_argument("--password", default="")
     parser.add_argument("--username", default="", help="an ACL user (default: the default user)")
     parser.add_argument("--tls-ca", help="connect with TLS, trusting this CA file (PEM)")
+    parser.add_argument("--tls-check-hostname", action="store_true",
+                        help="with --tls-ca, check that the certificate names the address")
     sub = parser.add_subparsers(dest="cmd", required=True)
     fill = sub.add_parser("fill")
     fill.add_argument("--count", type=int, default=10000)
@@ -217,6 +251,8 @@ def main():
     for p in (fill, load, verify):
         p.add_argument("--username", default=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tls_check_hostname:
+        check_hostnames()
     return {"fill": cmd_fill, "load": cmd_load, "verify": cmd_verify}[args.cmd](args)
 
 

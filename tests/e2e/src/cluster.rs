@@ -25,6 +25,10 @@ pub struct Env {
     /// a suite of TLS clusters ([`Env::use_tls`]); `redis-cli` and the judge
     /// then connect with TLS.
     pub tls_ca: std::sync::Arc<std::sync::Mutex<Option<PathBuf>>>,
+    /// Run the judge from `testbed outside` (a client outside the cluster,
+    /// which reaches node and load-balancer addresses only): set by
+    /// [`Env::judge_outside`].
+    pub outside: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn cache_dir() -> PathBuf {
@@ -69,6 +73,7 @@ impl Env {
             testbed_dir: testbed_dir.to_path_buf(),
             kubeconfig: testbed_dir.join("kubeconfig"),
             tls_ca: Default::default(),
+            outside: Default::default(),
         }
     }
 
@@ -134,17 +139,18 @@ impl Env {
         serde_json::from_str(&text).context("parsing kubectl JSON")
     }
 
-    /// Installs (or updates) the committed CRD and waits until it is served.
+    /// Installs (or updates) the committed CRDs (ValkeyCluster, ValkeyBackup)
+    /// and waits until they are served.
     pub fn install_crd(&self) -> Result<()> {
-        let crd = self.root.join("deploy/crd/valkeycluster.yaml");
-        let crd = crd.to_string_lossy();
-        self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &crd])?;
-        self.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "crd/valkeyclusters.valkey.rs",
-            "--timeout=60s",
-        ])?;
+        for (file, name) in [
+            ("valkeycluster.yaml", "crd/valkeyclusters.valkey.rs"),
+            ("valkeybackup.yaml", "crd/valkeybackups.valkey.rs"),
+        ] {
+            let crd = self.root.join("deploy/crd").join(file);
+            let crd = crd.to_string_lossy();
+            self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &crd])?;
+            self.kubectl(&["wait", "--for=condition=Established", name, "--timeout=60s"])?;
+        }
         Ok(())
     }
 
@@ -394,9 +400,26 @@ impl Env {
         serde_json::from_str(line).with_context(|| format!("judge output: {text}"))
     }
 
+    /// From now on, run the judge outside the cluster (`testbed outside`),
+    /// or on the host again.
+    pub fn judge_outside(&self, outside: bool) {
+        self.outside
+            .store(outside, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// The judge as a command, to run it in the background (load).
     pub fn judge_cmd(&self, hosts: &[&str], password: &str, args: &[&str]) -> Command {
-        let mut cmd = Command::new(&self.python);
+        let mut cmd = if self.outside.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut c = Command::new(&self.testbed_bin);
+            c.arg("--dir")
+                .arg(&self.testbed_dir)
+                .args(["outside", "--"])
+                .arg(&self.python)
+                .env_remove("TESTBED_DIR");
+            c
+        } else {
+            Command::new(&self.python)
+        };
         cmd.arg(self.root.join("tests/e2e/py/judge.py"));
         for h in hosts {
             cmd.args(["--host", h]);
@@ -404,6 +427,11 @@ impl Env {
         cmd.args(["--password", password]);
         if let Some(ca) = self.tls_ca_file() {
             cmd.arg("--tls-ca").arg(ca);
+            if self.outside.load(std::sync::atomic::Ordering::SeqCst) {
+                // Outside, clients are sent to external addresses, which
+                // the members' certificate must name.
+                cmd.arg("--tls-check-hostname");
+            }
         }
         cmd.args(args);
         cmd

@@ -23,6 +23,7 @@
 //!   the operator makes a new CA, trusted beside the lost one first
 //!   (`CAKeyLost`), signing once every member trusts it, alone once every
 //!   member presents its certificate; every acknowledged write reads back.
+//!   `secure-tls-ca` deleted: published again with the same CA.
 //! - TLS turned on for a live cluster (`switch`, 2x1, plaintext first) while
 //!   a client writes with WAIT 1 and follows the members to TLS once they
 //!   refuse plaintext: every member restarts once (onto a pod with the
@@ -562,6 +563,17 @@ fn members_speak_only_tls_and_renew_their_certificate() {
             "tls: the CA's Secret deleted: a new CA trusted, signing, alone in {took:.1}s (events {reasons:?}) under load {summary}"
         );
         ca_pem = published;
+
+        // The public CA Secret deleted: published again, the same CA.
+        env.kubectl(&["delete", "secret", "secure-tls-ca", "-n", ns])?;
+        let mut again = String::new();
+        wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+            again = secret_key(env, ns, "secure-tls-ca", "ca.crt").unwrap_or_default();
+            Ok(!again.is_empty())
+        })
+        .context("the deleted secure-tls-ca was not published again")?;
+        ensure!(again == ca_pem, "secure-tls-ca came back with another CA");
+        println!("tls: secure-tls-ca deleted: published again with the same CA");
 
         // TLS stays on once on.
         let refused = env.patch_cluster(ns, "secure", r#"{"spec":{"tls":{"enabled":false}}}"#);

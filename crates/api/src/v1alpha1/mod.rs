@@ -1,5 +1,6 @@
 //! `valkey.rs/v1alpha1`: the first served version of the API.
 //!
+//! - [`backup`]: `ValkeyBackup`, one backup to an object store;
 //! - [`spec`]: the user's request, with schema bounds and CEL rules;
 //! - [`status`]: what the operator observed and did;
 //! - [`defaults`]: default values, shared by serde and the schema;
@@ -7,6 +8,7 @@
 //! - [`security`]: the restricted security contexts of member pods;
 //! - [`validation`]: the same rules in Rust, producing a [`ValidatedCluster`].
 
+pub mod backup;
 pub mod defaults;
 pub mod extensions;
 pub mod security;
@@ -16,6 +18,9 @@ pub mod validation;
 pub mod versions;
 
 pub use extensions::{ValidatedModule, ValidatedPodTemplate};
+pub use backup::{
+    BackupPhase, S3Location, ValkeyBackup, ValkeyBackupSpec, ValkeyBackupStatus, backup_folder,
+};
 pub use spec::*;
 pub use status::*;
 pub use validation::{

@@ -210,6 +210,17 @@ pub struct ValkeyClusterSpec {
     #[serde(default)]
     pub client_service: ClientService,
 
+    /// Access from outside Kubernetes: one Service of this type per member,
+    /// and every member announces that Service's address to clients
+    /// (`cluster-announce-client-ipv4` and the client port), so a cluster
+    /// client seeded with any external address follows MOVED and ASK to
+    /// addresses it can reach. The cluster bus stays on pod IPs. Absent: off
+    /// (members announce their pod IPs). May be turned on and off on a live
+    /// cluster; `status.members[].externalAddress` says what each member
+    /// announces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_access: Option<ExternalAccess>,
+
     /// Security context of member pods. By default members pass the
     /// `restricted` Pod Security profile: runAsNonRoot as uid and gid 999 (the
     /// official image's `valkey` user), fsGroup 999 so Valkey can write its
@@ -754,6 +765,41 @@ pub struct ClientService {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// `spec.externalAccess`: how members are reached from outside Kubernetes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalAccess {
+    /// LoadBalancer: each member announces its Service's
+    /// `status.loadBalancer.ingress[0].ip` and port 6379 (an address that
+    /// stays put when the member moves). NodePort: each member announces the
+    /// InternalIP of the node its pod runs on and its Service's nodePort
+    /// (followed when the pod moves to another node).
+    #[serde(rename = "type")]
+    pub type_: ExternalAccessType,
+
+    /// Extra annotations on every per-member Service (e.g. for a cloud
+    /// load balancer).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The Service type of `spec.externalAccess`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum ExternalAccessType {
+    LoadBalancer,
+    NodePort,
+}
+
+impl ExternalAccessType {
+    /// The name Kubernetes uses in a Service's `spec.type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LoadBalancer => "LoadBalancer",
+            Self::NodePort => "NodePort",
+        }
+    }
+}
+
 /// Kubernetes Service types the client Service may have.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
@@ -798,6 +844,7 @@ impl Default for ValkeyClusterSpec {
             pod_labels: BTreeMap::new(),
             pod_annotations: BTreeMap::new(),
             client_service: ClientService::default(),
+            external_access: None,
             pod_security_context: None,
             security_context: None,
             exporter: Exporter::default(),

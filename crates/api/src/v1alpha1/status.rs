@@ -130,6 +130,11 @@ pub struct MemberStatus {
     /// at such a member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module_error: Option<String>,
+    /// With `spec.externalAccess`: the `host:port` the member announces to
+    /// clients outside Kubernetes (empty until known, e.g. while the load
+    /// balancer has not assigned an address).
+    #[serde(default)]
+    pub external_address: String,
 }
 
 /// Where one shard's members run.

@@ -10,8 +10,8 @@
 
 use super::defaults;
 use super::spec::{
-    BalancingMode, ClientService, ImagePullPolicy, ReclaimPolicy, SpreadMode, ValkeyCluster,
-    ValkeyClusterSpec,
+    BalancingMode, ClientService, ExternalAccess, ImagePullPolicy, ReclaimPolicy, SpreadMode,
+    ValkeyCluster, ValkeyClusterSpec,
 };
 use crate::constants::{LABEL_PREFIX, MAX_CLUSTER_NAME, MAX_STATEFULSET_NAME, auth_secret_name};
 use crate::quantity;
@@ -600,6 +600,8 @@ pub struct ValidatedCluster {
     pub pod_labels: BTreeMap<String, String>,
     pub pod_annotations: BTreeMap<String, String>,
     pub client_service: ClientService,
+    /// `spec.externalAccess`; `None` when off.
+    pub external_access: Option<ExternalAccess>,
     /// The member pods' security context: the restricted defaults with the
     /// user's `spec.podSecurityContext` fields over them.
     pub pod_security_context: PodSecurityContext,
@@ -1007,6 +1009,7 @@ fn validate_spec(
         pod_labels: spec.pod_labels.clone(),
         pod_annotations: spec.pod_annotations.clone(),
         client_service: spec.client_service.clone(),
+        external_access: spec.external_access.clone(),
         pod_security_context,
         security_context,
         network_policy: ValidatedNetworkPolicy {

@@ -39,6 +39,15 @@ pub fn client_service_name(cluster: &str) -> String {
     cluster.to_string()
 }
 
+/// `<cluster>-<shard>-<member>-external`: the member's Service for clients
+/// outside Kubernetes (at most 61 characters: a member name is at most 52).
+pub fn external_service_name(cluster: &str, shard: u32, member: u32) -> String {
+    format!(
+        "{}-external",
+        api::constants::member_name(cluster, shard, member)
+    )
+}
+
 /// `<cluster>-config`.
 pub fn config_map_name(cluster: &str) -> String {
     format!("{cluster}-config")
@@ -122,6 +131,8 @@ pub struct Desired {
     pub config_map: ConfigMap,
     pub headless: Service,
     pub client: Service,
+    /// One Service per member with `spec.externalAccess`, else none.
+    pub external: Vec<Service>,
     pub pdbs: Vec<PodDisruptionBudget>,
     /// `None` when the cluster keeps no NetworkPolicy.
     pub network_policy: Option<k8s_openapi::api::networking::v1::NetworkPolicy>,
@@ -141,10 +152,18 @@ pub fn desired<'a>(
     ordinals: impl Fn(&str) -> Option<statefulset::Ordinals>,
 ) -> Desired {
     let mut statefulsets = Vec::new();
+    let mut external = Vec::new();
     for shard in 0..c.shards {
         for member in 0..=c.replicas {
             let p = placement(shard, member);
             let name = api::constants::member_name(&c.name, shard, member);
+            let ordinals = ordinals(&name).unwrap_or(statefulset::Ordinals::INITIAL);
+            if let Some(access) = &c.external_access {
+                // The member proper is the pod at its StatefulSet's start
+                // (a move's new copy runs at the next ordinal).
+                let pod = format!("{name}-{}", ordinals.start);
+                external.push(services::external(c, owner, access, (shard, member), &pod));
+            }
             statefulsets.push(statefulset::statefulset(statefulset::MemberInput {
                 cluster: c,
                 owner,
@@ -152,7 +171,7 @@ pub fn desired<'a>(
                 member,
                 placement: &p,
                 existing_claim_templates: claim_templates(&name),
-                ordinals: ordinals(&name).unwrap_or(statefulset::Ordinals::INITIAL),
+                ordinals,
             }));
         }
     }
@@ -160,6 +179,7 @@ pub fn desired<'a>(
         config_map: config_map(c, owner),
         headless: services::headless(c, owner),
         client: services::client(c, owner),
+        external,
         pdbs: if c.pod_disruption_budget {
             (0..c.shards).map(|s| pdb::pdb(c, owner, s)).collect()
         } else {

@@ -1,11 +1,16 @@
-//! The headless Service (stable DNS for every member, ready or not) and the
+//! The headless Service (stable DNS for every member, ready or not), the
 //! client Service (where cluster clients connect first; any member redirects
-//! them to the right shard).
+//! them to the right shard) and, with `spec.externalAccess`, one Service per
+//! member for clients outside Kubernetes.
 
 use super::owned_meta;
-use super::{client_service_name, cluster_selector, headless_service_name};
+use super::{
+    client_service_name, cluster_selector, external_service_name, headless_service_name,
+    member_selector,
+};
 use api::ValidatedCluster;
 use api::constants::{CLUSTER_BUS_PORT, VALKEY_PORT};
+use api::v1alpha1::ExternalAccess;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -57,6 +62,49 @@ pub fn client(c: &ValidatedCluster, owner: &OwnerReference) -> Service {
     }
 }
 
+/// The label the StatefulSet controller puts on every pod: its name.
+pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+
+/// `<member>-external`: the client port of exactly one pod, `pod` (the
+/// member proper, not a move's new copy: both carry the member's labels, and
+/// a connection must land on the node that announced the address).
+///
+/// Not-ready addresses are published: a member announces this address as
+/// soon as it is known, and clients told so must reach it (a replica that
+/// is still syncing answers with MOVED). externalTrafficPolicy stays
+/// Cluster: with NodePort the member announces the node its pod runs on,
+/// and after the pod moved the old node still forwards to it until clients
+/// have followed the new announcement (Local would drop them meanwhile);
+/// Valkey does not need the clients' source addresses.
+pub fn external(
+    c: &ValidatedCluster,
+    owner: &OwnerReference,
+    access: &ExternalAccess,
+    (shard, member): (u32, u32),
+    pod: &str,
+) -> Service {
+    let mut selector = member_selector(&c.name, shard, member);
+    selector.insert(POD_NAME_LABEL.to_string(), pod.to_string());
+    let mut metadata = owned_meta(c, owner, external_service_name(&c.name, shard, member));
+    if let Some(labels) = metadata.labels.as_mut() {
+        labels.insert(api::constants::LABEL_SHARD.to_string(), shard.to_string());
+        labels.insert(api::constants::LABEL_MEMBER.to_string(), member.to_string());
+    }
+    metadata.annotations = (!access.annotations.is_empty()).then(|| access.annotations.clone());
+    Service {
+        metadata,
+        spec: Some(ServiceSpec {
+            type_: Some(access.type_.as_str().into()),
+            selector: Some(selector),
+            publish_not_ready_addresses: Some(true),
+            external_traffic_policy: Some("Cluster".into()),
+            ports: Some(vec![port("client", VALKEY_PORT)]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +129,79 @@ mod tests {
         assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
         assert_eq!(spec.ports.unwrap()[0].port, 6379);
         assert_eq!(spec.selector.unwrap()["valkey.rs/cluster"], "cache");
+    }
+
+    fn with_external(type_: api::v1alpha1::ExternalAccessType) -> ValidatedCluster {
+        let mut c = cluster("cache", 3, 1);
+        c.external_access = Some(ExternalAccess {
+            type_,
+            annotations: [("lb.example/pool".to_string(), "edge".to_string())].into(),
+        });
+        c
+    }
+
+    #[test]
+    fn every_member_gets_its_own_external_service_selecting_exactly_its_pod() {
+        use api::v1alpha1::ExternalAccessType;
+        let c = with_external(ExternalAccessType::NodePort);
+        let d = crate::builders::desired(
+            &c,
+            &owner(),
+            |_, _| crate::builders::scheduling::MemberPlacement::Unplanned,
+            |_| None,
+            |name| {
+                (name == "cache-1-1").then_some(crate::builders::statefulset::Ordinals {
+                    start: 3,
+                    replicas: 2,
+                })
+            },
+        );
+        assert_eq!(d.external.len(), 6);
+        let s = d
+            .external
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some("cache-1-1-external"))
+            .unwrap();
+        let labels = s.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["valkey.rs/cluster"], "cache");
+        assert_eq!(labels["valkey.rs/shard"], "1");
+        assert_eq!(
+            s.metadata.annotations.as_ref().unwrap()["lb.example/pool"],
+            "edge"
+        );
+        assert_eq!(
+            s.metadata.owner_references.as_ref().unwrap()[0].uid,
+            owner().uid
+        );
+        let spec = s.spec.as_ref().unwrap();
+        assert_eq!(spec.type_.as_deref(), Some("NodePort"));
+        // The member proper runs at its StatefulSet's start, not its new copy.
+        let selector = spec.selector.as_ref().unwrap();
+        assert_eq!(selector[POD_NAME_LABEL], "cache-1-1-3");
+        assert_eq!(selector["valkey.rs/member"], "1");
+        assert_eq!(spec.ports.as_ref().unwrap()[0].port, 6379);
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+    }
+
+    #[test]
+    fn without_external_access_no_member_service_is_built() {
+        let c = cluster("cache", 3, 1);
+        let d = crate::builders::desired(
+            &c,
+            &owner(),
+            |_, _| crate::builders::scheduling::MemberPlacement::Unplanned,
+            |_| None,
+            |_| None,
+        );
+        assert!(d.external.is_empty());
+        let lb = with_external(api::v1alpha1::ExternalAccessType::LoadBalancer);
+        let s = external(
+            &lb,
+            &owner(),
+            lb.external_access.as_ref().unwrap(),
+            (0, 0),
+            "cache-0-0-0",
+        );
+        assert_eq!(s.spec.unwrap().type_.as_deref(), Some("LoadBalancer"));
     }
 }

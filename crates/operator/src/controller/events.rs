@@ -48,6 +48,10 @@ pub mod reason {
     pub const MEMBER_LOST: &str = "MemberLost";
     pub const MEMBER_REPLACED: &str = "MemberReplaced";
     pub const MEMBER_MOVED: &str = "MemberMoved";
+    /// A member's external address was learnt or changed (or external access
+    /// was turned off and the members' Services removed).
+    pub const EXTERNAL_ADDRESS_CHANGED: &str = "ExternalAddressChanged";
+    pub const EXTERNAL_ACCESS_DISABLED: &str = "ExternalAccessDisabled";
     pub const MEMBER_MOVE_ABORTED: &str = "MemberMoveAborted";
     pub const PLACEMENT_NOT_PROVEN_OPTIMAL: &str = "PlacementNotProvenOptimal";
     pub const TOPOLOGY_SPREAD_MET: &str = "TopologySpreadMet";

@@ -297,12 +297,22 @@ pub async fn run(
     } else {
         settings.namespaces.iter().cloned().map(Some).collect()
     };
-    futures::future::join_all(
+    // ValkeyBackups have their own controller (crate::backup::controller):
+    // a backup's Job is followed without ever waiting on a cluster's reconcile.
+    let backups = futures::future::join_all(scopes.iter().map(|ns| {
+        crate::backup::controller::run(
+            scoped(&client, ns.as_deref()),
+            scoped(&client, ns.as_deref()),
+            ctx.clone(),
+            shutdown.clone(),
+        )
+    }));
+    let clusters = futures::future::join_all(
         scopes
             .into_iter()
             .map(|ns| watch_scope(client.clone(), ns, ctx.clone(), shutdown.clone())),
-    )
-    .await;
+    );
+    futures::future::join(clusters, backups).await;
     if let Some(task) = pulse_task {
         task.abort();
     }

@@ -173,6 +173,7 @@ async fn run(
     .await?;
     let desired = decide::objects(&cluster, &owner, &placement, &kube);
     let orphaned = cleanup::Orphans {
+        services: cleanup::orphaned_external_services(&desired, &kube),
         pdbs: cleanup::orphaned_pdbs(&cluster, &desired, &kube),
         network_policy: cleanup::orphaned_network_policy(&desired, &kube),
     };

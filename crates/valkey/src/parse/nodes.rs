@@ -298,6 +298,18 @@ impl ClusterNodes {
         &self.nodes
     }
 
+    /// Gives the lines `f` picks another IP and client port (the bus port
+    /// and the rest stay): how a caller that knows which addresses nodes
+    /// announce to clients sees them at their own addresses again.
+    pub fn readdress(&mut self, mut f: impl FnMut(&ClusterNode) -> Option<(IpAddr, u16)>) {
+        for node in &mut self.nodes {
+            if let Some((ip, port)) = f(node) {
+                node.address.ip = Some(ip);
+                node.address.port = port;
+            }
+        }
+    }
+
     /// The line of node `id` (ignoring handshake entries, whose ids are provisional).
     pub fn get(&self, id: &NodeId) -> Option<&ClusterNode> {
         self.nodes

@@ -165,7 +165,7 @@ pub async fn ensure_password(
 }
 
 /// Applies the owned objects that differ from `desired` and deletes the
-/// budgets and policies `orphans` names.
+/// Services, budgets and policies `orphans` names.
 pub async fn apply_objects(
     ctx: &Context,
     cluster: &ValidatedCluster,
@@ -180,8 +180,31 @@ pub async fn apply_objects(
     let name = desired.config_map.name_any();
     apply::apply(&cm, view.config_maps.get(&name), &desired.config_map, m).await?;
     let svc: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
-    for s in [&desired.headless, &desired.client] {
+    for s in [&desired.headless, &desired.client]
+        .into_iter()
+        .chain(&desired.external)
+    {
         apply::apply(&svc, view.services.get(&s.name_any()), s, m).await?;
+    }
+    if !orphans.services.is_empty() {
+        for doomed in &orphans.services {
+            delete(ctx, &svc, "Service", &doomed.name, doomed.uid.clone()).await?;
+        }
+        events
+            .normal(
+                reason::EXTERNAL_ACCESS_DISABLED,
+                "DeleteServices",
+                format!(
+                    "deleted the external Services {}",
+                    orphans
+                        .services
+                        .iter()
+                        .map(|d| d.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+            .await;
     }
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), ns);
     for p in &desired.pdbs {

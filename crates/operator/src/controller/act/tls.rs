@@ -73,13 +73,20 @@ impl TlsState {
     }
 }
 
-/// The IPs of every member pod (and new copy) that has one: the serving
-/// certificate must name them.
-pub fn member_ips(view: &KubeView) -> BTreeSet<IpAddr> {
+/// The IPs of every member pod (and new copy) that has one, and the
+/// external address of every member (`spec.externalAccess`): the serving
+/// certificate must name them, as clients verify the address they were
+/// sent to (a new or changed external address issues it again).
+pub fn member_ips(cluster: &ValidatedCluster, view: &KubeView) -> BTreeSet<IpAddr> {
     view.members
         .values()
         .chain(view.surges.values())
         .filter_map(|p| PodFacts::of(p).ip)
+        .chain(
+            crate::controller::decide::external::addresses(cluster, view)
+                .values()
+                .map(std::net::SocketAddr::ip),
+        )
         .collect()
 }
 
@@ -136,7 +143,7 @@ pub async fn ensure(
         }
         return Ok(TlsState::Ready(trust.into_bytes(), Some(set)));
     }
-    let ips = member_ips(view);
+    let ips = member_ips(cluster, view);
     let signer = &set.signer;
     if let Some(why) = tls::issue_reason(facts.as_ref(), &trust, signer.generation, &ips, now_unix)
     {

@@ -60,9 +60,26 @@ pub fn orphaned_network_policy(desired: &Desired, view: &KubeView) -> Vec<String
         .collect()
 }
 
+/// The members' external Services the cluster no longer wants (all of them
+/// when external access is off; those of members that are gone). Only
+/// `-external` Services: the headless and client Services always stay.
+pub fn orphaned_external_services(desired: &Desired, view: &KubeView) -> Vec<Doomed> {
+    let wanted: BTreeSet<String> = desired.external.iter().map(ResourceExt::name_any).collect();
+    view.services
+        .iter()
+        .filter(|(name, _)| name.ends_with("-external") && !wanted.contains(*name))
+        .map(|(name, s)| Doomed {
+            name: name.clone(),
+            uid: s.metadata.uid.clone(),
+        })
+        .collect()
+}
+
 /// Owned objects to delete before anything else is applied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Orphans {
+    /// The members' external Services.
+    pub services: Vec<Doomed>,
     /// PodDisruptionBudgets by name.
     pub pdbs: Vec<String>,
     /// NetworkPolicies by name.

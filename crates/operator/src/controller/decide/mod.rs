@@ -5,6 +5,7 @@
 //!
 //! - [`placement`]: where each member should run (the planner, bounded);
 //! - [`objects`]: the owned objects as they should be;
+//! - [`external`]: the address each member announces to clients outside;
 //! - [`valkey`]: the Valkey topology to work towards (then `valkey::planner`
 //!   picks the commands);
 //! - [`rolling`]: which member to restart or move next;
@@ -17,6 +18,7 @@
 
 pub mod balance;
 pub mod cleanup;
+pub mod external;
 pub mod heal;
 pub mod moves;
 pub mod placement;

@@ -4,10 +4,12 @@
 //! primary balancing want. `valkey::planner` turns it into the next commands.
 
 use super::balance;
+use super::external;
 use super::surge::{Surge, SurgeStep};
 use crate::builders::config;
 use crate::controller::facts::{Facts, zone_of};
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use valkey::actions::Action as VAction;
 use valkey::model::{DesiredCluster, DesiredMember, DesiredShard, MemberIndex, ShardIndex};
@@ -16,10 +18,15 @@ use valkey::planner::{self, Health};
 /// How long the operator waits for a failover it asked for before asking again.
 pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(10);
 
-/// The config a member is told: its zone, when its node has one.
-fn member_config(zone: Option<String>) -> BTreeMap<String, String> {
-    zone.map(|z| BTreeMap::from([("availability-zone".to_string(), z)]))
-        .unwrap_or_default()
+/// The config a member is told: its zone, when its node has one, and the
+/// client address it announces (its external one, or reset to its own: a
+/// move's new copy, and every member with external access off).
+fn member_config(zone: Option<String>, external: Option<SocketAddr>) -> BTreeMap<String, String> {
+    let mut config = external::announce_config(external);
+    if let Some(z) = zone {
+        config.insert("availability-zone".to_string(), z);
+    }
+    config
 }
 
 /// The members of the spec, with no primary chosen.
@@ -28,14 +35,36 @@ pub fn members(f: &Facts<'_>) -> DesiredCluster {
         .into_iter()
         .map(|(k, v)| (k, config::normalized_value(&v)))
         .collect();
+    let external = external::addresses(f.cluster, f.kube);
+    // What each member knows of: a Valkey without the announce settings
+    // (before 8.0) is not asked to set them (it would fail every reconcile).
+    let known = |s: u32, m: MemberIndex, mut config: BTreeMap<String, String>| {
+        let report = f
+            .valkey
+            .members
+            .iter()
+            .find(|o| o.member.shard.0 == s && o.member.member == m)
+            .and_then(|o| o.report());
+        if let Some(r) = report {
+            config.retain(|k, _| {
+                !external::ANNOUNCE_KEYS.contains(&k.as_str()) || r.config.contains_key(k)
+            });
+        }
+        config
+    };
     let shards = (0..f.cluster.shards)
         .map(|s| DesiredShard {
             index: ShardIndex(s),
             members: (0..=f.cluster.replicas)
                 .map(|m| DesiredMember {
                     index: MemberIndex::Member(m),
-                    config: member_config(
-                        f.kube.members.get(&(s, m)).and_then(|p| zone_of(f.kube, p)),
+                    config: known(
+                        s,
+                        MemberIndex::Member(m),
+                        member_config(
+                            f.kube.members.get(&(s, m)).and_then(|p| zone_of(f.kube, p)),
+                            external.get(&(s, m)).copied(),
+                        ),
                     ),
                 })
                 .collect(),
@@ -70,7 +99,7 @@ pub fn with_surges(
         if let Some(shard) = out.shards.iter_mut().find(|d| d.index.0 == surge.shard) {
             shard.members.push(DesiredMember {
                 index: MemberIndex::NewCopyOf(surge.member),
-                config: member_config(zone_of(f.kube, pod)),
+                config: member_config(zone_of(f.kube, pod), None),
             });
         }
     }

@@ -38,6 +38,12 @@ fn pod_addr(pod: &Pod) -> Option<MemberAddr> {
 fn config_keys(cluster: &ValidatedCluster) -> Vec<String> {
     let mut keys: Vec<String> = config::live_config(cluster).into_keys().collect();
     keys.push("availability-zone".into());
+    // Asked with external access off too: turning it off resets them.
+    keys.extend(
+        crate::controller::decide::external::ANNOUNCE_KEYS
+            .iter()
+            .map(|k| (*k).to_string()),
+    );
     keys.push(config::NODE_TIMEOUT.into());
     if cluster.tls.as_ref().is_some_and(|t| t.switching) {
         // Whether the member has been switched to TLS yet.
@@ -115,12 +121,18 @@ pub async fn members(
         ),
         ctx.settings.timeouts,
     );
-    let (observed, session) = valkey_io::observe(
+    let (mut observed, session) = valkey_io::observe(
         &targets(cluster, view, old_status, enabled, &ctx.pulse.silent()),
         &opts,
         &config_keys(cluster),
     )
     .await;
+    // Members that announce an external address show it in CLUSTER NODES;
+    // the rest of the reconcile knows them by pod address.
+    crate::controller::decide::external::internal_view(
+        &mut observed,
+        &crate::controller::decide::external::addresses(cluster, view),
+    );
     ValkeyObservation {
         observed,
         session,

@@ -322,7 +322,43 @@ pub fn failovers(shards: &[ShardView], primaries: &mut HashMap<u32, u32>) -> Vec
     notes
 }
 
-/// Writes the status and tells about readiness.
+/// The members whose external address changed since the last status: one
+/// learnt (a load balancer assigned it), moved (a NodePort member on another
+/// node, a load balancer reassigned) or gone (external access turned off).
+pub fn external_addresses(
+    old: Option<&ValkeyClusterStatus>,
+    new: &ValkeyClusterStatus,
+) -> Vec<Note> {
+    let before = |s: i32, m: i32| {
+        old.into_iter()
+            .flat_map(|o| &o.members)
+            .find(|x| x.shard == s && x.member == m)
+            .map(|x| x.external_address.as_str())
+            .unwrap_or_default()
+    };
+    new.members
+        .iter()
+        .filter_map(|x| {
+            let was = before(x.shard, x.member);
+            let is = x.external_address.as_str();
+            let member = format!("member {}/{}", x.shard, x.member);
+            match (was.is_empty(), is.is_empty()) {
+                _ if was == is => None,
+                (true, false) => Some(format!("{member} announces {is} to clients outside")),
+                (false, false) => Some(format!(
+                    "{member} announces {is} to clients outside (was {was})"
+                )),
+                (false, true) => Some(format!(
+                    "{member} no longer announces an external address (was {was})"
+                )),
+                (true, true) => None,
+            }
+        })
+        .map(|message| Note::normal(reason::EXTERNAL_ADDRESS_CHANGED, "AnnounceAddress", message))
+        .collect()
+}
+
+/// Writes the status and tells about readiness and external addresses.
 pub async fn publish(
     ctx: &Context,
     t: &Target<'_>,
@@ -330,6 +366,7 @@ pub async fn publish(
     events: &Events<'_>,
 ) -> Result<(), Error> {
     events.notes(readiness(t.old, &new)).await;
+    events.notes(external_addresses(t.old, &new)).await;
     write_status(ctx, t, new).await
 }
 
@@ -348,6 +385,39 @@ mod tests {
                 in_sync: true,
             }],
         }
+    }
+
+    fn with_address(address: &str) -> ValkeyClusterStatus {
+        ValkeyClusterStatus {
+            members: vec![api::v1alpha1::MemberStatus {
+                shard: 0,
+                member: 1,
+                external_address: address.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_external_address_learnt_moved_or_dropped_is_told_once() {
+        let none = with_address("");
+        let first = with_address("10.0.0.1:31000");
+        let moved = with_address("10.0.0.2:31000");
+        assert!(external_addresses(None, &none).is_empty());
+        let learnt = external_addresses(Some(&none), &first);
+        assert_eq!(learnt.len(), 1);
+        assert_eq!(learnt[0].reason, reason::EXTERNAL_ADDRESS_CHANGED);
+        assert!(learnt[0].text.contains("10.0.0.1:31000"));
+        assert!(external_addresses(Some(&first), &first).is_empty());
+        let changed = external_addresses(Some(&first), &moved);
+        assert!(
+            changed[0]
+                .text
+                .contains("10.0.0.2:31000 to clients outside (was 10.0.0.1:31000)")
+        );
+        let off = external_addresses(Some(&moved), &none);
+        assert!(off[0].text.contains("no longer"));
     }
 
     #[test]

@@ -93,6 +93,7 @@ pub fn observations(
             _ => None,
         })
         .collect();
+    let external = crate::controller::decide::external::addresses(cluster, view);
     let mut members = Vec::new();
     let mut topology: BTreeMap<u32, Vec<TopologyMember>> = BTreeMap::new();
     for (s, m) in refs {
@@ -142,6 +143,10 @@ pub fn observations(
             version: report.and_then(|r| r.version.clone()),
             modules: report.map(|r| r.modules.clone()).unwrap_or_default(),
             module_error: module_error(cluster, report, pod),
+            external_address: external
+                .get(&(s, m))
+                .map(ToString::to_string)
+                .unwrap_or_default(),
         });
         if s < cluster.shards && m <= cluster.replicas {
             topology.entry(s).or_default().push(TopologyMember {

@@ -1,0 +1,44 @@
+//! The object store a backup goes to, through the `object_store` crate: it
+//! speaks S3 (and S3-compatible stores), GCS and Azure Blob behind one trait,
+//! does multipart uploads with bounded buffers, retries with backoff, and
+//! signs with the rustls/ring stack the operator already links (no OpenSSL,
+//! no second TLS provider). It is maintained by the Apache Arrow project.
+
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use std::sync::Arc;
+
+/// Where and how to reach the bucket.
+#[derive(Clone)]
+pub struct S3Settings {
+    pub endpoint: String,
+    pub bucket: String,
+    pub region: Option<String>,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+impl std::fmt::Debug for S3Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("endpoint", &self.endpoint)
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An S3 client for the bucket: path-style requests (what S3-compatible
+/// stores all take), plain HTTP allowed when the endpoint says `http://`.
+pub fn s3(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+    let store = AmazonS3Builder::new()
+        .with_endpoint(&settings.endpoint)
+        .with_bucket_name(&settings.bucket)
+        .with_region(settings.region.as_deref().unwrap_or("us-east-1"))
+        .with_access_key_id(&settings.access_key_id)
+        .with_secret_access_key(&settings.secret_access_key)
+        .with_allow_http(settings.endpoint.starts_with("http://"))
+        .with_virtual_hosted_style_request(false)
+        .build()?;
+    Ok(Arc::new(store))
+}

@@ -1,0 +1,440 @@
+//! `valkey-operator backup`: takes one backup of a cluster and exits; the
+//! ValkeyBackup controller runs it as a Job (see `job`).
+//!
+//! 1. the bucket is listed first, so wrong credentials or a missing bucket fail
+//!    before any member is asked for anything;
+//! 2. CLUSTER SHARDS on a member says which shards serve which slots; for each,
+//!    an online replica is preferred (its snapshot costs the primary nothing),
+//!    the primary otherwise (a fork; its writes go on);
+//! 3. each shard's RDB is streamed over the replication protocol
+//!    (`valkey::replication`) into a multipart upload, hashed on the way;
+//! 4. `manifest.json` is written last: a backup without one is not complete.
+//!
+//! The outcome goes to stdout and to the termination message the controller
+//! reads (`/dev/termination-log`).
+
+use super::manifest::{self, Manifest, ShardEntry};
+use super::store::{self, S3Settings};
+use api::v1alpha1::backup_folder;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use valkey::client::{Admin, ConnectOptions, ValkeyAdmin};
+use valkey::parse::{NodeHealth, Role};
+use valkey::replication::{self, RdbSink};
+
+/// Where the Job's container tells the controller how it ended.
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// `valkey-operator backup` arguments.
+#[derive(Debug, clap::Args)]
+pub struct BackupArgs {
+    /// Namespace of the cluster and the ValkeyBackup.
+    #[arg(long)]
+    pub namespace: String,
+    /// The ValkeyCluster.
+    #[arg(long)]
+    pub cluster: String,
+    /// The ValkeyBackup (names the folder in the bucket).
+    #[arg(long)]
+    pub name: String,
+    /// A member to ask for the cluster's shards, `host:port` (the cluster's
+    /// client Service).
+    #[arg(long)]
+    pub seed: String,
+    #[arg(long)]
+    pub endpoint: String,
+    #[arg(long)]
+    pub bucket: String,
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    #[arg(long)]
+    pub region: Option<String>,
+    #[arg(long, env = "AWS_ACCESS_KEY_ID", hide_env_values = true)]
+    pub access_key_id: String,
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    pub secret_access_key: String,
+    /// The password of the members' `valkey-replication` user (from
+    /// `<cluster>-users`); unset: no login.
+    #[arg(long, env = "VALKEY_REPLICATION_PASSWORD", hide_env_values = true)]
+    pub replication_password: Option<String>,
+    /// Seconds without a byte from a member before its snapshot is given up.
+    #[arg(long, default_value_t = 60)]
+    pub idle_seconds: u64,
+    /// Where to write the outcome for the controller.
+    #[arg(long, default_value = TERMINATION_LOG)]
+    pub termination_log: std::path::PathBuf,
+}
+
+/// What a finished backup reports (the termination message, JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Outcome {
+    /// Key of the manifest, when the backup completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
+    #[serde(default)]
+    pub size_bytes: u64,
+    #[serde(default)]
+    pub shards: u32,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Why a backup failed, in words for the ValkeyBackup's status.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("building the S3 client for {endpoint}: {source}")]
+    Store {
+        endpoint: String,
+        source: object_store::Error,
+    },
+    #[error(
+        "bucket {bucket} at {endpoint} cannot be listed (wrong credentials or no such bucket?): {source}"
+    )]
+    Bucket {
+        bucket: String,
+        endpoint: String,
+        source: object_store::Error,
+    },
+    #[error("resolving the cluster's address {seed}: {detail}")]
+    Resolve { seed: String, detail: String },
+    #[error("asking {seed} for the cluster's shards: {detail}")]
+    Shards { seed: String, detail: String },
+    #[error("the cluster serves no slot: nothing to back up")]
+    NoShards,
+    #[error("shard {shard} (slots {slots}) has no online member to take its snapshot from")]
+    NoSource { shard: usize, slots: String },
+    #[error("shard {shard}: taking the snapshot: {source}")]
+    Snapshot {
+        shard: usize,
+        source: replication::SyncError,
+    },
+    #[error("shard {shard}: uploading {key}: {source}")]
+    Upload {
+        shard: usize,
+        key: String,
+        source: object_store::Error,
+    },
+    #[error("writing the manifest {key}: {source}")]
+    Manifest {
+        key: String,
+        source: object_store::Error,
+    },
+}
+
+/// Runs the command; exit 0 when the backup completed.
+pub async fn main(args: BackupArgs) -> ExitCode {
+    let outcome = match backup(&args).await {
+        Ok(o) => o,
+        Err(e) => Outcome {
+            manifest: None,
+            size_bytes: 0,
+            shards: 0,
+            error: Some(e.to_string()),
+        },
+    };
+    let json = serde_json::to_string(&outcome).unwrap_or_default();
+    println!("{json}");
+    // Best effort: outside a pod there is no termination log.
+    let _ = std::fs::write(&args.termination_log, truncate(&json, 4000));
+    if outcome.error.is_some() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Streams into a multipart upload and hashes on the way. At most a few
+/// parts (5 MiB each) are in memory at once.
+struct Upload {
+    writer: Option<WriteMultipart>,
+    sha: Sha256,
+    bytes: u64,
+}
+
+impl RdbSink for Upload {
+    async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("the upload was closed"))?;
+        writer
+            .wait_for_capacity(4)
+            .await
+            .map_err(std::io::Error::other)?;
+        writer.write(bytes);
+        self.sha.update(bytes);
+        self.bytes += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A shard to back up: its slots and the node to take it from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub slots: Vec<[u16; 2]>,
+    pub node: Option<(IpAddr, u16, bool)>,
+}
+
+/// Picks each slot-serving shard's source: an online replica first (its
+/// fork costs the primary nothing), the online primary otherwise; shards in
+/// the order of their first slot.
+pub fn sources(shards: &[valkey::parse::ClusterShard]) -> Vec<Source> {
+    let mut out: Vec<Source> = shards
+        .iter()
+        .filter(|s| !s.slots.ranges().is_empty())
+        .map(|s| {
+            let slots = s
+                .slots
+                .ranges()
+                .iter()
+                .map(|r| [r.start().get(), r.end().get()])
+                .collect();
+            let online = |role: Role| {
+                s.nodes
+                    .iter()
+                    .filter(|n| n.role == role && n.health == NodeHealth::Online)
+                    .filter_map(|n| {
+                        let ip: IpAddr = n.ip.as_deref()?.parse().ok()?;
+                        let port = n.tls_port.or(n.port)?;
+                        Some((ip, port, role == Role::Replica))
+                    })
+                    .next()
+            };
+            Source {
+                slots,
+                node: online(Role::Replica).or_else(|| online(Role::Primary)),
+            }
+        })
+        .collect();
+    out.sort_by_key(|s| s.slots.first().map(|r| r[0]));
+    out
+}
+
+fn slots_text(slots: &[[u16; 2]]) -> String {
+    slots
+        .iter()
+        .map(|[a, b]| format!("{a}-{b}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
+    let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
+    let settings = S3Settings {
+        endpoint: args.endpoint.clone(),
+        bucket: args.bucket.clone(),
+        region: args.region.clone(),
+        access_key_id: args.access_key_id.clone(),
+        secret_access_key: args.secret_access_key.clone(),
+    };
+    let store = store::s3(&settings).map_err(|source| BackupError::Store {
+        endpoint: args.endpoint.clone(),
+        source,
+    })?;
+    let folder = backup_folder(&args.prefix, &args.namespace, &args.name);
+    store
+        .list_with_delimiter(Some(&Path::from(folder.as_str())))
+        .await
+        .map_err(|source| BackupError::Bucket {
+            bucket: args.bucket.clone(),
+            endpoint: args.endpoint.clone(),
+            source,
+        })?;
+
+    let timeout = Duration::from_secs(args.idle_seconds.max(1));
+    let seed = tokio::net::lookup_host(&args.seed)
+        .await
+        .map_err(|e| BackupError::Resolve {
+            seed: args.seed.clone(),
+            detail: e.to_string(),
+        })?
+        .next()
+        .ok_or_else(|| BackupError::Resolve {
+            seed: args.seed.clone(),
+            detail: "no address".into(),
+        })?;
+    let login = args
+        .replication_password
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .map(|p| ("valkey-replication", p));
+    let opts = ConnectOptions {
+        username: login.map(|(u, _)| u.to_string()),
+        password: login.map(|(_, p)| p.to_string()),
+        connect_timeout: timeout,
+        command_timeout: timeout,
+        tls_ca_pem: None,
+        previous_password: None,
+        tls_identity: None,
+        plaintext: Default::default(),
+        own_login: None,
+    };
+    let shards_error = |detail: String| BackupError::Shards {
+        seed: args.seed.clone(),
+        detail,
+    };
+    let admin = ValkeyAdmin::connect(seed.ip(), seed.port(), &opts)
+        .await
+        .map_err(|e| shards_error(e.to_string()))?;
+    let shards = admin
+        .cluster_shards()
+        .await
+        .map_err(|e| shards_error(e.to_string()))?;
+    let valkey_version = admin
+        .info("server")
+        .await
+        .ok()
+        .and_then(|i| {
+            i.get("valkey_version")
+                .or_else(|| i.get("redis_version"))
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    drop(admin);
+
+    let sources = sources(&shards);
+    if sources.is_empty() {
+        return Err(BackupError::NoShards);
+    }
+    let mut entries = Vec::new();
+    for (index, source) in sources.iter().enumerate() {
+        let Some((ip, port, from_replica)) = source.node else {
+            return Err(BackupError::NoSource {
+                shard: index,
+                slots: slots_text(&source.slots),
+            });
+        };
+        let object = manifest::shard_object(index);
+        let key = format!("{folder}/{object}");
+        let path = Path::from(key.as_str());
+        let upload = store
+            .put_multipart(&path)
+            .await
+            .map_err(|source| BackupError::Upload {
+                shard: index,
+                key: key.clone(),
+                source,
+            })?;
+        let mut sink = Upload {
+            writer: Some(WriteMultipart::new(upload)),
+            sha: Sha256::new(),
+            bytes: 0,
+        };
+        tracing::info!(shard = index, %ip, port, from_replica, "taking the snapshot");
+        let taken = replication::take_rdb(ip, port, None, login, timeout, &mut sink).await;
+        let writer = sink.writer.take();
+        match (taken, writer) {
+            (Ok(_), Some(writer)) => {
+                writer
+                    .finish()
+                    .await
+                    .map_err(|source| BackupError::Upload {
+                        shard: index,
+                        key: key.clone(),
+                        source,
+                    })?;
+            }
+            (Err(source), writer) => {
+                if let Some(w) = writer {
+                    let _ = w.abort().await;
+                }
+                return Err(BackupError::Snapshot {
+                    shard: index,
+                    source,
+                });
+            }
+            (Ok(_), None) => {
+                return Err(BackupError::Upload {
+                    shard: index,
+                    key,
+                    source: object_store::Error::Generic {
+                        store: "S3",
+                        source: "the upload was closed".into(),
+                    },
+                });
+            }
+        }
+        entries.push(ShardEntry {
+            index,
+            slots: source.slots.clone(),
+            object,
+            size_bytes: sink.bytes,
+            sha256: hex(&sink.sha.finalize()),
+            source_node: format!("{ip}:{port}"),
+            from_replica,
+        });
+    }
+    let manifest = Manifest {
+        format_version: manifest::FORMAT_VERSION,
+        namespace: args.namespace.clone(),
+        cluster: args.cluster.clone(),
+        backup: args.name.clone(),
+        valkey_version,
+        start_time,
+        completion_time: k8s_openapi::jiff::Timestamp::now().to_string(),
+        shards: entries,
+    };
+    let key = format!("{folder}/{}", manifest::MANIFEST);
+    let body = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
+    store
+        .put(&Path::from(key.as_str()), PutPayload::from(body))
+        .await
+        .map_err(|source| BackupError::Manifest {
+            key: key.clone(),
+            source,
+        })?;
+    Ok(Outcome {
+        manifest: Some(key),
+        size_bytes: manifest.size_bytes(),
+        shards: u32::try_from(manifest.shards.len()).unwrap_or(u32::MAX),
+        error: None,
+    })
+}
+
+/// Keeps the store type in one place for the callers that only list.
+pub type Store = Arc<dyn ObjectStore>;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_termination_message_is_cut_at_a_character_boundary() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("abc", 10), "abc");
+    }
+
+    #[test]
+    fn an_outcome_reads_back() {
+        let o = Outcome {
+            manifest: Some("a/b/manifest.json".into()),
+            size_bytes: 3,
+            shards: 2,
+            error: None,
+        };
+        let json = serde_json::to_string(&o).unwrap();
+        assert_eq!(serde_json::from_str::<Outcome>(&json).unwrap(), o);
+    }
+}

@@ -1,0 +1,426 @@
+//! External access (issue 27): clients outside Kubernetes reach every
+//! member of a cluster with `spec.externalAccess`, from `testbed outside`
+//! (node and load-balancer addresses only; a pod address reachable from
+//! there fails the suite). One TLS cluster of 3 shards x 1 replica:
+//!
+//! - NodePort: every member announces `nodeIP:nodePort` (status
+//!   `externalAddress`, the Service's nodePort on its pod's node); the
+//!   Python cluster client seeded with one such address writes and reads
+//!   keys of every shard, verifying the certificate against the address
+//!   (`ssl_check_hostname`), and learns only external addresses;
+//! - a primary's pod deleted with its node cordoned: a failover, and the
+//!   member comes back on another node; its announced address follows
+//!   (status and an `ExternalAddressChanged` event) while an outside
+//!   writer keeps writing, and every acknowledged key reads back;
+//! - switched live to LoadBalancer: every member announces its balancer's
+//!   address; the client works again with TLS verification of that
+//!   address; `testbed lb reassign` of one member's balancer is followed;
+//! - turned off: the member Services are deleted and every member's
+//!   `cluster-announce-client-*` are reset (empty, 0), status empty.
+//!
+//! Not covered here: a slot migration and the GLIDE client.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::cluster::{Env, wait_until};
+use e2e::manifest::cluster_manifest;
+use e2e::suite::{Suite, finish_load, wait_load_running};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const NAME: &str = "edge";
+
+/// Uncordons the node on drop (the testbed may be shared).
+struct Uncordon<'a>(&'a Env, String);
+
+impl Drop for Uncordon<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kubectl(&["uncordon", &self.1]);
+    }
+}
+
+/// `(shard, member) -> externalAddress` from the status.
+fn announced(env: &Env, ns: &str) -> Result<BTreeMap<(u64, u64), String>> {
+    let c = env.cluster(ns, NAME)?;
+    Ok(c["status"]["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            (
+                (
+                    m["shard"].as_u64().unwrap_or(99),
+                    m["member"].as_u64().unwrap_or(99),
+                ),
+                m["externalAddress"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect())
+}
+
+/// Waits until every one of the 6 members announces an address that
+/// `expected` accepts; returns them.
+fn wait_announced(
+    env: &Env,
+    ns: &str,
+    what: &str,
+    expected: impl Fn((u64, u64), &str) -> Result<bool>,
+) -> Result<BTreeMap<(u64, u64), String>> {
+    let mut last = BTreeMap::new();
+    wait_until(Duration::from_secs(90), Duration::from_millis(500), || {
+        last = announced(env, ns)?;
+        if last.len() != 6 {
+            return Ok(false);
+        }
+        for (k, a) in &last {
+            if a.is_empty() || !expected(*k, a)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .with_context(|| format!("{what}: status externalAddress {last:?}"))?;
+    Ok(last)
+}
+
+/// What member (s, m)'s Service and pod say its NodePort address is.
+fn node_port_address(env: &Env, ns: &str, (s, m): (u64, u64)) -> Result<String> {
+    let svc = env.kubectl_json(&[
+        "get",
+        "service",
+        &format!("{NAME}-{s}-{m}-external"),
+        "-n",
+        ns,
+    ])?;
+    let port = svc["spec"]["ports"][0]["nodePort"].as_u64().unwrap_or(0);
+    let pod_name = svc["spec"]["selector"]["statefulset.kubernetes.io/pod-name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let pod = env.kubectl_json(&["get", "pod", &pod_name, "-n", ns])?;
+    let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+    let n = env.kubectl_json(&["get", "node", node])?;
+    let ip = n["status"]["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["type"] == "InternalIP")
+        .and_then(|a| a["address"].as_str())
+        .unwrap_or_default();
+    Ok(format!("{ip}:{port}"))
+}
+
+/// The first `status.loadBalancer.ingress[].ip` of member (s, m)'s Service.
+fn balancer_address(env: &Env, ns: &str, (s, m): (u64, u64)) -> Result<String> {
+    let svc = env.kubectl_json(&[
+        "get",
+        "service",
+        &format!("{NAME}-{s}-{m}-external"),
+        "-n",
+        ns,
+    ])?;
+    Ok(svc["status"]["loadBalancer"]["ingress"][0]["ip"]
+        .as_str()
+        .map(|ip| format!("{ip}:6379"))
+        .unwrap_or_default())
+}
+
+/// `judge.py fill` from outside seeded with `seed` only: retried (the
+/// members pick a reissued certificate up within a minute), then checked:
+/// keys of all 3 shards written and read back, and every node the client
+/// learnt is one of `external`.
+fn fill_from_outside(
+    env: &Env,
+    seed: &str,
+    password: &str,
+    prefix: &str,
+    external: &BTreeSet<String>,
+) -> Result<Value> {
+    let mut last = String::new();
+    let mut result = Value::Null;
+    wait_until(
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || match env.judge(
+            &[seed],
+            password,
+            &["fill", "--count", "300", "--prefix", prefix],
+        ) {
+            Ok(v) => {
+                result = v;
+                Ok(true)
+            }
+            Err(e) => {
+                last = format!("{e:#}");
+                Ok(false)
+            }
+        },
+    )
+    .with_context(|| format!("fill from outside via {seed}: {last}"))?;
+    ensure!(
+        result["missing_or_wrong"] == 0 && result["primaries"] == 3,
+        "fill via {seed}: {result}"
+    );
+    let nodes: BTreeSet<String> = result["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    ensure!(
+        nodes.len() == 6 && nodes.is_subset(external),
+        "the client learnt {nodes:?}, want the 6 external addresses {external:?}"
+    );
+    Ok(result)
+}
+
+/// Fails when the outside namespace reaches a member's pod address.
+fn pod_ips_unreachable_from_outside(env: &Env, ips: &[String]) -> Result<()> {
+    let script: String = ips
+        .iter()
+        .map(|ip| {
+            format!(
+                "timeout 3 bash -c 'exec 3<>/dev/tcp/{ip}/6379' 2>/dev/null && echo REACHED {ip}\n"
+            )
+        })
+        .collect();
+    let out = Command::new(&env.testbed_bin)
+        .arg("--dir")
+        .arg(&env.testbed_dir)
+        .args(["outside", "--", "bash", "-c", &script])
+        .env_remove("TESTBED_DIR")
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        !text.contains("REACHED"),
+        "the outside namespace reaches pod addresses: {text}"
+    );
+    Ok(())
+}
+
+/// The member's own `cluster-announce-client-*` (asked on its pod IP).
+fn announce_settings(env: &Env, ip: &str, password: &str) -> Result<Vec<String>> {
+    let text = env.valkey_cli(
+        ip,
+        password,
+        &["config", "get", "cluster-announce-client-*"],
+    )?;
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let mut pairs: Vec<String> = lines
+        .chunks(2)
+        .map(|kv| format!("{}={}", kv[0], kv.get(1).unwrap_or(&"")))
+        .collect();
+    pairs.sort();
+    Ok(pairs)
+}
+
+fn write_ca(env: &Env, ns: &str, dir: &Path) -> Result<std::path::PathBuf> {
+    let pem = env.secret_text(ns, &format!("{NAME}-tls-ca"), "ca.crt")?;
+    let path = dir.join("ca.crt");
+    std::fs::write(&path, pem)?;
+    Ok(path)
+}
+
+#[test]
+fn outside_clients_follow_every_member_through_node_ports_and_load_balancers() {
+    let Some(suite) = Suite::start("external_access", "external", "e2e-external") else {
+        return;
+    };
+    suite.run(&[NAME], |env, ns| {
+        let result = scenario(env, ns);
+        env.judge_outside(false);
+        env.use_tls(None);
+        result
+    });
+}
+
+fn scenario(env: &Env, ns: &str) -> Result<()> {
+    let start = Instant::now();
+    let work = env.work_dir("external_access")?;
+    let m = cluster_manifest(NAME, 3, 1).extra_spec("  tls:\n    enabled: true\n");
+    env.apply(ns, &m.yaml())?;
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        Ok(env
+            .secret_text(ns, &format!("{NAME}-tls-ca"), "ca.crt")
+            .is_ok())
+    })?;
+    env.use_tls(Some(write_ca(env, ns, &work)?));
+    env.wait_ready_shape(ns, &m, Duration::from_secs(180))?;
+    let password = env.password(ns, NAME)?;
+    // Turned on for a live cluster (the shape check above reads CLUSTER
+    // NODES by pod IP, which members with external access no longer show).
+    env.patch_cluster(
+        ns,
+        NAME,
+        r#"{"spec":{"externalAccess":{"type":"NodePort","annotations":{"example.com/edge":"yes"}}}}"#,
+    )?;
+    eprintln!(
+        "external_access: {NAME} Ready with TLS after {:?}, NodePort access turned on",
+        start.elapsed()
+    );
+
+    // Services: one per member, owned, annotated, selecting its pod.
+    wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+        Ok(env
+            .kubectl(&["get", "services", "-n", ns, "-o", "name"])?
+            .matches("-external")
+            .count()
+            == 6)
+    })?;
+    let services = env.kubectl_json(&[
+        "get",
+        "services",
+        "-n",
+        ns,
+        "-l",
+        &format!("valkey.rs/cluster={NAME}"),
+    ])?;
+    let external: Vec<&Value> = services["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| {
+            s["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("-external")
+        })
+        .collect();
+    ensure!(
+        external.len() == 6,
+        "want 6 member Services, have {}",
+        external.len()
+    );
+    for s in &external {
+        ensure!(s["spec"]["type"] == "NodePort", "{s}");
+        ensure!(
+            s["metadata"]["annotations"]["example.com/edge"] == "yes",
+            "{s}"
+        );
+        ensure!(
+            s["metadata"]["ownerReferences"][0]["kind"] == "ValkeyCluster",
+            "{s}"
+        );
+    }
+
+    let node_ports = wait_announced(env, ns, "NodePort", |k, a| {
+        Ok(node_port_address(env, ns, k)? == a)
+    })?;
+    let set: BTreeSet<String> = node_ports.values().cloned().collect();
+    pod_ips_unreachable_from_outside(env, &env.member_ips(ns, NAME)?)?;
+
+    env.judge_outside(true);
+    let seed = node_ports[&(1, 0)].clone();
+    let fill = fill_from_outside(env, &seed, &password, "np", &set)?;
+    eprintln!(
+        "external_access: NodePort: seeded with {seed} only, the client reached every shard with TLS verification of the address ({fill}) after {:?}",
+        start.elapsed()
+    );
+
+    // A primary's pod deleted with its node cordoned: failover, and the
+    // member comes back on another node, announcing that node.
+    let victim = env.member_with_role(ns, NAME, 0, "primary")?;
+    let key = (0u64, u64::from(victim.member));
+    let old_address = node_ports[&key].clone();
+    let mut load = env.start_load(&[seed.as_str()], &password, &work, "moved", &[])?;
+    wait_load_running(&mut load)?;
+    env.kubectl(&["cordon", &victim.node])?;
+    let _uncordon = Uncordon(env, victim.node.clone());
+    env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
+    let moved = wait_announced(env, ns, "member moved", |k, a| {
+        Ok(node_port_address(env, ns, k)? == a && (k != key || a != old_address))
+    })?;
+    env.wait_condition(ns, NAME, "Ready", "True", Duration::from_secs(120))?;
+    let summary = finish_load(&mut load, "writer across the move")?;
+    let set: BTreeSet<String> = moved.values().cloned().collect();
+    let hosts: Vec<String> = set.iter().cloned().collect();
+    env.verify_keys(&hosts, &password, &load.keys)?;
+    let events = env.object_events(ns, "ValkeyCluster", NAME)?;
+    ensure!(
+        events.iter().any(|e| e.reason == "ExternalAddressChanged"
+            && e.message.contains(&moved[&key])
+            && e.message.contains(&old_address)),
+        "no ExternalAddressChanged event for {key:?} {old_address} -> {}: {events:?}",
+        moved[&key]
+    );
+    eprintln!(
+        "external_access: member {key:?} moved off {} ({old_address} -> {}), the outside writer followed ({summary}); every acknowledged key read back, after {:?}",
+        victim.node,
+        moved[&key],
+        start.elapsed()
+    );
+    drop(_uncordon);
+
+    // Switched live to LoadBalancer.
+    env.patch_cluster(
+        ns,
+        NAME,
+        r#"{"spec":{"externalAccess":{"type":"LoadBalancer"}}}"#,
+    )?;
+    let balanced = wait_announced(env, ns, "LoadBalancer", |k, a| {
+        Ok(balancer_address(env, ns, k)? == a)
+    })?;
+    let set: BTreeSet<String> = balanced.values().cloned().collect();
+    let seed = balanced[&(2, 1)].clone();
+    fill_from_outside(env, &seed, &password, "lb", &set)?;
+    eprintln!(
+        "external_access: LoadBalancer: every member announces its balancer, the client seeded with {seed} reached every shard with TLS verification, after {:?}",
+        start.elapsed()
+    );
+
+    // A balancer's address reassigned: the announcement follows.
+    let moved_key = (1u64, 1u64);
+    env.testbed(&["lb", "reassign", "-n", ns, &format!("{NAME}-1-1-external")])?;
+    let reassigned = wait_announced(env, ns, "reassigned", |k, a| {
+        Ok(balancer_address(env, ns, k)? == a && (k != moved_key || a != balanced[&moved_key]))
+    })?;
+    let set: BTreeSet<String> = reassigned.values().cloned().collect();
+    fill_from_outside(env, &reassigned[&moved_key], &password, "lb2", &set)?;
+    eprintln!(
+        "external_access: reassigned {} -> {}, followed, after {:?}",
+        balanced[&moved_key],
+        reassigned[&moved_key],
+        start.elapsed()
+    );
+
+    // Off: Services gone, announcements reset.
+    env.judge_outside(false);
+    env.patch_cluster(ns, NAME, r#"{"spec":{"externalAccess":null}}"#)?;
+    let ips = env.member_ips(ns, NAME)?;
+    let mut last = String::new();
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        let services = env.kubectl(&["get", "services", "-n", ns, "-o", "name"])?;
+        if services.contains("-external") {
+            last = services;
+            return Ok(false);
+        }
+        for ip in &ips {
+            let settings = announce_settings(env, ip, &password)?;
+            let reset = settings
+                .iter()
+                .all(|kv| kv.ends_with('=') || kv.ends_with("=0"));
+            if !reset {
+                last = format!("{ip}: {settings:?}");
+                return Ok(false);
+            }
+        }
+        Ok(announced(env, ns)?.values().all(String::is_empty))
+    })
+    .with_context(|| format!("external access off: {last}"))?;
+    // And clients inside get pod addresses again.
+    let slots = env.valkey_cli(&ips[0], &password, &["cluster", "slots"])?;
+    if !ips.iter().any(|ip| slots.contains(ip.as_str())) {
+        bail!("CLUSTER SLOTS names no pod address once off: {slots}");
+    }
+    eprintln!(
+        "external_access: off: member Services deleted, announcements reset; {:.1}s in all",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

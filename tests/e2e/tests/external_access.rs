@@ -103,8 +103,16 @@ fn node_port_address(env: &Env, ns: &str, (s, m): (u64, u64)) -> Result<String> 
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let pod = env.kubectl_json(&["get", "pod", &pod_name, "-n", ns])?;
-    let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+    // Between a pod's deletion and its replacement's scheduling there is no
+    // address yet: empty, which no announced address equals.
+    let pod = match env.kubectl_json(&["get", "pod", &pod_name, "-n", ns]) {
+        Ok(pod) => pod,
+        Err(e) if format!("{e:#}").contains("NotFound") => return Ok(String::new()),
+        Err(e) => return Err(e),
+    };
+    let Some(node) = pod["spec"]["nodeName"].as_str() else {
+        return Ok(String::new());
+    };
     let n = env.kubectl_json(&["get", "node", node])?;
     let ip = n["status"]["addresses"]
         .as_array()
@@ -342,11 +350,20 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
     let hosts: Vec<String> = set.iter().cloned().collect();
     env.verify_keys(&hosts, &password, &load.keys)?;
     let events = env.object_events(ns, "ValkeyCluster", NAME)?;
+    // One event naming both addresses, or (when a status was written while
+    // the pod was away) one saying the old address is gone and a later one
+    // naming the new address.
+    let member = format!("member {}/{} ", key.0, key.1);
+    let changed: Vec<&str> = events
+        .iter()
+        .filter(|e| e.reason == "ExternalAddressChanged" && e.message.starts_with(&member))
+        .map(|e| e.message.as_str())
+        .collect();
+    let old_gone = changed.iter().position(|m| m.contains(&old_address));
+    let new_seen = changed.iter().rposition(|m| m.contains(&moved[&key]));
     ensure!(
-        events.iter().any(|e| e.reason == "ExternalAddressChanged"
-            && e.message.contains(&moved[&key])
-            && e.message.contains(&old_address)),
-        "no ExternalAddressChanged event for {key:?} {old_address} -> {}: {events:?}",
+        matches!((old_gone, new_seen), (Some(o), Some(n)) if o <= n),
+        "no ExternalAddressChanged events for {key:?} {old_address} -> {}: {changed:?}",
         moved[&key]
     );
     eprintln!(

@@ -323,7 +323,10 @@ fn suite(env: &Env, ns: &str) -> Result<()> {
             ],
             "no",
         ),
-        (vec!["delete", "services", "-n", ns], "no"),
+        // The per-member Services of spec.externalAccess go when it is
+        // turned off; nodes are never the operator's to change.
+        (vec!["delete", "services", "-n", ns], "yes"),
+        (vec!["delete", "nodes"], "no"),
         // Secrets are patched (the CA rotation too), never updated.
         (vec!["update", "secrets", "-n", ns], "no"),
         (vec!["patch", "pods", "-n", "default"], "no"),

@@ -17,10 +17,10 @@ pub mod status;
 pub mod validation;
 pub mod versions;
 
-pub use extensions::{ValidatedModule, ValidatedPodTemplate};
 pub use backup::{
     BackupPhase, S3Location, ValkeyBackup, ValkeyBackupSpec, ValkeyBackupStatus, backup_folder,
 };
+pub use extensions::{ValidatedModule, ValidatedPodTemplate};
 pub use spec::*;
 pub use status::*;
 pub use validation::{

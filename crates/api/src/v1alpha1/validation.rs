@@ -1886,12 +1886,16 @@ mod tests {
                 config: [(key.to_string(), "yes".to_string())].into(),
                 ..Default::default()
             });
-            assert_eq!(
-                errs,
-                [format!(
-                    "spec.config: keys owned by the operator cannot be set: {key}"
-                )]
-            );
+            let owned = format!("spec.config: keys owned by the operator cannot be set: {key}");
+            if key == "loadmodule" {
+                // Named on its own too, pointing at spec.modules.
+                assert_eq!(
+                    errs,
+                    [format!("spec.config[{key}]: {LOADMODULE_MESSAGE}"), owned]
+                );
+            } else {
+                assert_eq!(errs, [owned]);
+            }
         }
         let crd = serde_json::to_string(&crate::crd()).unwrap();
         for key in [

@@ -169,9 +169,10 @@ def rootfs_layer(binary, mtime, workdir, path_in_image=BINARY_IN_IMAGE, extras=(
     layer = Layer(mtime)
     layer.file(path_in_image, stripped(binary, workdir), mode=0o755)
     # Test images only (--extra): files beside the binary, e.g. a Valkey
-    # module's .so where an init container copies it from.
+    # module's .so where an init container copies it from. Executable:
+    # valkey-server refuses a module without execute permission.
     for source, dest in extras:
-        layer.file(dest, Path(source).read_bytes(), mode=0o644)
+        layer.file(dest, Path(source).read_bytes(), mode=0o755)
     for path in shared_objects(binary):
         # Stored as a regular file at the path ldd names, whatever symlinks the
         # build host has in between (merged /usr, /lib64): the loader path is

@@ -317,7 +317,7 @@ pub struct Module {
     /// Arguments passed to the module at load, one word each (no spaces,
     /// quotes or control characters).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
+    #[schemars(length(max = 32), inner(length(max = 256)))]
     #[x_kube(validation = Rule::new(cel::MODULE_ARGS).message(cel::MODULE_ARGS_MESSAGE))]
     pub args: Vec<String>,
 }
@@ -393,9 +393,6 @@ pub struct PodSpecOverlay {
             .reason(Reason::FieldValueForbidden),
         validation = Rule::new(cel::EXPORTER_NOT_OWNED)
             .message(cel::EXPORTER_NOT_OWNED_MESSAGE)
-            .reason(Reason::FieldValueForbidden),
-        validation = Rule::new(cel::PORTS_NOT_OWNED)
-            .message(cel::PORTS_NOT_OWNED_MESSAGE)
             .reason(Reason::FieldValueForbidden),
     )]
     pub containers: Vec<Container>,

@@ -177,7 +177,7 @@ fn check_pods(env: &Env, ns: &str) -> Result<()> {
 fn greet_everywhere(env: &Env, ips: &[String], password: &str) -> Result<()> {
     for ip in ips {
         let reply = env.valkey_cli(ip, password, &["hello.greet", "e2e"])?;
-        ensure!(reply == "hi, e2e", "{ip}: HELLO.GREET answered {reply:?}");
+        ensure!(reply.trim() == "hi, e2e", "{ip}: HELLO.GREET answered {reply:?}");
     }
     Ok(())
 }

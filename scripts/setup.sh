@@ -21,6 +21,10 @@ command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v unzip >/dev/null || need+=(unzip)
 command -v strip >/dev/null || need+=(binutils)
 command -v umoci >/dev/null || need+=(umoci)
+# libclang and clang's own headers: bindgen, which the valkey-module SDK runs
+# to build the e2e suites' module (tests/e2e/modules/hello).
+ls /usr/lib/*/libclang*.so* /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1 || need+=(libclang-dev)
 if ((${#need[@]})); then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -165,9 +165,14 @@ def descriptor(media_type, blob, **extra):
             "size": len(blob), **extra}
 
 
-def rootfs_layer(binary, mtime, workdir, path_in_image=BINARY_IN_IMAGE):
+def rootfs_layer(binary, mtime, workdir, path_in_image=BINARY_IN_IMAGE, extras=()):
     layer = Layer(mtime)
     layer.file(path_in_image, stripped(binary, workdir), mode=0o755)
+    # Test images only (--extra): files beside the binary, e.g. a Valkey
+    # module's .so where an init container copies it from. Executable:
+    # valkey-server refuses a module without execute permission.
+    for source, dest in extras:
+        layer.file(dest, Path(source).read_bytes(), mode=0o755)
     for path in shared_objects(binary):
         # Stored as a regular file at the path ldd names, whatever symlinks the
         # build host has in between (merged /usr, /lib64): the loader path is
@@ -226,7 +231,10 @@ def build(args):
     reference = f"{args.name}:{version}"
 
     with tempfile.TemporaryDirectory() as workdir:
-        tar = rootfs_layer(binary, mtime, workdir, path_in_image)
+        extras = [extra.split(":", 1) for extra in args.extra]
+        if any(len(e) != 2 or not e[1].startswith("/") for e in extras):
+            raise BuildError("--extra takes SOURCE:/absolute/path/in/image")
+        tar = rootfs_layer(binary, mtime, workdir, path_in_image, extras)
     layer = gzipped(tar)
     labels = {
         "org.opencontainers.image.title": TITLE,
@@ -296,6 +304,8 @@ def main():
     parser.add_argument("--path-in-image", default=BINARY_IN_IMAGE,
                         help="where the binary goes in the image, its entrypoint; another path than "
                              "the default builds a test image (the binary's --version is not checked)")
+    parser.add_argument("--extra", action="append", default=[], metavar="SOURCE:PATH",
+                        help="a file to add to a test image at PATH (repeatable)")
     parser.add_argument("--source", default=os.environ.get("IMAGE_SOURCE") or DEFAULT_SOURCE,
                         help="org.opencontainers.image.source (env IMAGE_SOURCE)")
     args = parser.parse_args()

@@ -46,6 +46,21 @@ pub const CLUSTER_BUS_PORT: u16 = 16379;
 
 /// Name of the metrics exporter container in member pods (`spec.exporter`).
 pub const EXPORTER_CONTAINER: &str = "exporter";
+/// Name of the Valkey container of member pods (`spec.podTemplate` merges
+/// into it by this name).
+pub const VALKEY_CONTAINER: &str = "valkey";
+/// The volumes of member pods the operator owns: `spec.podTemplate` cannot
+/// replace them.
+pub const OWNED_VOLUMES: &[&str] = &["config", "users", "tls", "data"];
+/// Where the operator mounts its volumes in the Valkey container (the
+/// config, the data, the users file, the TLS files): `spec.podTemplate`
+/// cannot mount anything there.
+pub const OWNED_MOUNT_PATHS: &[&str] = &[
+    "/etc/valkey",
+    "/data",
+    "/etc/valkey-users",
+    "/etc/valkey-tls",
+];
 /// Name of the exporter's container port; monitors select it by this name.
 pub const EXPORTER_PORT_NAME: &str = "metrics";
 /// The exporter's port, on the pod IP.

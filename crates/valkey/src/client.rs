@@ -134,6 +134,7 @@ pub const COMMANDS_SENT: &[&str] = &[
     "cluster|replicate",
     "cluster|reset",
     "cluster|shards",
+    "module|list",
     "hello",
     "auth",
 ];
@@ -266,6 +267,8 @@ pub trait Admin: Send + Sync {
     ) -> impl Future<Output = Result<Vec<SlotMigration>, ClientError>> + Send;
     /// The keys of every database (INFO keyspace), not only the selected one.
     fn key_count(&self) -> impl Future<Output = Result<u64, ClientError>> + Send;
+    /// The names of the modules the server loaded (MODULE LIST), sorted.
+    fn module_list(&self) -> impl Future<Output = Result<Vec<String>, ClientError>> + Send;
     /// CONFIG GET of several keys; absent keys are absent from the map.
     fn config_get(
         &self,
@@ -627,6 +630,33 @@ impl ValkeyAdmin {
     }
 }
 
+/// The `name` of every entry of a MODULE LIST reply (each a map, or a
+/// flat array of field/value pairs in RESP2), sorted.
+fn parse_module_list(value: &Value) -> Vec<String> {
+    let Value::Array(entries) = value else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .iter()
+        .filter_map(|entry| {
+            let pairs: Vec<(&Value, &Value)> = match entry {
+                Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
+                Value::Array(items) => items
+                    .chunks(2)
+                    .filter_map(|c| Some((c.first()?, c.get(1)?)))
+                    .collect(),
+                _ => return None,
+            };
+            pairs
+                .into_iter()
+                .find(|(k, _)| parse_text(k).as_deref() == Some("name"))
+                .and_then(|(_, v)| parse_text(v))
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 fn parse_text(value: &Value) -> Option<String> {
     match value {
         Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
@@ -702,6 +732,13 @@ impl Admin for ValkeyAdmin {
         let info = self.info("keyspace").await?;
         info.keyspace_keys()
             .map_err(|e| self.reply_err("INFO keyspace", e))
+    }
+
+    async fn module_list(&self) -> Result<Vec<String>, ClientError> {
+        let value = self
+            .query(&redis::cmd("MODULE").arg("LIST").clone(), "MODULE LIST")
+            .await?;
+        Ok(parse_module_list(&value))
     }
 
     async fn config_get(&self, keys: &[String]) -> Result<BTreeMap<String, String>, ClientError> {
@@ -847,15 +884,25 @@ pub async fn observe_node<A: Admin>(
     admin: &A,
     config_keys: &[String],
 ) -> Result<NodeReport, ClientError> {
-    let (nodes, info, slot_migrations, keys, config, cluster_info, server) = futures::try_join!(
-        admin.cluster_nodes(),
-        admin.info("replication"),
-        admin.cluster_getslotmigrations(),
-        admin.key_count(),
-        admin.config_get(config_keys),
-        admin.cluster_info(),
-        admin.info("server"),
-    )?;
+    let (observed, modules) = futures::join!(
+        async {
+            futures::try_join!(
+                admin.cluster_nodes(),
+                admin.info("replication"),
+                admin.cluster_getslotmigrations(),
+                admin.key_count(),
+                admin.config_get(config_keys),
+                admin.cluster_info(),
+                admin.info("server"),
+            )
+        },
+        admin.module_list(),
+    );
+    let (nodes, info, slot_migrations, keys, config, cluster_info, server) = observed?;
+    // Only shown in the status: a member whose operator user may not run
+    // MODULE LIST yet (its ACL is updated by the same reconcile) is
+    // observed all the same, with no modules listed.
+    let modules = modules.unwrap_or_default();
     let replication = ReplicationInfo::from_info(&info).map_err(|source| ClientError::Reply {
         addr: admin.address().to_string(),
         command: "INFO replication".to_string(),
@@ -872,6 +919,7 @@ pub async fn observe_node<A: Admin>(
             .get("valkey_version")
             .or_else(|| server.get("redis_version"))
             .map(str::to_string),
+        modules,
     })
 }
 

@@ -263,6 +263,9 @@ pub struct NodeReport {
     /// The Valkey version it runs (`valkey_version` of INFO server), when it
     /// says one.
     pub version: Option<String>,
+    /// The modules it loaded (MODULE LIST names), sorted; empty when it
+    /// could not say.
+    pub modules: Vec<String>,
 }
 
 impl NodeReport {

@@ -149,7 +149,18 @@ impl Env {
             let crd = self.root.join("deploy/crd").join(file);
             let crd = crd.to_string_lossy();
             self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &crd])?;
-            self.kubectl(&["wait", "--for=condition=Established", name, "--timeout=60s"])?;
+            // Polled rather than `kubectl wait`, which fails at once while a
+            // freshly created CRD has no status.conditions yet (a large CRD
+            // stays so for a moment).
+            wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
+                let crd = self.kubectl_json(&["get", name])?;
+                Ok(crd["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True"))
+            })
+            .with_context(|| format!("{name} is not Established"))?;
         }
         Ok(())
     }

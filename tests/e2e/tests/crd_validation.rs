@@ -196,7 +196,10 @@ fn schema_and_cel_refuse_bad_specs_naming_the_field() {
         (
             "owned-loadmodule",
             "config: {loadmodule: /tmp/evil.so}",
-            &["spec.config", "loadmodule is owned by the operator"],
+            &[
+                "spec.config",
+                "loadmodule is refused in spec.config: list modules in spec.modules",
+            ],
         ),
         (
             "owned-module-command",

@@ -4,11 +4,13 @@
 //! - [`spec`]: the user's request, with schema bounds and CEL rules;
 //! - [`status`]: what the operator observed and did;
 //! - [`defaults`]: default values, shared by serde and the schema;
+//! - [`extensions`]: `spec.podTemplate` and `spec.modules`, checked;
 //! - [`security`]: the restricted security contexts of member pods;
 //! - [`validation`]: the same rules in Rust, producing a [`ValidatedCluster`].
 
 pub mod backup;
 pub mod defaults;
+pub mod extensions;
 pub mod security;
 pub mod spec;
 pub mod status;
@@ -18,6 +20,7 @@ pub mod versions;
 pub use backup::{
     BackupPhase, S3Location, ValkeyBackup, ValkeyBackupSpec, ValkeyBackupStatus, backup_folder,
 };
+pub use extensions::{ValidatedModule, ValidatedPodTemplate};
 pub use spec::*;
 pub use status::*;
 pub use validation::{

@@ -239,9 +239,44 @@ fn contradictions(
     errors
 }
 
+/// The defaults of a container `spec.podTemplate` adds (sidecar or init):
+/// the Valkey container's but for the read-only root filesystem, which
+/// the `restricted` profile does not ask for and many sidecars need.
+pub fn default_added_container_security_context() -> SecurityContext {
+    SecurityContext {
+        read_only_root_filesystem: None,
+        ..default_security_context()
+    }
+}
+
+/// The security context of a container `spec.podTemplate` adds: the
+/// defaults above under the fields `user` sets; beyond the `restricted`
+/// profile only when `allow_privileged`. `field` names the container's
+/// `securityContext` in errors. What it inherits from the pod is checked
+/// (and reported) as `spec.podSecurityContext`.
+pub fn resolve_added_container(
+    user: Option<&SecurityContext>,
+    field: &str,
+    allow_privileged: bool,
+) -> Result<SecurityContext, Vec<FieldError>> {
+    let sc = overlay(&default_added_container_security_context(), user);
+    if allow_privileged {
+        return Ok(sc);
+    }
+    let errors: Vec<FieldError> = beyond_restricted_at(&PodSecurityContext::default(), &sc, field)
+        .into_iter()
+        .filter(|e| e.field.starts_with(field))
+        .collect();
+    if errors.is_empty() {
+        Ok(sc)
+    } else {
+        Err(errors)
+    }
+}
+
 /// The fields the pod and the container security contexts share.
 struct Level<'a> {
-    at: &'static str,
+    at: &'a str,
     run_as_non_root: Option<bool>,
     run_as_user: Option<i64>,
     seccomp: Option<&'a SeccompProfile>,
@@ -254,6 +289,15 @@ struct Level<'a> {
 /// as far as a security context can express it (host namespaces, host
 /// ports and volumes are the operator's, and restricted).
 fn beyond_restricted(pod_sc: &PodSecurityContext, c: &SecurityContext) -> Vec<FieldError> {
+    beyond_restricted_at(pod_sc, c, CONTAINER)
+}
+
+/// [`beyond_restricted`] with the container's context named `container_at`.
+fn beyond_restricted_at(
+    pod_sc: &PodSecurityContext,
+    c: &SecurityContext,
+    container_at: &str,
+) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let mut refuse = |field: String, what: String| {
         errors.push(FieldError {
@@ -274,7 +318,7 @@ fn beyond_restricted(pod_sc: &PodSecurityContext, c: &SecurityContext) -> Vec<Fi
         windows: pod_sc.windows_options.as_ref(),
     };
     let container_level = Level {
-        at: CONTAINER,
+        at: container_at,
         run_as_non_root: c.run_as_non_root,
         run_as_user: c.run_as_user,
         seccomp: c.seccomp_profile.as_ref(),
@@ -345,11 +389,14 @@ fn beyond_restricted(pod_sc: &PodSecurityContext, c: &SecurityContext) -> Vec<Fi
         }
     }
     if c.privileged == Some(true) {
-        refuse(format!("{CONTAINER}.privileged"), "must not be true".into());
+        refuse(
+            format!("{container_at}.privileged"),
+            "must not be true".into(),
+        );
     }
     if c.allow_privilege_escalation != Some(false) {
         refuse(
-            format!("{CONTAINER}.allowPrivilegeEscalation"),
+            format!("{container_at}.allowPrivilegeEscalation"),
             "must be false".into(),
         );
     }
@@ -362,7 +409,7 @@ fn beyond_restricted(pod_sc: &PodSecurityContext, c: &SecurityContext) -> Vec<Fi
     {
         if !RESTRICTED_ADDABLE_CAPABILITIES.contains(&cap.as_str()) {
             refuse(
-                format!("{CONTAINER}.capabilities.add[{i}]"),
+                format!("{container_at}.capabilities.add[{i}]"),
                 format!("{cap:?} is refused (only NET_BIND_SERVICE may be added)"),
             );
         }
@@ -372,7 +419,7 @@ fn beyond_restricted(pod_sc: &PodSecurityContext, c: &SecurityContext) -> Vec<Fi
         .is_some_and(|d| d.iter().any(|cap| cap == "ALL"))
     {
         refuse(
-            format!("{CONTAINER}.capabilities.drop"),
+            format!("{container_at}.capabilities.drop"),
             "must include ALL (a capabilities object replaces the operator's, which drops \
              ALL: write drop: [ALL] beside add)"
                 .into(),
@@ -382,7 +429,7 @@ fn beyond_restricted(pod_sc: &PodSecurityContext, c: &SecurityContext) -> Vec<Fi
         && p != "Default"
     {
         refuse(
-            format!("{CONTAINER}.procMount"),
+            format!("{container_at}.procMount"),
             format!("{p:?} is refused (Default, or none)"),
         );
     }

@@ -10,8 +10,8 @@ use super::defaults;
 use super::status::ValkeyClusterStatus;
 use super::validation::cel;
 use k8s_openapi::api::core::v1::{
-    Affinity, LocalObjectReference, PodSecurityContext, ResourceRequirements, SecurityContext,
-    Toleration,
+    Affinity, Container, LocalObjectReference, PodSecurityContext, ResourceRequirements,
+    SecurityContext, Toleration, Volume,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -277,6 +277,37 @@ pub struct ValkeyClusterSpec {
     /// and the condition `Restored` says why. Fixed at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<RestoreSpec>,
+
+    /// A pod template overlay, merged into every member pod the way
+    /// `kubectl` merges a strategic-merge patch: labels and annotations are
+    /// added; `containers` merge by name (`valkey` is the operator's
+    /// container: its env, volumeMounts, resources and the like are merged
+    /// into it; any other name is a sidecar); `initContainers` and `volumes`
+    /// are added. What the operator owns cannot be overridden: `valkey.rs/`
+    /// labels and annotations, its volumes (config, users, tls, data), its
+    /// ports (6379, 16379, 9121), the `valkey` container's command, args,
+    /// image, ports, probes and security context, and the `exporter`
+    /// container. Sidecars and init containers get the restricted security
+    /// context (no privilege escalation, every capability dropped, non-root)
+    /// unless they set their own, which must stay within it unless the
+    /// operator runs with --allow-privileged-security-context. Their
+    /// resource requests count in placement. A change rolls the members one
+    /// at a time, primaries after a failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateOverlay>,
+
+    /// Valkey modules loaded by every member at start (`loadmodule` lines in
+    /// the config the operator renders; `loadmodule` in `spec.config` is
+    /// refused). The file must be in the Valkey container: in its image
+    /// (valkey-bundle keeps its modules in `/usr/lib/valkey/`) or in a volume
+    /// of `spec.podTemplate` an init container fills. A change rolls the
+    /// members; a member whose module does not load does not start, is
+    /// reported with the reason, and the roll stops there. What each member
+    /// loaded (MODULE LIST) is in `status.members[].modules`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new(cel::MODULES_UNIQUE).message(cel::MODULES_UNIQUE_MESSAGE))]
+    pub modules: Vec<Module>,
 }
 
 /// Where a new cluster's data comes from.
@@ -286,6 +317,137 @@ pub struct RestoreSpec {
     /// Name of a ValkeyBackup in this namespace.
     #[schemars(length(min = 1, max = 253))]
     pub backup: String,
+}
+
+/// A Valkey module every member loads at start.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Module {
+    /// The module's name, as MODULE LIST reports it (the name the module
+    /// gives itself, e.g. `json`, `bf`, `search`): the operator checks that
+    /// every member loaded it.
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new(cel::MODULE_NAME).message(cel::MODULE_NAME_MESSAGE))]
+    pub name: String,
+
+    /// Absolute path of the module's shared object inside the Valkey
+    /// container, e.g. `/usr/lib/valkey/libjson.so`.
+    #[schemars(length(min = 2, max = 1024))]
+    #[x_kube(validation = Rule::new(cel::MODULE_PATH).message(cel::MODULE_PATH_MESSAGE))]
+    pub path: String,
+
+    /// Arguments passed to the module at load, one word each (no spaces,
+    /// quotes or control characters).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 256)))]
+    #[x_kube(validation = Rule::new(cel::MODULE_ARGS).message(cel::MODULE_ARGS_MESSAGE))]
+    pub args: Vec<String>,
+}
+
+/// `spec.podTemplate`: what is merged into every member pod.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplateOverlay {
+    /// Labels and annotations added to member pods.
+    #[serde(default, skip_serializing_if = "PodTemplateMetadata::is_empty")]
+    pub metadata: PodTemplateMetadata,
+
+    /// What is merged into the member pods' spec.
+    #[serde(default, skip_serializing_if = "PodSpecOverlay::is_empty")]
+    pub spec: PodSpecOverlay,
+}
+
+/// Labels and annotations of the pod template overlay.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplateMetadata {
+    /// Labels added to member pods. Keys under `valkey.rs/` belong to the
+    /// operator and are refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new(cel::POD_LABELS_NOT_OWNED)
+        .message(cel::POD_LABELS_NOT_OWNED_MESSAGE)
+        .reason(Reason::FieldValueForbidden))]
+    pub labels: BTreeMap<String, String>,
+
+    /// Annotations added to member pods. Keys under `valkey.rs/` belong to
+    /// the operator and are refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new(cel::POD_ANNOTATIONS_NOT_OWNED)
+        .message(cel::POD_ANNOTATIONS_NOT_OWNED_MESSAGE)
+        .reason(Reason::FieldValueForbidden))]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl PodTemplateMetadata {
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
+}
+
+/// The pod spec fields the overlay may set. Other pod settings have their
+/// own fields (`spec.scheduling`, `spec.podSecurityContext`,
+/// `spec.terminationGracePeriodSeconds`, `spec.imagePullSecrets`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpecOverlay {
+    /// Init containers, run in order before the members' containers, after
+    /// none of the operator's (it has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(
+        validation = Rule::new(cel::INIT_CONTAINERS_NOT_OWNED)
+            .message(cel::INIT_CONTAINERS_NOT_OWNED_MESSAGE)
+            .reason(Reason::FieldValueForbidden),
+    )]
+    pub init_containers: Vec<Container>,
+
+    /// Containers merged by name: `valkey` merges into the operator's Valkey
+    /// container (env and volumeMounts by name, resources, and the other
+    /// fields it does not own); any other name is a sidecar.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(
+        validation = Rule::new(cel::VALKEY_COMMAND_NOT_OWNED)
+            .message(cel::VALKEY_COMMAND_NOT_OWNED_MESSAGE)
+            .reason(Reason::FieldValueForbidden),
+        validation = Rule::new(cel::VALKEY_FIELDS_NOT_OWNED)
+            .message(cel::VALKEY_FIELDS_NOT_OWNED_MESSAGE)
+            .reason(Reason::FieldValueForbidden),
+        validation = Rule::new(cel::EXPORTER_NOT_OWNED)
+            .message(cel::EXPORTER_NOT_OWNED_MESSAGE)
+            .reason(Reason::FieldValueForbidden),
+    )]
+    pub containers: Vec<Container>,
+
+    /// Volumes added to member pods (the operator's own, `config`, `users`,
+    /// `tls` and `data`, cannot be replaced).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(cel::VOLUMES_NOT_OWNED)
+        .message(cel::VOLUMES_NOT_OWNED_MESSAGE)
+        .reason(Reason::FieldValueForbidden))]
+    pub volumes: Vec<Volume>,
+
+    /// Tolerations added to those of `spec.scheduling` (the placement
+    /// planner counts both).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+
+    /// Node labels added to `spec.scheduling.nodeSelector` (a key set in
+    /// both must have the same value).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+
+    /// PriorityClass of member pods (as `spec.scheduling.priorityClassName`;
+    /// set one of the two, or the same in both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+}
+
+impl PodSpecOverlay {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// The members' NetworkPolicy.
@@ -707,6 +869,8 @@ impl Default for ValkeyClusterSpec {
             exporter: Exporter::default(),
             network_policy: MemberNetworkPolicy::default(),
             restore: None,
+            pod_template: None,
+            modules: Vec::new(),
         }
     }
 }

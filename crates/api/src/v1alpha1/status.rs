@@ -155,6 +155,16 @@ pub struct MemberStatus {
     /// absent when unreachable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The modules the member loaded, as MODULE LIST names them (Valkey's
+    /// built-in ones, such as `lua`, included).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<String>,
+    /// Why a module of `spec.modules` is not loaded on this member: the
+    /// server's own words when it refused to start (`Module ... failed to
+    /// load: ...`), or the modules MODULE LIST lacks. A rolling update stops
+    /// at such a member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_error: Option<String>,
     /// With `spec.externalAccess`: the `host:port` the member announces to
     /// clients outside Kubernetes (empty until known, e.g. while the load
     /// balancer has not assigned an address).

@@ -108,6 +108,10 @@ pub const OWNED_CONFIG_KEYS: &[&str] = &[
     "enable-protected-configs",
 ];
 
+/// Why `loadmodule` is refused in `spec.config`, and where modules go.
+pub const LOADMODULE_MESSAGE: &str =
+    "loadmodule is refused in spec.config: list modules in spec.modules (name, path, args)";
+
 /// Prefixes of owned valkey.conf keys (`cluster-announce-ip`,
 /// `cluster-announce-port`..., `unixsocket`, `unixsocketperm`).
 pub const OWNED_CONFIG_PREFIXES: &[&str] = &["cluster-announce-", "unixsocket"];
@@ -248,10 +252,12 @@ pub mod cel {
         let mut rules: Vec<serde_json::Value> = super::OWNED_CONFIG_KEYS
             .iter()
             .map(|k| {
-                forbidden(
-                    format!("!('{k}' in self)"),
-                    format!("{k} is owned by the operator"),
-                )
+                let message = if *k == "loadmodule" {
+                    super::LOADMODULE_MESSAGE.to_string()
+                } else {
+                    format!("{k} is owned by the operator")
+                };
+                forbidden(format!("!('{k}' in self)"), message)
             })
             .collect();
         rules.extend(super::OWNED_CONFIG_PREFIXES.iter().map(|p| {
@@ -295,6 +301,72 @@ pub mod cel {
     pub const CONFIG_VALUES_ONE_LINE: &str =
         r"self.all(k, !self[k].contains('\n') && !self[k].contains('\r'))";
     pub const CONFIG_VALUES_ONE_LINE_MESSAGE: &str = "values must be a single line";
+
+    /// podTemplate.metadata.annotations: the operator's prefix is reserved
+    /// (its restart and placement hashes live there).
+    pub const POD_ANNOTATIONS_NOT_OWNED: &str = "self.all(k, !k.startsWith('valkey.rs/'))";
+    pub const POD_ANNOTATIONS_NOT_OWNED_MESSAGE: &str =
+        "annotation keys under valkey.rs/ belong to the operator";
+
+    /// podTemplate.spec.containers: the Valkey container's command is the
+    /// operator's (its start script, config file and announce flags).
+    pub const VALKEY_COMMAND_NOT_OWNED: &str =
+        "self.all(c, c.name != 'valkey' || (!has(c.command) && !has(c.args)))";
+    pub const VALKEY_COMMAND_NOT_OWNED_MESSAGE: &str = "the command and args of the valkey \
+         container belong to the operator (modules go in spec.modules, settings in spec.config)";
+
+    /// podTemplate.spec.containers: the rest of what the operator owns in the
+    /// Valkey container, each with the field that sets it instead.
+    pub const VALKEY_FIELDS_NOT_OWNED: &str = "self.all(c, c.name != 'valkey' || \
+         (!has(c.image) && !has(c.imagePullPolicy) && !has(c.ports) && \
+         !has(c.securityContext) && !has(c.readinessProbe) && !has(c.livenessProbe) && \
+         !has(c.startupProbe) && !has(c.lifecycle)))";
+    pub const VALKEY_FIELDS_NOT_OWNED_MESSAGE: &str = "the image, imagePullPolicy, ports, \
+         probes, lifecycle and securityContext of the valkey container belong to the operator \
+         (spec.image, spec.imagePullPolicy, spec.securityContext)";
+
+    /// podTemplate.spec.containers: the exporter is the operator's.
+    pub const EXPORTER_NOT_OWNED: &str = "self.all(c, c.name != 'exporter')";
+    pub const EXPORTER_NOT_OWNED_MESSAGE: &str =
+        "the exporter container belongs to the operator (spec.exporter)";
+
+    /// podTemplate.spec.containers: no sidecar listens on the operator's ports.
+    // The operator's ports in added containers are refused by the operator
+    // (api::v1alpha1::extensions), not by CEL: a rule over every container's
+    // ports exceeds the API server's cost budget (a Container's ports have no
+    // maxItems to bound it).
+    pub const PORTS_NOT_OWNED_MESSAGE: &str =
+        "ports 6379, 16379 and 9121 belong to the operator (client, cluster bus, exporter)";
+
+    /// podTemplate.spec.initContainers: the operator's container names.
+    pub const INIT_CONTAINERS_NOT_OWNED: &str =
+        "self.all(c, c.name != 'valkey' && c.name != 'exporter')";
+    pub const INIT_CONTAINERS_NOT_OWNED_MESSAGE: &str =
+        "valkey and exporter are the names of the operator's containers";
+
+    /// podTemplate.spec.volumes: the operator's volumes.
+    pub const VOLUMES_NOT_OWNED: &str =
+        "self.all(v, !(v.name in ['config', 'users', 'tls', 'data']))";
+    pub const VOLUMES_NOT_OWNED_MESSAGE: &str =
+        "volumes config, users, tls and data belong to the operator";
+
+    /// modules: one entry per module name.
+    pub const MODULES_UNIQUE: &str = "self.all(m, self.filter(n, n.name == m.name).size() == 1)";
+    pub const MODULES_UNIQUE_MESSAGE: &str = "two modules have the same name";
+
+    /// modules[].name: a word.
+    pub const MODULE_NAME: &str = "self.matches('^[A-Za-z0-9][-_.A-Za-z0-9]*$')";
+    pub const MODULE_NAME_MESSAGE: &str = "must be letters, digits, '-', '_' or '.'";
+
+    /// modules[].path: absolute, one word of valkey.conf.
+    pub const MODULE_PATH: &str = r#"self.matches('^/[^\\s"\x27]+$')"#;
+    pub const MODULE_PATH_MESSAGE: &str =
+        "must be an absolute path without spaces, quotes or control characters";
+
+    /// modules[].args: one word of valkey.conf each.
+    pub const MODULE_ARGS: &str = r#"self.all(a, a.matches('^[^\\s"\x27]+$'))"#;
+    pub const MODULE_ARGS_MESSAGE: &str =
+        "each argument must be one word: no spaces, quotes or control characters, not empty";
 
     /// podLabels: the operator's label prefix is reserved.
     pub const POD_LABELS_NOT_OWNED: &str = "self.all(k, !k.startsWith('valkey.rs/'))";
@@ -365,6 +437,21 @@ impl MemberRequest {
         MemberRequest {
             cpu_millis: add(self.cpu_millis, other.cpu_millis),
             memory_bytes: add(self.memory_bytes, other.memory_bytes),
+        }
+    }
+}
+
+impl MemberRequest {
+    /// At least `other` of each resource: an init container runs alone, so
+    /// the pod needs the larger of it and the containers' sum.
+    pub fn at_least(self, other: MemberRequest) -> MemberRequest {
+        let max = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).max(b.unwrap_or(0))),
+        };
+        MemberRequest {
+            cpu_millis: max(self.cpu_millis, other.cpu_millis),
+            memory_bytes: max(self.memory_bytes, other.memory_bytes),
         }
     }
 }
@@ -537,6 +624,12 @@ pub struct ValidatedCluster {
     /// backup was found usable, until the cluster was Ready with its data),
     /// with the image that loads it (the operator's own). `None` otherwise.
     pub restore: Option<RestoreSource>,
+    /// `spec.podTemplate`, checked: its tolerations, node selector and
+    /// priority class are in the fields above (the planner reads them
+    /// there), its Valkey container's resources in `resources`.
+    pub pod_template: super::extensions::ValidatedPodTemplate,
+    /// `spec.modules`, checked.
+    pub modules: Vec<super::extensions::ValidatedModule>,
 }
 
 /// A restore in progress, as the members' pods need it.
@@ -809,6 +902,90 @@ fn validate_spec(
             );
         }
     }
+    let mut found = Vec::new();
+    let mut pod_template = super::extensions::validate_pod_template(
+        spec.pod_template.as_ref(),
+        settings.allow_privileged_security_context,
+        &mut found,
+    );
+    let modules = super::extensions::validate_modules(&spec.modules, &mut found);
+    errors.0.extend(found);
+    let mut resources = resources;
+    if let Some(valkey) = pod_template.valkey.as_mut()
+        && let Some(extra) = valkey.resources.take()
+    {
+        // The Valkey container's resources are one value whichever field
+        // sets them: spec.resources with the overlay's keys over it (a
+        // strategic merge merges the requests and limits maps by key).
+        resources = merge_resources(&resources, &extra);
+        member_request = with_pod_template_requests(
+            container_request(
+                &resources,
+                "spec.podTemplate.spec.containers[valkey].resources",
+                errors,
+            ),
+            spec.exporter.enabled.then(|| {
+                spec.exporter
+                    .resources
+                    .clone()
+                    .unwrap_or_else(default_exporter_resources)
+            }),
+            errors,
+        );
+    }
+    if let Some(t) = spec.pod_template.as_ref() {
+        // Sidecars run beside Valkey for the pod's life: their requests add
+        // up; init containers run one at a time before it, so the pod needs
+        // the largest of them or the sum of the rest, whichever is more (the
+        // scheduler's effective request).
+        for (i, c) in t.spec.containers.iter().enumerate() {
+            if c.name != crate::constants::VALKEY_CONTAINER
+                && let Some(r) = &c.resources
+            {
+                member_request = member_request.plus(container_request(
+                    r,
+                    &format!("spec.podTemplate.spec.containers[{i}].resources"),
+                    errors,
+                ));
+            }
+        }
+        for (i, c) in t.spec.init_containers.iter().enumerate() {
+            if let Some(r) = &c.resources {
+                member_request = member_request.at_least(container_request(
+                    r,
+                    &format!("spec.podTemplate.spec.initContainers[{i}].resources"),
+                    errors,
+                ));
+            }
+        }
+    }
+    let mut tolerations = scheduling.tolerations;
+    tolerations.extend(pod_template.tolerations.drain(..));
+    let mut node_selector = scheduling.node_selector;
+    for (k, v) in std::mem::take(&mut pod_template.node_selector) {
+        match node_selector.get(&k) {
+            Some(mine) if *mine != v => errors.add(
+                format!("spec.podTemplate.spec.nodeSelector[{k}]"),
+                format!("{v:?} contradicts spec.scheduling.nodeSelector[{k}] = {mine:?}"),
+            ),
+            _ => {
+                node_selector.insert(k, v);
+            }
+        }
+    }
+    let priority_class_name = match (
+        scheduling.priority_class_name,
+        pod_template.priority_class_name.take(),
+    ) {
+        (Some(a), Some(b)) if a != b => {
+            errors.add(
+                "spec.podTemplate.spec.priorityClassName",
+                format!("{b:?} contradicts spec.scheduling.priorityClassName {a:?}"),
+            );
+            Some(a)
+        }
+        (a, b) => a.or(b),
+    };
     let (pod_security_context, security_context) = match super::security::resolve(
         spec.pod_security_context.as_ref(),
         spec.security_context.as_ref(),
@@ -835,10 +1012,10 @@ fn validate_spec(
         exporter,
         config,
         persistence,
-        node_selector: scheduling.node_selector,
-        tolerations: scheduling.tolerations,
+        node_selector,
+        tolerations,
         affinity: scheduling.affinity,
-        priority_class_name: scheduling.priority_class_name,
+        priority_class_name,
         spread,
         primary_balancing: ValidatedBalancing {
             mode: spec.primary_balancing.mode,
@@ -871,7 +1048,39 @@ fn validate_spec(
         },
         auth_generation: 0,
         restore: None,
+        pod_template,
+        modules,
     })
+}
+
+/// `extra`'s requests and limits over `base`'s, key by key.
+fn merge_resources(
+    base: &ResourceRequirements,
+    extra: &ResourceRequirements,
+) -> ResourceRequirements {
+    let merge = |a: &Option<BTreeMap<String, Quantity>>, b: &Option<BTreeMap<String, Quantity>>| {
+        let mut out = a.clone().unwrap_or_default();
+        out.extend(b.clone().unwrap_or_default());
+        (!out.is_empty()).then_some(out)
+    };
+    ResourceRequirements {
+        requests: merge(&base.requests, &extra.requests),
+        limits: merge(&base.limits, &extra.limits),
+        claims: extra.claims.clone().or_else(|| base.claims.clone()),
+    }
+}
+
+/// The Valkey container's request (its resources merged with the
+/// overlay's) plus the exporter's, when it runs.
+fn with_pod_template_requests(
+    valkey: MemberRequest,
+    exporter: Option<ResourceRequirements>,
+    errors: &mut Errors,
+) -> MemberRequest {
+    match exporter {
+        Some(r) => valkey.plus(container_request(&r, "spec.exporter.resources", errors)),
+        None => valkey,
+    }
 }
 
 /// Checks NetworkPolicy peers as the API server would (so a bad one is
@@ -1242,6 +1451,9 @@ fn validate_config(
         .filter(|k| is_owned_config_key(k))
         .map(String::as_str)
         .collect();
+    if let Some(key) = owned.iter().find(|k| k.eq_ignore_ascii_case("loadmodule")) {
+        errors.add(format!("spec.config[{key}]"), LOADMODULE_MESSAGE);
+    }
     if !owned.is_empty() {
         errors.add(
             "spec.config",
@@ -1695,12 +1907,16 @@ mod tests {
                 config: [(key.to_string(), "yes".to_string())].into(),
                 ..Default::default()
             });
-            assert_eq!(
-                errs,
-                [format!(
-                    "spec.config: keys owned by the operator cannot be set: {key}"
-                )]
-            );
+            let owned = format!("spec.config: keys owned by the operator cannot be set: {key}");
+            if key == "loadmodule" {
+                // Named on its own too, pointing at spec.modules.
+                assert_eq!(
+                    errs,
+                    [format!("spec.config[{key}]: {LOADMODULE_MESSAGE}"), owned]
+                );
+            } else {
+                assert_eq!(errs, [owned]);
+            }
         }
         let crd = serde_json::to_string(&crate::crd()).unwrap();
         for key in [

@@ -193,6 +193,16 @@ pub fn render(cluster: &ValidatedCluster) -> String {
             line(&mut out, k, v);
         }
     }
+    if !cluster.modules.is_empty() {
+        // Loaded at start only (loadmodule is no config CONFIG SET knows):
+        // the modules are in the members' restart hash.
+        out.push_str("\n# spec.modules\n");
+        for m in &cluster.modules {
+            let mut words = vec![m.path.as_str()];
+            words.extend(m.args.iter().map(String::as_str));
+            line(&mut out, "loadmodule", &words.join(" "));
+        }
+    }
     out.push_str("\n# Owned by the operator\n");
     for (k, v) in owned_settings(cluster) {
         line(&mut out, k, &v);
@@ -428,6 +438,22 @@ mod tests {
             );
         }
         assert!(!conf.lines().any(|l| l == "port 6379"));
+    }
+
+    #[test]
+    fn every_module_is_one_loadmodule_line_with_its_args() {
+        let mut c = cluster("cache", 3, 1);
+        c.modules = vec![api::v1alpha1::ValidatedModule {
+            name: "hello".into(),
+            path: "/modules/libhello.so".into(),
+            args: vec!["hi".into(), "there".into()],
+        }];
+        let conf = render(&c);
+        assert!(
+            conf.lines()
+                .any(|l| l == "loadmodule /modules/libhello.so hi there"),
+            "{conf}"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 pub mod config;
 pub mod hash;
 pub mod network_policy;
+pub mod overlay;
 pub mod pdb;
 pub mod scheduling;
 pub mod secret;

@@ -38,6 +38,7 @@
 
 use super::config::{self, CONFIG_DIR, CONFIG_FILE, DATA_DIR, TLS_DIR};
 use super::hash::Fnv;
+use super::overlay;
 use super::scheduling::{self, MemberPlacement};
 use super::{config_map_name, headless_service_name, member_labels, member_selector};
 use api::ValidatedCluster;
@@ -197,7 +198,10 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     let c = input.cluster;
     let name = member_name(&c.name, input.shard, input.member);
     let labels = member_labels(&c.name, input.shard, input.member);
-    let mut pod_labels = c.pod_labels.clone();
+    // The overlay's labels, then spec.podLabels, then the operator's (the
+    // `valkey.rs/` ones, which validation keeps out of the other two).
+    let mut pod_labels = c.pod_template.labels.clone();
+    pod_labels.extend(c.pod_labels.clone());
     pod_labels.extend(labels.clone());
 
     let mut pod_spec = pod_spec(c);
@@ -208,6 +212,16 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     // environment); before the first one the hash is as it always was.
     if c.auth_generation > 0 {
         restart = restart.feed_json(&c.auth_generation);
+    }
+    // Modules load at start only, and the overlay's labels and annotations
+    // reach a pod only when it is made again: both roll the members. Fed
+    // only when set, so the hash of a cluster without them is as before.
+    if !c.modules.is_empty() {
+        restart = restart.feed_json(&c.modules);
+    }
+    let overlay_meta = (&c.pod_template.labels, &c.pod_template.annotations);
+    if !overlay_meta.0.is_empty() || !overlay_meta.1.is_empty() {
+        restart = restart.feed_json(&overlay_meta);
     }
     let restart_hash = restart.hex();
     // A restore: the shard's first member loads its data before Valkey
@@ -236,7 +250,8 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
         .feed_json(&pod_spec.priority_class_name)
         .hex();
 
-    let mut annotations = c.pod_annotations.clone();
+    let mut annotations = c.pod_template.annotations.clone();
+    annotations.extend(c.pod_annotations.clone());
     annotations.insert(ANNOTATION_RESTART_HASH.into(), restart_hash);
     // Which rotation's password the pod starts with (already in the restart
     // hash, so it restarts nothing more): read back when the record is gone.
@@ -473,7 +488,7 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
     if let Some(exporter) = &c.exporter {
         containers.push(exporter_container(c, exporter));
     }
-    PodSpec {
+    let spec = PodSpec {
         containers,
         volumes: Some(volumes),
         termination_grace_period_seconds: Some(c.termination_grace_period_seconds),
@@ -487,7 +502,30 @@ fn pod_spec(c: &ValidatedCluster) -> PodSpec {
         image_pull_secrets: (!c.image_pull_secrets.is_empty())
             .then(|| c.image_pull_secrets.clone()),
         ..Default::default()
+    };
+    with_pod_template(spec, c)
+}
+
+/// `spec.podTemplate` merged in (see [`overlay`]): the Valkey container's
+/// overlay by name, sidecars after the operator's containers, init
+/// containers and volumes added. A cluster without one gets the pod as it
+/// always was (same restart hash).
+fn with_pod_template(spec: PodSpec, c: &ValidatedCluster) -> PodSpec {
+    let t = &c.pod_template;
+    if t.valkey.is_none()
+        && t.sidecars.is_empty()
+        && t.init_containers.is_empty()
+        && t.volumes.is_empty()
+    {
+        return spec;
     }
+    let patch = PodSpec {
+        containers: t.valkey.iter().chain(&t.sidecars).cloned().collect(),
+        init_containers: (!t.init_containers.is_empty()).then(|| t.init_containers.clone()),
+        volumes: (!t.volumes.is_empty()).then(|| t.volumes.clone()),
+        ..Default::default()
+    };
+    overlay::merge_pod_spec(&spec, &patch)
 }
 
 /// The pod spec as the restart hash sees it: the exporter's image left out
@@ -704,6 +742,12 @@ fn container(c: &ValidatedCluster) -> Container {
         resources: (c.resources != Default::default()).then(|| c.resources.clone()),
         security_context: Some(c.security_context.clone()),
         volume_mounts: Some(mounts),
+        // valkey-server logs why a module did not load and exits: the log
+        // tail becomes the termination message the status reports
+        // (`status.members[].moduleError`). Only with modules, so the pods
+        // of a cluster without them stay as they were.
+        termination_message_policy: (!c.modules.is_empty())
+            .then(|| "FallbackToLogsOnError".to_string()),
         // `-e`: exit non-zero on an error reply (NOAUTH, LOADING), so Ready
         // means "answers commands", not only "accepts connections".
         readiness_probe: Some(Probe {
@@ -1519,6 +1563,54 @@ mod tests {
             .spec
             .unwrap()
             .containers
+    }
+
+    #[test]
+    fn the_pod_template_adds_a_sidecar_merges_into_valkey_and_restarts_the_members() {
+        let plain = cluster("cache", 3, 2);
+        let mut c = plain.clone();
+        c.pod_template.sidecars = vec![Container {
+            name: "shipper".into(),
+            image: Some("shipper:1".into()),
+            ..Default::default()
+        }];
+        c.pod_template.valkey = Some(Container {
+            name: CONTAINER.into(),
+            env: Some(vec![EnvVar {
+                name: "TZ".into(),
+                value: Some("UTC".into()),
+                value_from: None,
+            }]),
+            ..Default::default()
+        });
+        c.pod_template.labels = BTreeMap::from([("team".to_string(), "a".to_string())]);
+        let s = build(&c, &placed("n1"));
+        let template = &s.spec.as_ref().unwrap().template;
+        let pod = template.spec.as_ref().unwrap();
+        let names: Vec<_> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, [CONTAINER, "shipper"]);
+        let valkey = &pod.containers[0];
+        assert!(valkey.env.as_ref().unwrap().iter().any(|e| e.name == "TZ"));
+        assert!(
+            valkey
+                .env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|e| e.name == "POD_IP")
+        );
+        assert_eq!(valkey.command, containers(&plain)[0].command);
+        assert_eq!(
+            valkey.security_context,
+            containers(&plain)[0].security_context
+        );
+        let labels = template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        assert_eq!(labels["team"], "a");
+        assert_eq!(labels[LABEL_CLUSTER], "cache");
+        assert_ne!(
+            annotation(&s, ANNOTATION_RESTART_HASH),
+            annotation(&build(&plain, &placed("n1")), ANNOTATION_RESTART_HASH)
+        );
     }
 
     #[test]

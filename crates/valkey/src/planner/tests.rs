@@ -383,6 +383,7 @@ impl Sim {
                     config: n.config.clone(),
                     cluster_state_ok: self.cluster_state_ok(i),
                     version: None,
+                    modules: Vec::new(),
                 };
                 MemberState::Reachable(Box::new(report))
             } else {
@@ -1751,6 +1752,7 @@ fn in_sync_between_two_members_needs_the_replica_to_follow_that_primary() {
         config: BTreeMap::new(),
         cluster_state_ok: myself == "ok",
         version: None,
+        modules: Vec::new(),
     };
     let primary = report(
         "ok",
@@ -2159,6 +2161,7 @@ fn stale_role_seen_by(viewer: usize, stale: u64) -> (DesiredCluster, ObservedClu
             config: BTreeMap::new(),
             cluster_state_ok: true,
             version: None,
+            modules: Vec::new(),
         };
         members.push(ObservedMember {
             member,

@@ -515,7 +515,7 @@ mod tests {
                  +client|setname +cluster|addslotsrange +cluster|bumpepoch +cluster|cancelslotmigrations \
                  +cluster|failover +cluster|forget +cluster|getslotmigrations +cluster|info \
                  +cluster|meet +cluster|migrateslots +cluster|myid +cluster|nodes \
-                 +cluster|replicate +cluster|reset +cluster|shards +hello +auth",
+                 +cluster|replicate +cluster|reset +cluster|shards +module|list +hello +auth",
                 password_hash("0wn")
             ),
             "{text}"

@@ -400,6 +400,7 @@ fn only_an_empty_cluster_that_was_never_ready_gets_the_short_node_timeout() {
                 config: BTreeMap::new(),
                 cluster_state_ok: false,
                 version: None,
+                modules: Vec::new(),
             })),
             None => MemberState::Unreachable {
                 reason: "not up yet".into(),

@@ -233,6 +233,7 @@ mod tests {
             config: BTreeMap::new(),
             cluster_state_ok: true,
             version: None,
+            modules: Vec::new(),
         }))
     }
 

@@ -141,6 +141,8 @@ pub fn observations(
             ready,
             ip: facts.as_ref().and_then(|f| f.ip).map(|ip| ip.to_string()),
             version: report.and_then(|r| r.version.clone()),
+            modules: report.map(|r| r.modules.clone()).unwrap_or_default(),
+            module_error: module_error(cluster, report, pod),
             external_address: external
                 .get(&(s, m))
                 .map(ToString::to_string)
@@ -202,4 +204,45 @@ pub fn observations(
             h.first_reason().unwrap_or("converging").to_string()
         }),
     }
+}
+
+/// Why a module of `spec.modules` is not loaded on a member: the names
+/// MODULE LIST lacks when it answers, else the server's last words when it
+/// stopped over a module (valkey-server logs `Module <path> failed to load`
+/// and exits; the kubelet keeps that log tail as the container's
+/// termination message, see the StatefulSet builder).
+fn module_error(
+    cluster: &api::ValidatedCluster,
+    report: Option<&valkey::NodeReport>,
+    pod: Option<&k8s_openapi::api::core::v1::Pod>,
+) -> Option<String> {
+    if cluster.modules.is_empty() {
+        return None;
+    }
+    if let Some(r) = report {
+        let missing: Vec<&str> = cluster
+            .modules
+            .iter()
+            .filter(|m| !r.modules.contains(&m.name))
+            .map(|m| m.name.as_str())
+            .collect();
+        // An empty list is a member that could not say (see observe_node).
+        return (!missing.is_empty() && !r.modules.is_empty())
+            .then(|| format!("not loaded: {}", missing.join(", ")));
+    }
+    let statuses = pod?.status.as_ref()?.container_statuses.as_ref()?;
+    let valkey = statuses
+        .iter()
+        .find(|c| c.name == api::constants::VALKEY_CONTAINER)?;
+    let terminated = valkey
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .or_else(|| valkey.last_state.as_ref()?.terminated.as_ref())?;
+    let message = terminated.message.as_deref()?;
+    message
+        .lines()
+        .rev()
+        .find(|l| l.contains("Module ") || l.contains("module"))
+        .map(|l| l.trim().to_string())
 }

@@ -271,7 +271,7 @@ fn pod_template_overlay_and_a_real_module() {
             victim.ip
         );
         greet_everywhere(env, &primaries, &password)?;
-        greet_everywhere(env, &[victim.ip.clone()], &password)?;
+        greet_everywhere(env, std::slice::from_ref(&victim.ip), &password)?;
         Ok(())
     });
 }

@@ -960,7 +960,7 @@ fn validate_spec(
         }
     }
     let mut tolerations = scheduling.tolerations;
-    tolerations.extend(pod_template.tolerations.drain(..));
+    tolerations.append(&mut pod_template.tolerations);
     let mut node_selector = scheduling.node_selector;
     for (k, v) in std::mem::take(&mut pod_template.node_selector) {
         match node_selector.get(&k) {

@@ -932,17 +932,7 @@ mod restore_tests {
     }
 
     fn hash(s: &StatefulSet) -> String {
-        s.spec
-            .as_ref()
-            .unwrap()
-            .template
-            .metadata
-            .as_ref()
-            .unwrap()
-            .annotations
-            .as_ref()
-            .unwrap()[ANNOTATION_RESTART_HASH]
-            .clone()
+        super::tests::annotation(s, ANNOTATION_RESTART_HASH)
     }
 
     #[test]
@@ -1020,7 +1010,7 @@ mod tests {
         })
     }
 
-    fn annotation(s: &StatefulSet, key: &str) -> String {
+    pub(super) fn annotation(s: &StatefulSet, key: &str) -> String {
         s.spec
             .as_ref()
             .unwrap()

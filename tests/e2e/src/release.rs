@@ -176,24 +176,41 @@ fn crate_version(src: &Path) -> Result<String> {
         .context("cargo metadata lists no package operator")
 }
 
-/// Builds (or finds cached) the release tagged `tag` in the repository at
-/// `env.root`: `cargo build --release -p operator --bin valkey-operator`
-/// (niced: the e2e suites share the machine), then the tag's own image
-/// script with the name [`PREVIOUS_IMAGE_NAME`].
-pub fn build(env: &Env, tag: &str) -> Result<Release> {
+/// Builds (or finds cached) the release tagged `tag` at `commit` in the
+/// repository at `env.root`: `cargo build --release -p operator --bin
+/// valkey-operator` (niced: the e2e suites share the machine), then the
+/// tag's own image script with the name [`PREVIOUS_IMAGE_NAME`].
+///
+/// The commit is pinned next to the tag because a clone of one branch (as CI
+/// makes) carries the release's commit in its history but not its tag; when
+/// the tag is present it must name the same commit.
+pub fn build(env: &Env, tag: &str, commit: &str) -> Result<Release> {
     let started = Instant::now();
     let root = &env.root;
-    let commit = run(
-        "git rev-parse",
-        Command::new("git").arg("-C").arg(root).args([
-            "rev-parse",
-            "--verify",
-            &format!("{tag}^{{commit}}"),
-        ]),
-    )
-    .with_context(|| format!("the release tag {tag} is missing (git fetch --tags)"))?
-    .trim()
-    .to_string();
+    let resolve = |rev: &str| {
+        run(
+            "git rev-parse",
+            Command::new("git").arg("-C").arg(root).args([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("{rev}^{{commit}}"),
+            ]),
+        )
+        .map(|s| s.trim().to_string())
+    };
+    let commit = resolve(commit).with_context(|| {
+        format!(
+            "the commit {commit} of release {tag} is not in this clone \
+             (a shallow clone? git fetch --unshallow)"
+        )
+    })?;
+    if let Ok(tagged) = resolve(tag) {
+        ensure!(
+            tagged == commit,
+            "the tag {tag} names {tagged}, but the release is pinned at {commit}"
+        );
+    }
     let base = root.join("target/prev-release");
     let here = base.join(&commit);
     let src = here.join("src");

@@ -42,6 +42,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The release this tree's operator must take over from.
 const PREVIOUS_TAG: &str = "v0.1.0";
+/// Its commit: a clone of main has it in its history but not the tag.
+const PREVIOUS_COMMIT: &str = "44f5054c710a5758a83f29ff76a0bc595cb318cf";
 const RELEASE: &str = "vk-upgrade";
 const OPERATOR_NS: &str = "valkey-upgrade";
 const PLAIN: &str = "plain";
@@ -333,7 +335,7 @@ fn create(env: &Env, ns: &str, m: &ClusterManifest) -> Result<()> {
 
 fn suite(env: &Env, ns: &str) -> Result<()> {
     // 1. the previous release, from git.
-    let prev = release::build(env, PREVIOUS_TAG)?;
+    let prev = release::build(env, PREVIOUS_TAG, PREVIOUS_COMMIT)?;
     eprintln!(
         "operator_upgrade: previous release {} ({}) {} in {:.1}s: {}, image {}, chart {}",
         prev.tag,

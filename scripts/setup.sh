@@ -40,12 +40,13 @@ if ! command -v chromium >/dev/null; then
   apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 
-# Python client used by the e2e suites as an independent judge.
+# Python clients used by the e2e suites as independent judges: the valkey
+# cluster client and valkey-glide (the Valkey project's client, a Rust core).
 venv=$cache/venv
-if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import valkey' 2>/dev/null; then
-  log "creating $venv with the valkey client"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q valkey==6.2.0
+if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import valkey, glide' 2>/dev/null; then
+  log "creating $venv with the valkey and valkey-glide clients"
+  [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q valkey==6.2.0 valkey-glide==2.6.0
 fi
 
 # valkey-server and valkey-cli 9.1.2 with TLS, built from Debian's source

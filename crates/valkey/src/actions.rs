@@ -194,6 +194,12 @@ pub enum Wait {
     WaitingForPrimary { shard: ShardIndex },
     /// The new shard's replicas are not attached yet; slots move in after them.
     WaitingForReplicas { shard: ShardIndex },
+    /// The shard's members do not run their own settings yet (the client
+    /// address they announce, their zone); slots move in after.
+    WaitingForSettings { shard: ShardIndex },
+    /// The shard is held back ([`crate::model::DesiredShard::hold_slots`]):
+    /// a member's client address is not known yet.
+    WaitingForClientAddress { shard: ShardIndex },
     /// Blocked: two members of one shard serve slots.
     ConflictingPrimaries {
         shard: ShardIndex,
@@ -228,6 +234,8 @@ impl Wait {
             Wait::WaitingForReplicasToMove { .. } => "WaitingForReplicasToMove",
             Wait::WaitingForPrimary { .. } => "WaitingForPrimary",
             Wait::WaitingForReplicas { .. } => "WaitingForReplicas",
+            Wait::WaitingForSettings { .. } => "WaitingForSettings",
+            Wait::WaitingForClientAddress { .. } => "WaitingForClientAddress",
             Wait::ConflictingPrimaries { .. } => "ConflictingPrimaries",
             Wait::SeparateCluster { .. } => "SeparateCluster",
             Wait::MemberHoldsKeys { .. } => "MemberHoldsKeys",
@@ -292,6 +300,13 @@ impl fmt::Display for Wait {
             Wait::WaitingForReplicas { shard } => {
                 write!(f, "shard {shard}: replicas not attached yet")
             }
+            Wait::WaitingForSettings { shard } => {
+                write!(f, "shard {shard}: members do not run their settings yet")
+            }
+            Wait::WaitingForClientAddress { shard } => write!(
+                f,
+                "shard {shard}: a member's client address is not known yet"
+            ),
             Wait::ConflictingPrimaries { shard, members } => {
                 write!(f, "shard {shard}: {} members serve slots", members.len())
             }

@@ -162,6 +162,11 @@ pub struct DesiredShard {
     /// leaving the shard), the order to try in-sync replicas in; the operator orders
     /// them by topology. Members not listed come after, in member order.
     pub failover_preference: Vec<MemberIndex>,
+    /// No slot migrates into the shard while set (slots nobody serves are
+    /// still added): the operator holds a new shard back while a member's
+    /// client address is not known yet (an external address not assigned),
+    /// so that no client is sent where it cannot follow.
+    pub hold_slots: bool,
 }
 
 impl DesiredShard {
@@ -177,6 +182,7 @@ impl DesiredShard {
                 .collect(),
             primary: None,
             failover_preference: Vec::new(),
+            hold_slots: false,
         }
     }
 

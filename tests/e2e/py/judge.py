@@ -13,6 +13,9 @@ A --host may be IP:PORT (a member's external address); --port is for the
 others. `fill` also says which addresses the client learnt (`nodes`) and how
 many primaries its keys went to (`primaries`).
 
+`--client glide` (before or after the verb) runs the verb with valkey-glide
+instead (glide_judge.py): same verbs, same JSON.
+
 Every verb takes --tls-ca FILE (before the verb) to connect with TLS,
 verifying the members' certificate chain against that CA (and, with
 --tls-check-hostname, that the certificate names the address connected to).
@@ -30,8 +33,12 @@ import os
 import sys
 import time
 
-from valkey.cluster import ClusterNode, ValkeyCluster
-from valkey.exceptions import ValkeyClusterException, ValkeyError
+try:
+    from valkey.cluster import ClusterNode, ValkeyCluster
+    from valkey.exceptions import ValkeyClusterException, ValkeyError
+except ImportError:  # --client glide needs only GLIDE
+    ClusterNode = ValkeyCluster = None
+    ValkeyClusterException = ValkeyError = OSError
 
 # What a client raises when a command or a (re)connection fails. The cluster
 # client's "no startup node reachable" error is not a ValkeyError.
@@ -230,6 +237,8 @@ def main():
     parser.add_argument("--tls-ca", help="connect with TLS, trusting this CA file (PEM)")
     parser.add_argument("--tls-check-hostname", action="store_true",
                         help="with --tls-ca, check that the certificate names the address")
+    parser.add_argument("--client", choices=("valkey", "glide"), default="valkey",
+                        help="the client library: valkey-py's cluster client or valkey-glide")
     sub = parser.add_subparsers(dest="cmd", required=True)
     fill = sub.add_parser("fill")
     fill.add_argument("--count", type=int, default=10000)
@@ -250,7 +259,12 @@ def main():
     # --username also after the verb (the harness appends a load's options).
     for p in (fill, load, verify):
         p.add_argument("--username", default=argparse.SUPPRESS)
+        p.add_argument("--client", choices=("valkey", "glide"), default=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.client == "glide":
+        import glide_judge  # noqa: PLC0415 - only this client needs it
+
+        return glide_judge.run(args, address)
     if args.tls_check_hostname:
         check_hostnames()
     return {"fill": cmd_fill, "load": cmd_load, "verify": cmd_verify}[args.cmd](args)

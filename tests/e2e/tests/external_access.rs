@@ -5,24 +5,28 @@
 //!
 //! - NodePort: every member announces `nodeIP:nodePort` (status
 //!   `externalAddress`, the Service's nodePort on its pod's node); the
-//!   Python cluster client seeded with one such address writes and reads
-//!   keys of every shard, verifying the certificate against the address
-//!   (`ssl_check_hostname`), and learns only external addresses;
+//!   Python cluster client and valkey-glide, each seeded with one such
+//!   address, write and read keys of every shard, verifying the
+//!   certificate against the address, and learn only external addresses;
 //! - a primary's pod deleted with its node cordoned: a failover, and the
 //!   member comes back on another node; its announced address follows
 //!   (status and an `ExternalAddressChanged` event) while an outside
-//!   writer keeps writing, and every acknowledged key reads back;
+//!   writer of each client keeps writing, and every acknowledged key reads
+//!   back;
+//! - scaled out to 4 shards under both writers (slots migrate to the new
+//!   shard, clients follow MOVED and ASK to its announced addresses), both
+//!   clients reach all 4 shards;
 //! - switched live to LoadBalancer: every member announces its balancer's
 //!   address; the client works again with TLS verification of that
-//!   address; `testbed lb reassign` of one member's balancer is followed;
+//!   address; scaled in to 3 shards under both writers (slots migrate
+//!   away, the removed members' Services go); `testbed lb reassign` of one
+//!   member's balancer is followed;
 //! - turned off: the member Services are deleted and every member's
 //!   `cluster-announce-client-*` are reset (empty, 0), status empty.
-//!
-//! Not covered here: a slot migration and the GLIDE client.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::cluster::{Env, wait_until};
+use e2e::cluster::{Env, Load, wait_until};
 use e2e::manifest::cluster_manifest;
 use e2e::suite::{Suite, finish_load, wait_load_running};
 use serde_json::Value;
@@ -64,18 +68,22 @@ fn announced(env: &Env, ns: &str) -> Result<BTreeMap<(u64, u64), String>> {
         .collect())
 }
 
-/// Waits until every one of the 6 members announces an address that
-/// `expected` accepts; returns them.
+/// The clients a suite runs outside: `judge.py --client NAME`.
+const CLIENTS: [&str; 2] = ["valkey", "glide"];
+
+/// Waits until every member of `shards` shards (2 members each) announces
+/// an address that `expected` accepts; returns them.
 fn wait_announced(
     env: &Env,
     ns: &str,
+    shards: usize,
     what: &str,
     expected: impl Fn((u64, u64), &str) -> Result<bool>,
 ) -> Result<BTreeMap<(u64, u64), String>> {
     let mut last = BTreeMap::new();
-    wait_until(Duration::from_secs(90), Duration::from_millis(500), || {
+    wait_until(Duration::from_secs(120), Duration::from_millis(500), || {
         last = announced(env, ns)?;
-        if last.len() != 6 {
+        if last.len() != 2 * shards {
             return Ok(false);
         }
         for (k, a) in &last {
@@ -139,17 +147,20 @@ fn balancer_address(env: &Env, ns: &str, (s, m): (u64, u64)) -> Result<String> {
         .unwrap_or_default())
 }
 
-/// `judge.py fill` from outside seeded with `seed` only: retried (the
-/// members pick a reissued certificate up within a minute), then checked:
-/// keys of all 3 shards written and read back, and every node the client
-/// learnt is one of `external`.
+/// `judge.py --client CLIENT fill` from outside seeded with `seed` only:
+/// retried (the members pick a reissued certificate up within a minute),
+/// then checked: keys of every shard written and read back, and the client
+/// learnt exactly the `external` addresses.
 fn fill_from_outside(
     env: &Env,
+    client: &str,
     seed: &str,
     password: &str,
     prefix: &str,
     external: &BTreeSet<String>,
 ) -> Result<Value> {
+    let shards = external.len() / 2;
+    let prefix = format!("{prefix}-{client}");
     let mut last = String::new();
     let mut result = Value::Null;
     wait_until(
@@ -158,7 +169,9 @@ fn fill_from_outside(
         || match env.judge(
             &[seed],
             password,
-            &["fill", "--count", "300", "--prefix", prefix],
+            &[
+                "--client", client, "fill", "--count", "300", "--prefix", &prefix,
+            ],
         ) {
             Ok(v) => {
                 result = v;
@@ -170,10 +183,10 @@ fn fill_from_outside(
             }
         },
     )
-    .with_context(|| format!("fill from outside via {seed}: {last}"))?;
+    .with_context(|| format!("{client}: fill from outside via {seed}: {last}"))?;
     ensure!(
-        result["missing_or_wrong"] == 0 && result["primaries"] == 3,
-        "fill via {seed}: {result}"
+        result["missing_or_wrong"] == 0 && result["primaries"] == shards,
+        "{client}: fill via {seed}: {result}"
     );
     let nodes: BTreeSet<String> = result["nodes"]
         .as_array()
@@ -182,10 +195,69 @@ fn fill_from_outside(
         .filter_map(|n| n.as_str().map(str::to_string))
         .collect();
     ensure!(
-        nodes.len() == 6 && nodes.is_subset(external),
-        "the client learnt {nodes:?}, want the 6 external addresses {external:?}"
+        &nodes == external,
+        "{client}: the client learnt {nodes:?}, want the external addresses {external:?}"
     );
     Ok(result)
+}
+
+/// Both clients fill from outside, seeded with `seed`.
+fn fill_both(
+    env: &Env,
+    seed: &str,
+    password: &str,
+    prefix: &str,
+    external: &BTreeSet<String>,
+) -> Result<String> {
+    let mut said = Vec::new();
+    for client in CLIENTS {
+        let r = fill_from_outside(env, client, seed, password, prefix, external)?;
+        said.push(format!("{client} {r}"));
+    }
+    Ok(said.join("; "))
+}
+
+/// One outside writer per client, seeded with `seed`, running.
+fn start_writers(
+    env: &Env,
+    seed: &str,
+    password: &str,
+    work: &Path,
+    name: &str,
+) -> Result<Vec<Load>> {
+    let mut loads = Vec::new();
+    for client in CLIENTS {
+        let mut load = env.start_load(
+            &[seed],
+            password,
+            work,
+            &format!("{name}-{client}"),
+            &["--client", client],
+        )?;
+        wait_load_running(&mut load).with_context(|| format!("{client} writer"))?;
+        loads.push(load);
+    }
+    Ok(loads)
+}
+
+/// Stops the writers; every key they had acknowledged reads back through
+/// `hosts`. Returns their summaries.
+fn finish_writers(
+    env: &Env,
+    loads: &mut [Load],
+    password: &str,
+    hosts: &[String],
+    what: &str,
+) -> Result<String> {
+    let mut said = Vec::new();
+    for (client, load) in CLIENTS.iter().zip(loads.iter_mut()) {
+        let summary = finish_load(load, &format!("{client} writer {what}"))?;
+        let checked = env
+            .verify_keys(hosts, password, &load.keys)
+            .with_context(|| format!("{client} writer {what}"))?;
+        said.push(format!("{client} {summary} {checked}"));
+    }
+    Ok(said.join("; "))
 }
 
 /// Fails when the outside namespace reaches a member's pod address.
@@ -317,7 +389,7 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
         );
     }
 
-    let node_ports = wait_announced(env, ns, "NodePort", |k, a| {
+    let node_ports = wait_announced(env, ns, 3, "NodePort", |k, a| {
         Ok(node_port_address(env, ns, k)? == a)
     })?;
     let set: BTreeSet<String> = node_ports.values().cloned().collect();
@@ -325,9 +397,9 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
 
     env.judge_outside(true);
     let seed = node_ports[&(1, 0)].clone();
-    let fill = fill_from_outside(env, &seed, &password, "np", &set)?;
+    let fill = fill_both(env, &seed, &password, "np", &set)?;
     eprintln!(
-        "external_access: NodePort: seeded with {seed} only, the client reached every shard with TLS verification of the address ({fill}) after {:?}",
+        "external_access: NodePort: seeded with {seed} only, both clients reached every shard with TLS verification of the address ({fill}) after {:?}",
         start.elapsed()
     );
 
@@ -336,19 +408,17 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
     let victim = env.member_with_role(ns, NAME, 0, "primary")?;
     let key = (0u64, u64::from(victim.member));
     let old_address = node_ports[&key].clone();
-    let mut load = env.start_load(&[seed.as_str()], &password, &work, "moved", &[])?;
-    wait_load_running(&mut load)?;
+    let mut loads = start_writers(env, &seed, &password, &work, "moved")?;
     env.kubectl(&["cordon", &victim.node])?;
     let _uncordon = Uncordon(env, victim.node.clone());
     env.kubectl(&["delete", "pod", &victim.name, "-n", ns, "--wait=false"])?;
-    let moved = wait_announced(env, ns, "member moved", |k, a| {
+    let moved = wait_announced(env, ns, 3, "member moved", |k, a| {
         Ok(node_port_address(env, ns, k)? == a && (k != key || a != old_address))
     })?;
     env.wait_condition(ns, NAME, "Ready", "True", Duration::from_secs(120))?;
-    let summary = finish_load(&mut load, "writer across the move")?;
     let set: BTreeSet<String> = moved.values().cloned().collect();
     let hosts: Vec<String> = set.iter().cloned().collect();
-    env.verify_keys(&hosts, &password, &load.keys)?;
+    let summary = finish_writers(env, &mut loads, &password, &hosts, "across the move")?;
     let events = env.object_events(ns, "ValkeyCluster", NAME)?;
     // One event naming both addresses, or (when a status was written while
     // the pod was away) one saying the old address is gone and a later one
@@ -367,12 +437,30 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
         moved[&key]
     );
     eprintln!(
-        "external_access: member {key:?} moved off {} ({old_address} -> {}), the outside writer followed ({summary}); every acknowledged key read back, after {:?}",
+        "external_access: member {key:?} moved off {} ({old_address} -> {}), the outside writers followed ({summary}); every acknowledged key read back, after {:?}",
         victim.node,
         moved[&key],
         start.elapsed()
     );
     drop(_uncordon);
+
+    // Scaled out under both writers: slots migrate to a fourth shard, whose
+    // members announce their node ports before clients are sent to them.
+    let seed = moved[&(1, 0)].clone();
+    let mut loads = start_writers(env, &seed, &password, &work, "out")?;
+    env.patch_cluster(ns, NAME, r#"{"spec":{"shards":4}}"#)?;
+    env.wait_condition(ns, NAME, "Ready", "True", Duration::from_secs(300))?;
+    let scaled = wait_announced(env, ns, 4, "scaled out", |k, a| {
+        Ok(node_port_address(env, ns, k)? == a)
+    })?;
+    let set: BTreeSet<String> = scaled.values().cloned().collect();
+    let hosts: Vec<String> = set.iter().cloned().collect();
+    let summary = finish_writers(env, &mut loads, &password, &hosts, "across the scale-out")?;
+    let fill = fill_both(env, &seed, &password, "np4", &set)?;
+    eprintln!(
+        "external_access: scaled out to 4 shards under outside writers ({summary}); both clients reach all 4 shards ({fill}), after {:?}",
+        start.elapsed()
+    );
 
     // Switched live to LoadBalancer.
     env.patch_cluster(
@@ -380,25 +468,50 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
         NAME,
         r#"{"spec":{"externalAccess":{"type":"LoadBalancer"}}}"#,
     )?;
-    let balanced = wait_announced(env, ns, "LoadBalancer", |k, a| {
+    let balanced = wait_announced(env, ns, 4, "LoadBalancer", |k, a| {
         Ok(balancer_address(env, ns, k)? == a)
     })?;
     let set: BTreeSet<String> = balanced.values().cloned().collect();
     let seed = balanced[&(2, 1)].clone();
-    fill_from_outside(env, &seed, &password, "lb", &set)?;
+    fill_both(env, &seed, &password, "lb", &set)?;
     eprintln!(
-        "external_access: LoadBalancer: every member announces its balancer, the client seeded with {seed} reached every shard with TLS verification, after {:?}",
+        "external_access: LoadBalancer: every member announces its balancer, both clients seeded with {seed} reached every shard with TLS verification, after {:?}",
+        start.elapsed()
+    );
+
+    // Scaled in under both writers: the fourth shard's slots migrate away
+    // and its Services go.
+    let mut loads = start_writers(env, &seed, &password, &work, "in")?;
+    env.patch_cluster(ns, NAME, r#"{"spec":{"shards":3}}"#)?;
+    env.wait_condition(ns, NAME, "Ready", "True", Duration::from_secs(300))?;
+    let balanced = wait_announced(env, ns, 3, "scaled in", |k, a| {
+        Ok(balancer_address(env, ns, k)? == a)
+    })?;
+    let set: BTreeSet<String> = balanced.values().cloned().collect();
+    let hosts: Vec<String> = set.iter().cloned().collect();
+    let summary = finish_writers(env, &mut loads, &password, &hosts, "across the scale-in")?;
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        Ok(env
+            .kubectl(&["get", "services", "-n", ns, "-o", "name"])?
+            .matches("-external")
+            .count()
+            == 6)
+    })
+    .context("the removed shard's member Services are still there")?;
+    fill_both(env, &seed, &password, "lb3", &set)?;
+    eprintln!(
+        "external_access: scaled in to 3 shards under outside writers ({summary}); the removed members' Services are gone, after {:?}",
         start.elapsed()
     );
 
     // A balancer's address reassigned: the announcement follows.
     let moved_key = (1u64, 1u64);
     env.testbed(&["lb", "reassign", "-n", ns, &format!("{NAME}-1-1-external")])?;
-    let reassigned = wait_announced(env, ns, "reassigned", |k, a| {
+    let reassigned = wait_announced(env, ns, 3, "reassigned", |k, a| {
         Ok(balancer_address(env, ns, k)? == a && (k != moved_key || a != balanced[&moved_key]))
     })?;
     let set: BTreeSet<String> = reassigned.values().cloned().collect();
-    fill_from_outside(env, &reassigned[&moved_key], &password, "lb2", &set)?;
+    fill_both(env, &reassigned[&moved_key], &password, "lb2", &set)?;
     eprintln!(
         "external_access: reassigned {} -> {}, followed, after {:?}",
         balanced[&moved_key],

@@ -814,6 +814,14 @@ fn slots_and_failover(
             plan.wait(Wait::WaitingForReplicas { shard: to });
             continue;
         }
+        if a.desired_shards.get(&to).is_some_and(|d| d.hold_slots) {
+            plan.wait(Wait::WaitingForClientAddress { shard: to });
+            continue;
+        }
+        if !settings_live(a, to) {
+            plan.wait(Wait::WaitingForSettings { shard: to });
+            continue;
+        }
         busy.insert(source);
         busy.insert(target);
         plan.actions.push(Action::MigrateSlots {
@@ -864,6 +872,29 @@ fn replicas_attached(
                 ReplicaSync::NotReplicating | ReplicaSync::LinkDown
             )
         })
+}
+
+/// Whether every reachable desired member of shard `index` runs its own
+/// settings (its member config: the client address it announces, its zone):
+/// clients MOVED into a shard must be sent to the addresses it should
+/// announce, so slots move in only after the CONFIG SETs of step 6.
+fn settings_live(a: &Analysis<'_>, index: ShardIndex) -> bool {
+    let Some(desired) = a.desired_shards.get(&index) else {
+        return false;
+    };
+    desired.members.iter().all(|d| {
+        let r = MemberRef {
+            shard: index,
+            member: d.index,
+        };
+        a.reports.get(&r).is_none_or(|rep| {
+            // A key the member does not report is one its Valkey lacks:
+            // CONFIG SET of it fails, so it must not hold slots back.
+            d.config
+                .iter()
+                .all(|(k, v)| rep.config.get(k).is_none_or(|have| have == v))
+        })
+    })
 }
 
 /// Step 5: at most one graceful failover per plan. Returns whether one was planned

@@ -1828,6 +1828,68 @@ fn scaling_shards_out_migrates_a_balanced_share_to_the_new_shard_after_its_repli
 }
 
 #[test]
+fn a_held_shard_takes_no_slots_until_released() {
+    let (mut sim, mut want) = scaled((2, 1), (3, 1));
+    sim.add(MemberRef::new(2, 0));
+    sim.add(MemberRef::new(2, 1));
+    want.shards[2].hold_slots = true;
+    let mut plans = Vec::new();
+    for _ in 0..25 {
+        let plan = plan_of(&mut sim, &want);
+        step(&mut sim, &plan);
+        plans.push(plan);
+    }
+    assert!(plans.iter().all(|p| !has(p, "MigrateSlots")));
+    let last = plans.last().unwrap();
+    assert!(
+        last.waiting.contains(&Wait::WaitingForClientAddress {
+            shard: ShardIndex(2)
+        }),
+        "{:?}",
+        last.waiting
+    );
+    want.shards[2].hold_slots = false;
+    converge(&mut sim, &want, 40);
+    assert_topology(&sim, &want);
+}
+
+#[test]
+fn slots_move_into_a_new_shard_only_once_its_members_run_their_settings() {
+    let (mut sim, mut want) = scaled((2, 1), (3, 1));
+    sim.add(MemberRef::new(2, 0));
+    sim.add(MemberRef::new(2, 1));
+    // The new replica announces the wrong client address until told.
+    let i = sim.idx(MemberRef::new(2, 1));
+    sim.nodes[i]
+        .config
+        .insert("cluster-announce-client-ipv4".into(), String::new());
+    want.shards[2].members[1].config = [(
+        "cluster-announce-client-ipv4".to_string(),
+        "192.0.2.7".to_string(),
+    )]
+    .into_iter()
+    .collect();
+    let plans = converge(&mut sim, &want, 40);
+    let set = plans
+        .iter()
+        .position(|p| {
+            p.actions
+                .iter()
+                .any(|a| matches!(a, Action::ConfigSet { on, .. } if *on == MemberRef::new(2, 1)))
+        })
+        .expect("the new member is told its address");
+    let first_move = plans
+        .iter()
+        .position(|p| has(p, "MigrateSlots"))
+        .expect("slots move in");
+    assert!(
+        set < first_move,
+        "slots moved at {first_move}, settings set at {set}"
+    );
+    assert_topology(&sim, &want);
+}
+
+#[test]
 fn nothing_moves_while_a_slot_migration_runs() {
     let (mut sim, want) = scaled((2, 0), (3, 0));
     sim.add(MemberRef::new(2, 0));

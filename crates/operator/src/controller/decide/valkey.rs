@@ -73,6 +73,10 @@ pub fn members(f: &Facts<'_>) -> DesiredCluster {
                 .into_iter()
                 .map(MemberIndex::Member)
                 .collect(),
+            // With external access, a member whose address is not known yet
+            // would send clients outside to its pod address.
+            hold_slots: f.cluster.external_access.is_some()
+                && (0..=f.cluster.replicas).any(|m| !external.contains_key(&(s, m))),
         })
         .collect();
     DesiredCluster {

@@ -198,6 +198,13 @@ pub fn build(
         pending_moves: moves.len(),
         scaling: leaving || (new_members && !bootstrapping) || !done.removed.is_empty(),
         pods_pending,
+        waiting: d
+            .valkey
+            .waiting
+            .iter()
+            .filter(|w| !w.is_blocked())
+            .map(ToString::to_string)
+            .collect(),
     };
     let input = StatusInput {
         generation: cluster.generation,

@@ -101,6 +101,9 @@ pub struct Activity {
     pub scaling: bool,
     /// Pods not yet running.
     pub pods_pending: usize,
+    /// What the Valkey planner waits for that clears by itself (one line
+    /// each), shown when nothing else was done.
+    pub waiting: Vec<String>,
 }
 
 /// Everything the conditions are computed from.
@@ -336,6 +339,8 @@ fn summary_of(a: &Activity, fallback: &str) -> String {
         }
     } else if a.pods_pending > 0 {
         format!("{} pod(s) not running yet", a.pods_pending)
+    } else if let Some(first) = a.waiting.first() {
+        format!("{fallback}: {first}")
     } else {
         fallback.to_string()
     }
@@ -494,6 +499,22 @@ mod tests {
         // Pausing twice changes nothing.
         let again = paused_conditions(&merge_conditions(&old, &paused, Some(3), &now));
         assert_eq!(again, paused);
+    }
+
+    #[test]
+    fn a_scale_out_held_back_says_what_it_waits_for() {
+        let mut input = healthy();
+        input.cluster.ready = false;
+        input.cluster.reason = Some("ShardsUnbalanced".into());
+        input.cluster.message = "slots are not spread evenly".into();
+        input.activity.waiting = vec!["shard 3: a member's client address is not known yet".into()];
+        let p = find(&conditions(&input), CONDITION_PROGRESSING).clone();
+        assert!(p.status);
+        assert_eq!(p.reason, "Converging");
+        assert_eq!(
+            p.message,
+            "slots are not spread evenly: shard 3: a member's client address is not known yet"
+        );
     }
 
     #[test]

@@ -18,6 +18,14 @@
 //!   (its replica took over, the killed server restarted and loaded it again).
 //! - A template with an owned label, or a command for the `valkey`
 //!   container, is refused at admission naming `spec.podTemplate...`.
+//! - A privileged sidecar, beyond what the operator's security flags allow,
+//!   is refused by the operator (`InvalidSpec` naming the field), and no pod
+//!   is made.
+//! - A second module whose file is missing: the first member restarted
+//!   for it cannot start; its `moduleError` and the Ready condition
+//!   (`MemberCannotStart`) carry Valkey's own words, and the roll stops
+//!   there (no other member restarted). Taken back, the cluster is Ready
+//!   again with every member loading `hello`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, ensure};
@@ -215,6 +223,8 @@ fn pod_template_overlay_and_a_real_module() {
             "the refusal does not name spec.podTemplate.spec.containers: {err:#}"
         );
 
+        privileged_sidecar_refused(env, ns)?;
+
         load_image(env)?;
         let m = cluster_manifest(CLUSTER, 2, 1).extra_spec(&spec());
         env.create_cluster(ns, &m, Duration::from_secs(180))?;
@@ -272,6 +282,135 @@ fn pod_template_overlay_and_a_real_module() {
         );
         greet_everywhere(env, &primaries, &password)?;
         greet_everywhere(env, std::slice::from_ref(&victim.ip), &password)?;
-        Ok(())
+        a_module_that_fails_stops_the_roll(env, ns)
     });
+}
+
+/// A sidecar asking for `privileged` is the operator's to refuse (the
+/// chart does not pass `--allow-privileged-security-context`).
+fn privileged_sidecar_refused(env: &Env, ns: &str) -> Result<()> {
+    let m = cluster_manifest("priv", 1, 0).extra_spec(
+        "  podTemplate:\n    spec:\n      containers:\n      - {name: shell, image: busybox:1, securityContext: {privileged: true}}\n",
+    );
+    env.apply(ns, &m.yaml())?;
+    let field = "spec.podTemplate.spec.containers[0].securityContext.privileged";
+    let mut last = serde_json::Value::Null;
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        last = env.cluster(ns, "priv")?;
+        Ok(last["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["type"] == "Ready"
+                    && c["status"] == "False"
+                    && c["reason"] == "InvalidSpec"
+                    && c["message"].as_str().is_some_and(|m| m.contains(field))
+            }))
+    })
+    .with_context(|| format!("a privileged sidecar was not refused: {}", last["status"]))?;
+    let pods = env.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        "valkey.rs/cluster=priv",
+        "-o",
+        "name",
+    ])?;
+    ensure!(
+        pods.trim().is_empty(),
+        "pods made for a refused spec: {pods}"
+    );
+    env.kubectl(&["delete", "valkeycluster", "priv", "-n", ns, "--wait=false"])?;
+    Ok(())
+}
+
+/// Pod name -> uid of the cluster's member pods.
+fn pod_uids(env: &Env, ns: &str) -> Result<std::collections::BTreeMap<String, String>> {
+    let pods = env.kubectl_json(&["get", "pods", "-n", ns, "-l", "valkey.rs/cluster=ext"])?;
+    Ok(pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap_or("?").to_string(),
+                p["metadata"]["uid"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect())
+}
+
+fn a_module_that_fails_stops_the_roll(env: &Env, ns: &str) -> Result<()> {
+    let before = pod_uids(env, ns)?;
+    env.patch_cluster(
+        ns,
+        CLUSTER,
+        r#"{"spec":{"modules":[{"name":"hello","path":"/modules/libhello.so","args":["hi"]},{"name":"absent","path":"/modules/absent.so"}]}}"#,
+    )?;
+    let mut last = String::new();
+    wait_until(Duration::from_secs(120), Duration::from_secs(1), || {
+        let obj = env.cluster(ns, CLUSTER)?;
+        let errors: Vec<String> = obj["status"]["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["moduleError"].as_str().map(str::to_string))
+            .collect();
+        let ready = obj["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+            .unwrap_or_default();
+        last = format!("moduleError {errors:?}; Ready {ready}");
+        Ok(errors.iter().any(|e| e.contains("absent.so"))
+            && ready["reason"] == "MemberCannotStart"
+            && ready["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("absent.so")))
+    })
+    .with_context(|| format!("a module that fails to load is not reported: {last}"))?;
+    // The roll stops at the member that cannot start.
+    std::thread::sleep(Duration::from_secs(20));
+    let during = pod_uids(env, ns)?;
+    let replaced: Vec<&String> = before
+        .iter()
+        .filter(|(name, uid)| during.get(*name) != Some(uid))
+        .map(|(name, _)| name)
+        .collect();
+    ensure!(
+        replaced.len() == 1,
+        "want the roll stopped after one member, replaced: {replaced:?} ({last})"
+    );
+    eprintln!("extensions: a missing module stopped the roll at {replaced:?}: {last}");
+
+    // Taken back: the stuck member is replaced and everything converges.
+    env.patch_cluster(
+        ns,
+        CLUSTER,
+        r#"{"spec":{"modules":[{"name":"hello","path":"/modules/libhello.so","args":["hi"]}]}}"#,
+    )?;
+    env.wait_condition(ns, CLUSTER, "Ready", "True", Duration::from_secs(180))?;
+    let password = env.password(ns, CLUSTER)?;
+    let ips: Vec<String> = env
+        .members(ns, CLUSTER)?
+        .iter()
+        .map(|p| p.ip.clone())
+        .collect();
+    greet_everywhere(env, &ips, &password)?;
+    let obj = env.cluster(ns, CLUSTER)?;
+    ensure!(
+        obj["status"]["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|m| m["moduleError"].is_null()),
+        "a moduleError stayed after the module was taken back: {}",
+        obj["status"]["members"]
+    );
+    Ok(())
 }

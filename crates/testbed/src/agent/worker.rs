@@ -851,6 +851,15 @@ impl Worker {
         {
             t.message = valkey_versions::no_tls_message(build, &log_tail(&log));
         }
+        // What a kubelet does for `FallbackToLogsOnError` (the testbed
+        // writes no termination-log file, so a failed container's message
+        // is always its log's tail).
+        if t.exit_code != 0
+            && t.message.is_none()
+            && slot.spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")
+        {
+            t.message = Some(termination_message(&log_tail(&log))).filter(|m| !m.is_empty());
+        }
         tracing::info!(pod = %self.name, container = %slot.spec.name, exit_code = t.exit_code, "container exited");
         slot.run.ready = false;
         slot.run.started = false;
@@ -1307,6 +1316,20 @@ fn image_pull_failed(slot: &mut Slot, image: &str, why: &str, now: Instant) {
 }
 
 /// The end of a container's log (its last 4 KiB), empty when unreadable.
+/// A kubelet's fallback termination message: the log's last 80 lines, at
+/// most its last 2048 bytes (cut at a character boundary).
+fn termination_message(tail: &str) -> String {
+    const MAX_LINES: usize = 80;
+    const MAX_BYTES: usize = 2048;
+    let lines: Vec<&str> = tail.trim_end().lines().collect();
+    let text = lines[lines.len().saturating_sub(MAX_LINES)..].join("\n");
+    let mut start = text.len().saturating_sub(MAX_BYTES);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].to_string()
+}
+
 fn log_tail(path: &std::path::Path) -> String {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut f) = std::fs::File::open(path) else {
@@ -1369,5 +1392,16 @@ mod tests {
         assert_eq!(out[0].1, "/tb/agent/bin:/usr/bin");
         let out = probe_env(&[], std::path::Path::new("/tb/agent/bin"));
         assert!(out[0].1.starts_with("/tb/agent/bin:"));
+    }
+
+    #[test]
+    fn a_fallback_termination_message_is_the_logs_last_80_lines_and_2048_bytes() {
+        let log: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let m = termination_message(&log);
+        assert!(m.starts_with("line 20\n") && m.ends_with("line 99"), "{m}");
+        let long = format!("{}\nlast", "é".repeat(1500));
+        let m = termination_message(&long);
+        assert!(m.len() <= 2048 && m.ends_with("last"));
+        assert_eq!(termination_message("\n"), "");
     }
 }

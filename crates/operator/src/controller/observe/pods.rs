@@ -80,10 +80,31 @@ pub fn start_failure(pod: &Pod) -> Option<StartFailure> {
                 .then(|| StartFailure {
                     container: c.name.clone(),
                     image: c.image.clone(),
+                    message: last_words(c)
+                        .unwrap_or_else(|| waiting.message.clone().unwrap_or_default()),
                     reason,
-                    message: waiting.message.clone().unwrap_or_default(),
                 })
         })
+}
+
+/// Why a crashing container last stopped: its exit code and the last line
+/// of its termination message (with `FallbackToLogsOnError`, the tail of
+/// its log: for valkey-server, the line saying what it could not do).
+fn last_words(c: &k8s_openapi::api::core::v1::ContainerStatus) -> Option<String> {
+    let t = c.last_state.as_ref()?.terminated.as_ref()?;
+    let line = t
+        .message
+        .as_deref()?
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())?;
+    // At most 300 bytes of it, cut at a character boundary.
+    let mut end = line.len().min(300);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(format!("exit code {}: {}", t.exit_code, &line[..end]))
 }
 
 impl PodFacts {
@@ -214,6 +235,45 @@ mod tests {
         let facts = PodFacts::of(&pod("aaa", Some("n1"), true));
         assert!(!needs_restart(&facts, &sts("aaa")));
         assert!(needs_restart(&facts, &sts("bbb")));
+    }
+
+    #[test]
+    fn a_crash_loop_says_why_the_container_last_stopped() {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
+        };
+        let mut p = pod("aaa", Some("n1"), false);
+        let waiting = ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                message: Some("back-off 10s".into()),
+            }),
+            ..Default::default()
+        };
+        let status = |message: Option<&str>| ContainerStatus {
+            name: "valkey".into(),
+            image: "valkey/valkey:9.1".into(),
+            state: Some(waiting.clone()),
+            last_state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 1,
+                    message: message.map(str::to_string),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let log = "1:M # Module /m/x.so failed to load\n1:M # Can't load module from /m/x.so: server aborting\n\n";
+        p.status.as_mut().unwrap().container_statuses = Some(vec![status(Some(log))]);
+        let f = start_failure(&p).unwrap();
+        assert_eq!(f.reason, "CrashLoopBackOff");
+        assert_eq!(
+            f.message,
+            "exit code 1: 1:M # Can't load module from /m/x.so: server aborting"
+        );
+        p.status.as_mut().unwrap().container_statuses = Some(vec![status(None)]);
+        assert_eq!(start_failure(&p).unwrap().message, "back-off 10s");
     }
 
     #[test]

@@ -86,7 +86,9 @@ pub struct Observed {
     pub cluster: String,
     pub credentials_secret: String,
     pub cluster_exists: bool,
-    pub cluster_tls: bool,
+    /// With TLS on, the Secret whose `ca.crt` the backup trusts (the one the
+    /// members serve from).
+    pub cluster_tls_secret: Option<String>,
     pub credentials: Credentials,
     /// Why the bucket could not be listed with the credentials, when it
     /// could not (checked before the Job is made).
@@ -156,12 +158,6 @@ pub fn decide(o: &Observed) -> Step {
                 return Step::Fail(format!(
                     "ValkeyCluster {} not found in namespace {}",
                     o.cluster, o.namespace
-                ));
-            }
-            if o.cluster_tls {
-                return Step::Fail(format!(
-                    "ValkeyCluster {} uses TLS: backups of TLS clusters are not supported yet",
-                    o.cluster
                 ));
             }
             match o.credentials {
@@ -374,7 +370,7 @@ async fn reconcile(
         cluster: backup.spec.cluster.clone(),
         credentials_secret: backup.spec.s3.credentials_secret.clone(),
         cluster_exists: false,
-        cluster_tls: false,
+        cluster_tls_secret: None,
         credentials: Credentials::Missing,
         bucket_error: None,
         job: None,
@@ -396,7 +392,13 @@ async fn reconcile(
             .await
             .map_err(read(format!("ValkeyCluster {}", backup.spec.cluster)))?;
         observed.cluster_exists = cluster.is_some();
-        observed.cluster_tls = cluster.as_ref().is_some_and(|c| c.spec.tls.enabled);
+        observed.cluster_tls_secret = cluster.as_ref().filter(|c| c.spec.tls.enabled).map(|c| {
+            c.spec
+                .tls
+                .secret_name
+                .clone()
+                .unwrap_or_else(|| api::constants::tls_secret_name(&c.name_any()))
+        });
         secret = Api::<Secret>::namespaced(client.clone(), &ns)
             .get_opt(&backup.spec.s3.credentials_secret)
             .await
@@ -440,7 +442,11 @@ async fn reconcile(
             Action::requeue(POLL)
         }
         Step::Start => {
-            let desired = job::build(&backup, &ctx.settings.exporter_image);
+            let desired = job::build(
+                &backup,
+                &ctx.settings.exporter_image,
+                observed.cluster_tls_secret.as_deref(),
+            );
             ctx.metrics.api_write("Job", "create");
             jobs.patch(
                 &job_name,
@@ -554,7 +560,7 @@ mod tests {
             cluster: "c".into(),
             credentials_secret: "s3".into(),
             cluster_exists: true,
-            cluster_tls: false,
+            cluster_tls_secret: None,
             credentials: Credentials::Present,
             bucket_error: None,
             job: None,

@@ -11,7 +11,8 @@ use api::constants::FIELD_MANAGER;
 use api::v1alpha1::ValkeyBackup;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec, SecretKeySelector,
+    Container, EnvVar, EnvVarSource, KeyToPath, PodSpec, PodTemplateSpec, SecretKeySelector,
+    SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
@@ -44,8 +45,14 @@ fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
     }
 }
 
-/// The Job of `backup`, run from `image` (the operator's own).
-pub fn build(backup: &ValkeyBackup, image: &str) -> Job {
+/// Where the Job finds the CA its TLS connections trust.
+const TLS_DIR: &str = "/etc/valkey-backup/tls";
+
+/// The Job of `backup`, run from `image` (the operator's own). With
+/// `tls_secret` (a TLS cluster's serving Secret), its `ca.crt` is mounted and
+/// the members are reached over TLS trusting it (the members ask no client
+/// certificate: `tls-auth-clients optional`; the login is the password).
+pub fn build(backup: &ValkeyBackup, image: &str, tls_secret: Option<&str>) -> Job {
     let name = backup.name_any();
     let namespace = backup.namespace().unwrap_or_default();
     let spec = &backup.spec;
@@ -73,6 +80,34 @@ pub fn build(backup: &ValkeyBackup, image: &str) -> Job {
     if let Some(region) = &spec.s3.region {
         args.push(format!("--region={region}"));
     }
+    let (volumes, mounts) = match tls_secret {
+        Some(secret) => {
+            args.push(format!("--tls-ca-file={TLS_DIR}/ca.crt"));
+            (
+                vec![Volume {
+                    name: "tls".to_string(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(secret.to_string()),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".to_string(),
+                            path: "ca.crt".to_string(),
+                            mode: None,
+                        }]),
+                        default_mode: Some(0o444),
+                        optional: Some(false),
+                    }),
+                    ..Default::default()
+                }],
+                vec![VolumeMount {
+                    name: "tls".to_string(),
+                    mount_path: TLS_DIR.to_string(),
+                    read_only: Some(true),
+                    ..Default::default()
+                }],
+            )
+        }
+        None => (Vec::new(), Vec::new()),
+    };
     let secret = &spec.s3.credentials_secret;
     let container = Container {
         name: "backup".to_string(),
@@ -97,6 +132,7 @@ pub fn build(backup: &ValkeyBackup, image: &str) -> Job {
         ]),
         security_context: Some(api::v1alpha1::security::exporter_security_context()),
         termination_message_policy: Some("FallbackToLogsOnError".to_string()),
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
         ..Default::default()
     };
     Job {
@@ -116,6 +152,7 @@ pub fn build(backup: &ValkeyBackup, image: &str) -> Job {
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    volumes: (!volumes.is_empty()).then_some(volumes),
                     restart_policy: Some("Never".to_string()),
                     security_context: Some(api::v1alpha1::security::default_pod_security_context()),
                     automount_service_account_token: Some(false),
@@ -156,7 +193,7 @@ mod tests {
 
     #[test]
     fn the_job_runs_once_owned_by_its_backup_with_the_credentials_from_secrets() {
-        let job = build(&backup(), "img:1");
+        let job = build(&backup(), "img:1", None);
         assert_eq!(job.metadata.name.as_deref(), Some("nightly-backup"));
         let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
@@ -196,6 +233,35 @@ mod tests {
         assert_eq!(
             from("VALKEY_REPLICATION_PASSWORD"),
             ("c1-users".into(), "replication-password".into())
+        );
+    }
+
+    #[test]
+    fn a_tls_clusters_backup_trusts_the_ca_of_its_serving_secret() {
+        let job = build(&backup(), "img:1", Some("c1-tls"));
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let c = &pod.containers[0];
+        assert!(
+            c.args
+                .as_ref()
+                .unwrap()
+                .contains(&"--tls-ca-file=/etc/valkey-backup/tls/ca.crt".to_string())
+        );
+        let v = &pod.volumes.as_ref().unwrap()[0];
+        let secret = v.secret.as_ref().unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("c1-tls"));
+        // Only the CA: the Job never sees the members' private key.
+        assert_eq!(secret.items.as_ref().unwrap()[0].key, "ca.crt");
+        assert_eq!(c.volume_mounts.as_ref().unwrap()[0].read_only, Some(true));
+        assert!(
+            build(&backup(), "img:1", None)
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .volumes
+                .is_none()
         );
     }
 }

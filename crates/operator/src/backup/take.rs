@@ -63,6 +63,9 @@ pub struct BackupArgs {
     /// `<cluster>-users`); unset: no login.
     #[arg(long, env = "VALKEY_REPLICATION_PASSWORD", hide_env_values = true)]
     pub replication_password: Option<String>,
+    /// With TLS: the CA (PEM) the members' certificates chain to.
+    #[arg(long)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// Seconds without a byte from a member before its snapshot is given up.
     #[arg(long, default_value_t = 60)]
     pub idle_seconds: u64,
@@ -103,6 +106,8 @@ pub enum BackupError {
         endpoint: String,
         source: object_store::Error,
     },
+    #[error("reading the TLS CA {path}: {detail}")]
+    TlsCa { path: String, detail: String },
     #[error("resolving the cluster's address {seed}: {detail}")]
     Resolve { seed: String, detail: String },
     #[error("asking {seed} for the cluster's shards: {detail}")]
@@ -279,12 +284,19 @@ async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
         .as_deref()
         .filter(|p| !p.is_empty())
         .map(|p| ("valkey-replication", p));
+    let tls_ca = match &args.tls_ca_file {
+        Some(path) => Some(std::fs::read(path).map_err(|e| BackupError::TlsCa {
+            path: path.display().to_string(),
+            detail: e.to_string(),
+        })?),
+        None => None,
+    };
     let opts = ConnectOptions {
         username: login.map(|(u, _)| u.to_string()),
         password: login.map(|(_, p)| p.to_string()),
         connect_timeout: timeout,
         command_timeout: timeout,
-        tls_ca_pem: None,
+        tls_ca_pem: tls_ca.clone(),
         previous_password: None,
         tls_identity: None,
         plaintext: Default::default(),
@@ -342,7 +354,8 @@ async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
             bytes: 0,
         };
         tracing::info!(shard = index, %ip, port, from_replica, "taking the snapshot");
-        let taken = replication::take_rdb(ip, port, None, login, timeout, &mut sink).await;
+        let taken =
+            replication::take_rdb(ip, port, tls_ca.as_deref(), login, timeout, &mut sink).await;
         let writer = sink.writer.take();
         match (taken, writer) {
             (Ok(_), Some(writer)) => {

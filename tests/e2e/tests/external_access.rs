@@ -19,8 +19,9 @@
 //! - switched live to LoadBalancer: every member announces its balancer's
 //!   address; the client works again with TLS verification of that
 //!   address; scaled in to 3 shards under both writers (slots migrate
-//!   away, the removed members' Services go); `testbed lb reassign` of one
-//!   member's balancer is followed;
+//!   away, the removed members' Services go); a rolling restart of every
+//!   member (a pod template change) under both writers; `testbed lb
+//!   reassign` of one member's balancer is followed;
 //! - turned off: the member Services are deleted and every member's
 //!   `cluster-announce-client-*` are reset (empty, 0), status empty.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -501,6 +502,59 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
     fill_both(env, &seed, &password, "lb3", &set)?;
     eprintln!(
         "external_access: scaled in to 3 shards under outside writers ({summary}); the removed members' Services are gone, after {:?}",
+        start.elapsed()
+    );
+
+    // A rolling restart of every member under both writers.
+    let before: BTreeSet<String> = env
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("valkey.rs/cluster={NAME}"),
+            "-o",
+            "jsonpath={.items[*].metadata.uid}",
+        ])?
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let mut loads = start_writers(env, &seed, &password, &work, "roll")?;
+    env.patch_cluster(
+        ns,
+        NAME,
+        r#"{"spec":{"podTemplate":{"metadata":{"annotations":{"example.com/rolled":"1"}}}}}"#,
+    )?;
+    env.wait_condition(ns, NAME, "Progressing", "False", Duration::from_secs(420))?;
+    env.wait_condition(ns, NAME, "Ready", "True", Duration::from_secs(60))?;
+    let after: BTreeSet<String> = env
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("valkey.rs/cluster={NAME}"),
+            "-o",
+            "jsonpath={.items[*].metadata.uid}",
+        ])?
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    ensure!(
+        after.len() == 6 && after.is_disjoint(&before),
+        "not every member was restarted: before {before:?}, after {after:?}"
+    );
+    let summary = finish_writers(
+        env,
+        &mut loads,
+        &password,
+        &hosts,
+        "across the rolling restart",
+    )?;
+    eprintln!(
+        "external_access: every member restarted under outside writers ({summary}), after {:?}",
         start.elapsed()
     );
 

@@ -415,7 +415,7 @@ fn own_rules(schema: &Value) -> Vec<String> {
     {
         for v in validations {
             let message = str_of(v.get("message"))
-                .map(|m| one_line(m))
+                .map(one_line)
                 .or_else(|| {
                     str_of(v.get("messageExpression"))
                         .map(|m| format!("(message computed by {})", code(&one_line(m))))

@@ -13,7 +13,7 @@ IMAGE_NAME ?= valkey-operator
 DEMO_DIR ?= .testbed
 E2E_DIR ?= .testbed-e2e
 
-.PHONY: setup build test lint fmt unit crd crd-check manifests manifests-check version-check chart-check image image-check e2e e2e-upgrade e2e-topology chaos-seeds demo demo-down bench clean
+.PHONY: setup build test lint fmt unit crd crd-check docs-check manifests manifests-check version-check chart-check image image-check e2e e2e-upgrade e2e-topology chaos-seeds demo demo-down bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -33,14 +33,24 @@ crd: build
 	$(OPERATOR) crd --kind backup > deploy/crd/valkeybackup.yaml
 	cp deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
 	cp deploy/crd/valkeybackup.yaml deploy/helm/valkey-operator/crds/valkeybackup.yaml
+	$(OPERATOR) crd-reference --kind cluster > docs/reference/valkeycluster.md
+	$(OPERATOR) crd-reference --kind backup > docs/reference/valkeybackup.md
 
-# The committed CRD must equal what the Rust types generate.
+# The committed CRD, and the reference generated from it (docs/reference), must
+# equal what the Rust types generate.
 crd-check: build
 	@diff -u deploy/crd/valkeycluster.yaml <($(OPERATOR) crd --kind cluster)
 	@diff -u deploy/crd/valkeybackup.yaml <($(OPERATOR) crd --kind backup)
 	@diff -u deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
 	@diff -u deploy/crd/valkeybackup.yaml deploy/helm/valkey-operator/crds/valkeybackup.yaml
-	@echo "crd: deploy/crd and the Helm chart's copy are up to date"
+	@diff -u docs/reference/valkeycluster.md <($(OPERATOR) crd-reference --kind cluster) || { echo "docs/reference/valkeycluster.md is out of date: run make crd"; exit 1; }
+	@diff -u docs/reference/valkeybackup.md <($(OPERATOR) crd-reference --kind backup) || { echo "docs/reference/valkeybackup.md is out of date: run make crd"; exit 1; }
+	@echo "crd: deploy/crd, the Helm chart's copy and docs/reference are up to date"
+
+# Every relative link in README.md and docs/ (and the chart's README) names a
+# file that exists, and an anchor a heading of that file makes (python3 only, < 1 s).
+docs-check:
+	python3 scripts/check-docs.py
 
 # deploy/rbac and deploy/operator are rendered from the Helm chart (one source
 # of truth); the check fails when they drifted.
@@ -81,7 +91,7 @@ e2e: build image
 # The operator upgrade from the last release tag alone (also part of `make
 # test`): builds the tag's binary, image and chart (cached under
 # target/prev-release), installs it with clusters under writers, upgrades to
-# this tree and counts member restarts and lost writes (docs/operator.md, Upgrades).
+# this tree and counts member restarts and lost writes (docs/guide/upgrades.md).
 e2e-upgrade: build image
 	E2E_TEST=operator_upgrade bash scripts/e2e.sh $(E2E_DIR)
 
@@ -102,7 +112,7 @@ chaos-seeds: build
 	  CHAOS_SEED=$$s E2E_TEST=topology_chaos bash scripts/e2e.sh $(E2E_DIR) || { echo "chaos seed $$s failed"; exit 1; }; \
 	done
 
-test: lint crd-check manifests-check version-check chart-check image-check unit e2e
+test: lint crd-check docs-check manifests-check version-check chart-check image-check unit e2e
 
 # The operator runs in-cluster: its image loaded into the testbed, installed
 # with the Helm chart (release valkey-operator, namespace valkey-system).

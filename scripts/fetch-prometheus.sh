@@ -6,7 +6,7 @@
 # They come from Debian bookworm's `prometheus` package (upstream 2.42.0),
 # unpacked, never installed: no maintainer script runs, no user is added, no
 # service starts. Why not from the Go modules like the control plane: see
-# docs/operator.md, "Shown with a real Prometheus". The binaries live outside
+# docs/guide/monitoring.md, "Shown with a real Prometheus". The binaries live outside
 # the repo and are reused when present:
 #   $VALKEY_RS_CACHE (default ~/.cache/valkey-rs)/bin/prometheus-<version>/{prometheus,promtool}
 # (`.deb-version` there names the Debian revision unpacked).

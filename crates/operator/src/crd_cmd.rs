@@ -52,3 +52,45 @@ pub fn write(kind: CrdKind, out: &mut impl Write) -> Result<(), CrdError> {
     out.flush()?;
     Ok(())
 }
+
+/// Which CustomResourceDefinition `crd-reference` describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReferenceKind {
+    /// `ValkeyCluster` (docs/reference/valkeycluster.md).
+    Cluster,
+    /// `ValkeyBackup` (docs/reference/valkeybackup.md).
+    Backup,
+}
+
+/// `valkey-operator crd-reference` arguments.
+#[derive(Debug, clap::Args)]
+pub struct CrdReferenceArgs {
+    /// The kind whose reference to print.
+    #[arg(long, value_enum)]
+    pub kind: ReferenceKind,
+}
+
+/// Why the reference could not be printed.
+#[derive(Debug, Error)]
+pub enum ReferenceError {
+    #[error("encoding the CRD as JSON: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("writing the reference: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+/// The Markdown reference of `kind`, generated from the same CRD `crd` prints.
+pub fn reference(kind: ReferenceKind) -> Result<String, ReferenceError> {
+    let crd = match kind {
+        ReferenceKind::Cluster => serde_json::to_value(api::crd())?,
+        ReferenceKind::Backup => serde_json::to_value(api::backup_crd())?,
+    };
+    Ok(crate::crd_reference::render(&crd))
+}
+
+/// Writes the Markdown reference of `kind` to `out`.
+pub fn write_reference(kind: ReferenceKind, out: &mut impl Write) -> Result<(), ReferenceError> {
+    out.write_all(reference(kind)?.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}

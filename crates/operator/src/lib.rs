@@ -2,7 +2,8 @@
 //!
 //! - [`adapt`]: Kubernetes Nodes, Pods and a ValkeyCluster -> the placement
 //!   planner's `Problem` (shared by the controller and `plan`);
-//! - [`crd_cmd`]: `valkey-operator crd`;
+//! - [`crd_cmd`]: `valkey-operator crd` and `crd-reference`;
+//! - [`crd_reference`]: the Markdown reference generated from a CRD;
 //! - [`exporter`]: `valkey-operator exporter`, the per-member metrics sidecar;
 //! - [`plan_cmd`]: `valkey-operator plan`;
 //! - [`probe_cmd`]: `valkey-operator probe-metrics` (the chart's `helm test`);
@@ -13,6 +14,7 @@ pub mod backup;
 pub mod builders;
 pub mod controller;
 pub mod crd_cmd;
+pub mod crd_reference;
 pub mod exporter;
 pub mod exposition;
 pub mod http;

@@ -24,6 +24,10 @@ enum Command {
     /// Print the CustomResourceDefinitions (ValkeyCluster, ValkeyBackup) as
     /// YAML, or one of them with --kind.
     Crd(crd_cmd::CrdArgs),
+    /// Print the Markdown reference of a CRD (every field's path, type,
+    /// default, whether required, description and rules), generated from the
+    /// same schema `crd` prints (docs/reference/*.md).
+    CrdReference(crd_cmd::CrdReferenceArgs),
     /// Take one backup of a ValkeyCluster to an S3-compatible store (what a
     /// ValkeyBackup's Job runs). Exit 0 when every shard and the manifest
     /// are written, 1 when not; the outcome is printed as JSON.
@@ -104,6 +108,15 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::CrdReference(args) => {
+            match crd_cmd::write_reference(args.kind, &mut std::io::stdout().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Plan(args) => plan_cmd::main(&args),
         Command::Backup(args) => match tokio::runtime::Runtime::new() {
             Ok(rt) => rt.block_on(operator::backup::take::main(args)),

@@ -347,7 +347,7 @@ fn every_dashboard_query_names_a_metric_the_operator_exports() {
 
 #[test]
 fn the_exporter_contract_names_are_exported() {
-    // The names other people build on (docs/operator.md, Monitoring).
+    // The names other people build on (docs/guide/monitoring.md).
     let exported = exporter_exported();
     for name in [
         "valkey_up",

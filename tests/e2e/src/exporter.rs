@@ -1,7 +1,7 @@
 //! The members' exporter sidecars as a scraper sees them: `GET
 //! http://<pod IP>:9121/metrics` from the host (pod IPs route from the host on
 //! the testbed), the exposition read line by line. The checks are written
-//! from the metric names of the contract (docs/operator.md, "Monitoring"),
+//! from the metric names of the contract (docs/guide/monitoring.md),
 //! not from the exporter's code.
 
 use crate::cluster::{Env, MemberPod};

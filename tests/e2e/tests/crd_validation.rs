@@ -232,7 +232,7 @@ fn schema_and_cel_refuse_bad_specs_naming_the_field() {
         ),
         (
             // kubectl reads a bare yes as a boolean (YAML 1.1): config values
-            // are strings, so it must be quoted (docs/operator.md says so).
+            // are strings, so it must be quoted (docs/guide/configuration.md says so).
             "config-bare-yes",
             "config: {appendonly: yes}",
             &["spec.config.appendonly", "must be of type string"],

@@ -37,7 +37,7 @@
 //!    the operator scaled to 0, ValkeyOperatorDown's expression returns a
 //!    series and the alert becomes active;
 //! 7. `helm uninstall` removes the operator and keeps the CRD, the
-//!    ValkeyCluster and its data (docs/operator.md, "Uninstalling").
+//!    ValkeyCluster and its data (docs/guide/install.md, "Installing and uninstalling").
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};

@@ -14,7 +14,7 @@
 //! 3. writers counting `WAIT 1` acknowledgements run against both; every
 //!    member's pod UID, container restart count and Valkey `run_id` (INFO
 //!    server) are recorded, and each StatefulSet's restart hash;
-//! 4. the upgrade, as docs/operator.md ("Upgrading the operator") says: the
+//! 4. the upgrade, as docs/guide/upgrades.md ("The operator") says: the
 //!    current chart's CRDs with `kubectl apply --server-side
 //!    --force-conflicts` (Helm never upgrades `crds/`), then `helm upgrade`
 //!    to the current chart and image;

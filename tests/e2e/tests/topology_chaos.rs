@@ -9,8 +9,8 @@
 //! the one write in 26,495 seed 9173 lost, read from its fault log, not
 //! reproduced). That election is Valkey's alone; what the cluster guarantees,
 //! and this run checks, is that a write every replica acknowledged survives
-//! every fault, the operator's failovers included (docs/operator.md, "Data
-//! safety"). `safety_small_clusters` checks `WAIT 1` with one replica, where
+//! every fault, the operator's failovers included (docs/guide/configuration.md,
+//! "Data safety"). `safety_small_clusters` checks `WAIT 1` with one replica, where
 //! it is the same guarantee.
 //!
 //! The faults: a node fails and heals after a while (sometimes past the

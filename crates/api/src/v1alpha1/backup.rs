@@ -1,6 +1,5 @@
 //! `ValkeyBackup`: one backup of a ValkeyCluster's data to an S3-compatible
-//! object store, taken by a Job the operator runs (see docs/operator.md,
-//! "Backups").
+//! object store, taken by a Job the operator runs (see docs/guide/backups.md).
 //!
 //! The objects land under `<prefix>/<namespace>/<name>/` in the bucket: one
 //! RDB per shard (`shard-<i>.rdb`) and `manifest.json`, written last, so a

@@ -35,7 +35,7 @@ impl fmt::Display for TagVersion {
 /// with the cluster and ACL behaviour it relies on.
 pub const OLDEST_SUPPORTED: (u32, u32) = (8, 0);
 
-/// The versions the e2e suites run (docs/operator.md, Upgrades).
+/// The versions the e2e suites run (docs/operator.md and docs/guide/upgrades.md, Upgrades).
 pub const TESTED: &[&str] = &["9.0.0", "9.1.2"];
 
 /// The annotation that lets a downgrade across a major or minor version go

@@ -12,7 +12,7 @@
 //!   file) and asks its HTTP API.
 //!
 //! The binaries are Debian's build of Prometheus 2.42.0, unpacked by
-//! `scripts/fetch-prometheus.sh` (`make setup`); see docs/operator.md,
+//! `scripts/fetch-prometheus.sh` (`make setup`); see docs/guide/monitoring.md,
 //! "Shown with a real Prometheus", for why that build and what it lacks.
 
 pub mod discovery;

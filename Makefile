@@ -31,20 +31,26 @@ fmt:
 crd: build
 	$(OPERATOR) crd --kind cluster > deploy/crd/valkeycluster.yaml
 	$(OPERATOR) crd --kind backup > deploy/crd/valkeybackup.yaml
+	$(OPERATOR) crd --kind schedule > deploy/crd/valkeybackupschedule.yaml
+	cp deploy/crd/valkeybackupschedule.yaml deploy/helm/valkey-operator/crds/valkeybackupschedule.yaml
 	cp deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
 	cp deploy/crd/valkeybackup.yaml deploy/helm/valkey-operator/crds/valkeybackup.yaml
 	$(OPERATOR) crd-reference --kind cluster > docs/reference/valkeycluster.md
 	$(OPERATOR) crd-reference --kind backup > docs/reference/valkeybackup.md
+	$(OPERATOR) crd-reference --kind schedule > docs/reference/valkeybackupschedule.md
 
 # The committed CRD, and the reference generated from it (docs/reference), must
 # equal what the Rust types generate.
 crd-check: build
 	@diff -u deploy/crd/valkeycluster.yaml <($(OPERATOR) crd --kind cluster)
 	@diff -u deploy/crd/valkeybackup.yaml <($(OPERATOR) crd --kind backup)
+	@diff -u deploy/crd/valkeybackupschedule.yaml <($(OPERATOR) crd --kind schedule)
+	@diff -u deploy/crd/valkeybackupschedule.yaml deploy/helm/valkey-operator/crds/valkeybackupschedule.yaml
 	@diff -u deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
 	@diff -u deploy/crd/valkeybackup.yaml deploy/helm/valkey-operator/crds/valkeybackup.yaml
 	@diff -u docs/reference/valkeycluster.md <($(OPERATOR) crd-reference --kind cluster) || { echo "docs/reference/valkeycluster.md is out of date: run make crd"; exit 1; }
 	@diff -u docs/reference/valkeybackup.md <($(OPERATOR) crd-reference --kind backup) || { echo "docs/reference/valkeybackup.md is out of date: run make crd"; exit 1; }
+	@diff -u docs/reference/valkeybackupschedule.md <($(OPERATOR) crd-reference --kind schedule) || { echo "docs/reference/valkeybackupschedule.md is out of date: run make crd"; exit 1; }
 	@echo "crd: deploy/crd, the Helm chart's copy and docs/reference are up to date"
 
 # Every relative link in README.md and docs/ (and the chart's README) names a

@@ -30,6 +30,16 @@ pub fn backup_crd() -> CustomResourceDefinition {
     v1alpha1::ValkeyBackup::crd()
 }
 
+/// The `ValkeyBackupSchedule` CustomResourceDefinition.
+pub fn schedule_crd() -> CustomResourceDefinition {
+    v1alpha1::ValkeyBackupSchedule::crd()
+}
+
+/// [`schedule_crd`] as YAML (`valkey-operator crd --kind schedule`).
+pub fn schedule_crd_yaml() -> Result<String, CrdYamlError> {
+    Ok(serde_saphyr::to_string(&schedule_crd())?)
+}
+
 /// [`backup_crd`] as YAML (`valkey-operator crd --kind backup`).
 pub fn backup_crd_yaml() -> Result<String, CrdYamlError> {
     Ok(serde_saphyr::to_string(&backup_crd())?)

@@ -21,3 +21,14 @@ fn committed_backup_crd_matches_the_rust_types() {
          `cargo run -p operator -- crd --kind backup > deploy/crd/valkeybackup.yaml` (or `make crd`)"
     );
 }
+
+#[test]
+fn committed_schedule_crd_matches_the_rust_types() {
+    let committed = include_str!("../../../deploy/crd/valkeybackupschedule.yaml");
+    let generated = api::schedule_crd_yaml().unwrap();
+    assert!(
+        committed == generated,
+        "deploy/crd/valkeybackupschedule.yaml is stale: regenerate it with \
+         `cargo run -p operator -- crd --kind schedule > deploy/crd/valkeybackupschedule.yaml` (or `make crd`)"
+    );
+}

@@ -1,9 +1,10 @@
 //! `valkey-operator crd`: prints the CustomResourceDefinitions generated from
 //! the Rust types: every kind, as one multi-document YAML stream that
 //! `kubectl apply -f -` takes, or one kind with `--kind`.
-//! `deploy/crd/valkeycluster.yaml` and `deploy/crd/valkeybackup.yaml` are the
-//! outputs of `--kind cluster` and `--kind backup`, committed; tests fail when
-//! they differ.
+//! `deploy/crd/valkeycluster.yaml`, `deploy/crd/valkeybackup.yaml` and
+//! `deploy/crd/valkeybackupschedule.yaml` are the outputs of `--kind cluster`,
+//! `--kind backup` and `--kind schedule`, committed; tests fail when they
+//! differ.
 
 use std::io::Write;
 use thiserror::Error;
@@ -27,6 +28,8 @@ pub enum CrdKind {
     Cluster,
     /// `ValkeyBackup` (deploy/crd/valkeybackup.yaml).
     Backup,
+    /// `ValkeyBackupSchedule` (deploy/crd/valkeybackupschedule.yaml).
+    Schedule,
 }
 
 /// `valkey-operator crd` arguments.
@@ -42,7 +45,13 @@ pub fn yaml(kind: CrdKind) -> Result<String, CrdError> {
     Ok(match kind {
         CrdKind::Cluster => api::crd_yaml()?,
         CrdKind::Backup => api::backup_crd_yaml()?,
-        CrdKind::All => format!("{}---\n{}", api::crd_yaml()?, api::backup_crd_yaml()?),
+        CrdKind::Schedule => api::schedule_crd_yaml()?,
+        CrdKind::All => format!(
+            "{}---\n{}---\n{}",
+            api::crd_yaml()?,
+            api::backup_crd_yaml()?,
+            api::schedule_crd_yaml()?
+        ),
     })
 }
 
@@ -60,6 +69,8 @@ pub enum ReferenceKind {
     Cluster,
     /// `ValkeyBackup` (docs/reference/valkeybackup.md).
     Backup,
+    /// `ValkeyBackupSchedule` (docs/reference/valkeybackupschedule.md).
+    Schedule,
 }
 
 /// `valkey-operator crd-reference` arguments.
@@ -84,6 +95,7 @@ pub fn reference(kind: ReferenceKind) -> Result<String, ReferenceError> {
     let crd = match kind {
         ReferenceKind::Cluster => serde_json::to_value(api::crd())?,
         ReferenceKind::Backup => serde_json::to_value(api::backup_crd())?,
+        ReferenceKind::Schedule => serde_json::to_value(api::schedule_crd())?,
     };
     Ok(crate::crd_reference::render(&crd))
 }

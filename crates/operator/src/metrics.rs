@@ -123,6 +123,14 @@ pub struct ClusterLabels {
     pub cluster: String,
 }
 
+/// Labels of a backup schedule's series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScheduleLabels {
+    pub namespace: String,
+    pub cluster: String,
+    pub schedule: String,
+}
+
 /// Labels of a count that is either desired or ready.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
@@ -263,6 +271,10 @@ pub struct Metrics {
     cluster_plan_optimal: Family<ClusterLabels, Gauge>,
     replica_link_up: Family<ReplicaLabels, Gauge>,
     replica_lag: Family<ReplicaLabels, Gauge>,
+    backup_last_success: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    backup_last_duration: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    backup_last_size: Family<ClusterLabels, Gauge>,
+    backup_schedule_interval: Family<ScheduleLabels, Gauge<f64, AtomicU64>>,
     /// The replica series each cluster has now, so the ones of members that
     /// are gone (or no longer replicas) can be removed.
     replica_series: Mutex<HashMap<ClusterLabels, ReplicaSeries>>,
@@ -418,8 +430,36 @@ impl Metrics {
             "Bytes of the replication stream the replica has not yet received from the shard's live primary",
             replica_lag.clone(),
         );
+        let backup_last_success = Family::<ClusterLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "backup_last_success_timestamp_seconds",
+            "When the newest Completed ValkeyBackup of the cluster completed (Unix seconds)",
+            backup_last_success.clone(),
+        );
+        let backup_last_duration = Family::<ClusterLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "backup_last_duration_seconds",
+            "How long the newest Completed ValkeyBackup of the cluster took, from its Job's creation",
+            backup_last_duration.clone(),
+        );
+        let backup_last_size = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "backup_last_size_bytes",
+            "Bytes of RDB the newest Completed ValkeyBackup of the cluster wrote, all shards",
+            backup_last_size.clone(),
+        );
+        let backup_schedule_interval = Family::<ScheduleLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "backup_schedule_interval_seconds",
+            "Seconds between two runs of a ValkeyBackupSchedule (its next two), for the backup-age alert",
+            backup_schedule_interval.clone(),
+        );
         Self {
             registry: root,
+            backup_last_success,
+            backup_last_duration,
+            backup_last_size,
+            backup_schedule_interval,
             cluster_shards,
             cluster_members,
             cluster_slots,
@@ -623,6 +663,58 @@ impl Metrics {
             .lock()
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// A Completed backup of `cluster`: the backup gauges take it when it
+    /// completed no earlier than the one they show (backups are reconciled
+    /// in any order after a restart).
+    pub fn backup_completed(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        completed_unix: f64,
+        duration_seconds: f64,
+        size_bytes: u64,
+    ) {
+        let labels = ClusterLabels {
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+        };
+        let last = self.backup_last_success.get_or_create(&labels);
+        if completed_unix < last.get() {
+            return;
+        }
+        last.set(completed_unix);
+        self.backup_last_duration
+            .get_or_create(&labels)
+            .set(duration_seconds);
+        self.backup_last_size
+            .get_or_create(&labels)
+            .set(i64::try_from(size_bytes).unwrap_or(i64::MAX));
+    }
+
+    /// A schedule's interval, or `None` to drop its series (suspended,
+    /// invalid or deleted).
+    pub fn backup_schedule(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        schedule: &str,
+        interval_seconds: Option<f64>,
+    ) {
+        let labels = ScheduleLabels {
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+            schedule: schedule.to_string(),
+        };
+        match interval_seconds {
+            Some(s) => {
+                self.backup_schedule_interval.get_or_create(&labels).set(s);
+            }
+            None => {
+                self.backup_schedule_interval.remove(&labels);
+            }
+        }
     }
 
     /// Drops every series of a deleted cluster.

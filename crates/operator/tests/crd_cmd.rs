@@ -15,6 +15,15 @@ fn crd(args: &[&str]) -> String {
 
 const CLUSTER: &str = include_str!("../../../deploy/crd/valkeycluster.yaml");
 const BACKUP: &str = include_str!("../../../deploy/crd/valkeybackup.yaml");
+const SCHEDULE: &str = include_str!("../../../deploy/crd/valkeybackupschedule.yaml");
+
+#[test]
+fn crd_kind_schedule_prints_the_committed_schedule_crd() {
+    assert!(
+        crd(&["--kind", "schedule"]) == SCHEDULE,
+        "deploy/crd/valkeybackupschedule.yaml differs from `valkey-operator crd --kind schedule`: run `make crd`"
+    );
+}
 
 #[test]
 fn crd_kind_cluster_prints_the_committed_cluster_crd() {
@@ -34,5 +43,5 @@ fn crd_kind_backup_prints_the_committed_backup_crd() {
 
 #[test]
 fn crd_prints_every_kind_as_one_stream() {
-    assert_eq!(crd(&[]), format!("{CLUSTER}---\n{BACKUP}"));
+    assert_eq!(crd(&[]), format!("{CLUSTER}---\n{BACKUP}---\n{SCHEDULE}"));
 }

@@ -38,6 +38,8 @@ fn with_every_family() -> Metrics {
         ..ClusterGauges::default()
     };
     m.observe_cluster("ns", "c", &gauges);
+    m.backup_completed("ns", "c", 1_800_000_000.0, 12.5, 4096);
+    m.backup_schedule("ns", "c", "nightly", Some(86_400.0));
     m
 }
 
@@ -391,6 +393,7 @@ fn every_alert_names_a_metric_the_operator_exports() {
             "ValkeyClusterNotReady",
             "ValkeyClusterSlotsNotServed",
             "ValkeyReplicaLinkDown",
+            "ValkeyBackupTooOld",
             "ValkeyClusterPrimariesMisplaced",
             "ValkeyClusterRequiredSpreadUnsatisfiable",
             "ValkeyOperatorDown",

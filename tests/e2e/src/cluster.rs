@@ -145,6 +145,10 @@ impl Env {
         for (file, name) in [
             ("valkeycluster.yaml", "crd/valkeyclusters.valkey.rs"),
             ("valkeybackup.yaml", "crd/valkeybackups.valkey.rs"),
+            (
+                "valkeybackupschedule.yaml",
+                "crd/valkeybackupschedules.valkey.rs",
+            ),
         ] {
             let crd = self.root.join("deploy/crd").join(file);
             let crd = crd.to_string_lossy();

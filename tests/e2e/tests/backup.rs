@@ -548,3 +548,157 @@ fn restore_checks(
     )?;
     Ok(())
 }
+
+/// The ValkeyBackups of schedule `name`: (name, phase).
+fn scheduled(env: &Env, ns: &str, name: &str) -> Result<Vec<(String, String)>> {
+    let list = env.kubectl_json(&[
+        "get",
+        "valkeybackups",
+        "-n",
+        ns,
+        "-l",
+        &format!("valkey.rs/schedule={name}"),
+    ])?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["metadata"]["deletionTimestamp"].is_null())
+        .map(|b| (s(&b["metadata"], "name"), s(&b["status"], "phase")))
+        .collect())
+}
+
+/// Schedules (issue 28): a `ValkeyBackupSchedule` every minute keeping 2
+/// makes a ValkeyBackup per run and prunes the oldest, whose objects go
+/// with it; a backup switched to `deletionPolicy: Retain` and deleted keeps
+/// its objects; an invalid cron expression is reported naming the field;
+/// deleting the schedule keeps its backups.
+#[test]
+fn scheduled_backups_are_pruned_to_keep_and_deleted_backups_take_their_objects() {
+    let Some(suite) = Suite::start("backup_schedule", "backup-schedule", "e2e-sched") else {
+        return;
+    };
+    suite.run(&["sched"], |env, ns| {
+        let work = env.work_dir("backup-schedule")?;
+        let s3 = s3_info(env)?;
+        env.apply(
+            ns,
+            &credentials_yaml("s3", &s(&s3, "accessKey"), &s(&s3, "secretKey")),
+        )?;
+        env.create_cluster(
+            ns,
+            &cluster_manifest("sched", 1, 0),
+            Duration::from_secs(180),
+        )?;
+        let schedule = |name: &str, cron: &str| {
+            format!(
+                "apiVersion: valkey.rs/v1alpha1\nkind: ValkeyBackupSchedule\nmetadata: {{name: {name}}}\nspec:\n  cluster: sched\n  schedule: \"{cron}\"\n  keep: 2\n  s3:\n    endpoint: \"{}\"\n    bucket: \"{}\"\n    prefix: e2e\n    credentialsSecret: s3\n",
+                s(&s3, "endpoint"),
+                s(&s3, "bucket")
+            )
+        };
+
+        // An invalid expression: the status and an event name the field.
+        env.apply(ns, &schedule("bad", "every minute"))?;
+        let mut last = Value::Null;
+        wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+            last = env.kubectl_json(&["get", "valkeybackupschedule", "bad", "-n", ns])?;
+            Ok(last["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("spec.schedule")))
+        })
+        .with_context(|| format!("an invalid schedule is not reported: {}", last["status"]))?;
+        println!("schedule: invalid: {}", last["status"]["message"]);
+
+        env.apply(ns, &schedule("minutely", "* * * * *"))?;
+        // Three runs: the third prunes the first.
+        let mut seen: Vec<String> = Vec::new();
+        let mut pruned: Vec<String> = Vec::new();
+        wait_until(Duration::from_secs(330), Duration::from_secs(2), || {
+            for (name, _) in scheduled(env, ns, "minutely")? {
+                if !seen.contains(&name) {
+                    seen.push(name);
+                }
+            }
+            pruned = env
+                .object_events(ns, "ValkeyBackupSchedule", "minutely")?
+                .into_iter()
+                .filter(|e| e.reason == "BackupPruned")
+                .map(|e| e.message)
+                .collect();
+            let now = scheduled(env, ns, "minutely")?;
+            let completed = now.iter().filter(|(_, p)| p == "Completed").count();
+            Ok(!pruned.is_empty() && completed == 2 && now.len() == 2)
+        })
+        .with_context(|| format!("no pruning: seen {seen:?}, pruned {pruned:?}"))?;
+        seen.sort();
+        let gone = seen[0].clone();
+        ensure!(
+            pruned.iter().any(|m| m.contains(&gone)),
+            "the oldest backup {gone} was not the one pruned: {pruned:?}"
+        );
+        // Its objects went with it (the finalizer ran), the kept ones' stay.
+        let manifest = |b: &str| format!("e2e/{ns}/{b}/manifest.json");
+        wait_until(Duration::from_secs(60), Duration::from_secs(1), || {
+            Ok(env
+                .kubectl(&["get", "valkeybackup", &gone, "-n", ns])
+                .is_err()
+                && s3_get(&s3, &manifest(&gone), &work.join("gone"))? == 404)
+        })
+        .with_context(|| format!("{gone} or its manifest is still there"))?;
+        let kept = scheduled(env, ns, "minutely")?;
+        for (b, _) in &kept {
+            ensure!(
+                s3_get(&s3, &manifest(b), &work.join("kept"))? == 200,
+                "kept backup {b} lost its manifest"
+            );
+        }
+        let status = env.kubectl_json(&["get", "valkeybackupschedule", "minutely", "-n", ns])?
+            ["status"]
+            .clone();
+        ensure!(
+            status["lastSuccessfulBackup"].is_string() && status["nextScheduleTime"].is_string(),
+            "{status}"
+        );
+        // The last run's backup (a later run may have come meanwhile).
+        let newest = seen.last().cloned().unwrap_or_default();
+        ensure!(
+            status["lastBackup"].as_str().is_some_and(|b| b >= newest.as_str()),
+            "lastBackup is not the newest run {newest}: {status}"
+        );
+        println!(
+            "schedule: runs {seen:?}; {gone} pruned with its objects, {} kept; status {status}",
+            kept.len()
+        );
+
+        // Deleting the schedule stops the runs and keeps the backups.
+        env.kubectl(&["delete", "valkeybackupschedule", "minutely", "-n", ns])?;
+        std::thread::sleep(Duration::from_secs(3));
+        let after = scheduled(env, ns, "minutely")?;
+        ensure!(!after.is_empty(), "deleting the schedule deleted its backups");
+
+        // Retain: the objects stay when the backup goes.
+        let (retained, _) = after
+            .iter()
+            .find(|(_, p)| p == "Completed")
+            .cloned()
+            .context("no completed backup left")?;
+        env.kubectl(&[
+            "patch",
+            "valkeybackup",
+            &retained,
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"deletionPolicy":"Retain"}}"#,
+        ])?;
+        env.kubectl(&["delete", "valkeybackup", &retained, "-n", ns, "--timeout=60s"])?;
+        ensure!(
+            s3_get(&s3, &manifest(&retained), &work.join("retained"))? == 200,
+            "a Retain backup's objects were deleted"
+        );
+        println!("schedule: {retained} deleted with deletionPolicy Retain, its objects stay");
+        Ok(())
+    });
+}

@@ -50,6 +50,23 @@ pub struct ValkeyBackupSpec {
     /// Where the backup goes. Fixed once set.
     #[x_kube(validation = Rule::new("self == oldSelf").message("s3 is immutable"))]
     pub s3: S3Location,
+    /// What deleting this ValkeyBackup does to its objects in the bucket:
+    /// `Delete` (the default) removes them, `Retain` keeps them. It may be
+    /// changed at any time, e.g. to `Retain` before deleting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<BackupDeletionPolicy>,
+}
+
+/// What deleting a ValkeyBackup does to its objects in the bucket.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+pub enum BackupDeletionPolicy {
+    /// The objects are deleted with the ValkeyBackup.
+    #[default]
+    Delete,
+    /// The objects stay in the bucket.
+    Retain,
 }
 
 /// An S3-compatible bucket and the key prefix the backup's objects go under.
@@ -132,6 +149,10 @@ pub struct ValkeyBackupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shards: Option<u32>,
 }
+
+/// Finalizer on a ValkeyBackup: its objects are deleted (or, with
+/// `deletionPolicy: Retain`, kept) before it goes.
+pub const BACKUP_FINALIZER: &str = "valkey.rs/backup-objects";
 
 /// The folder of a backup's objects in its bucket:
 /// `<prefix>/<namespace>/<name>` (no leading or trailing `/`).

@@ -1,6 +1,7 @@
 //! `valkey.rs/v1alpha1`: the first served version of the API.
 //!
 //! - [`backup`]: `ValkeyBackup`, one backup to an object store;
+//! - [`schedule`]: `ValkeyBackupSchedule`, backups on a cron schedule;
 //! - [`spec`]: the user's request, with schema bounds and CEL rules;
 //! - [`status`]: what the operator observed and did;
 //! - [`defaults`]: default values, shared by serde and the schema;
@@ -11,6 +12,7 @@
 pub mod backup;
 pub mod defaults;
 pub mod extensions;
+pub mod schedule;
 pub mod security;
 pub mod spec;
 pub mod status;
@@ -18,9 +20,13 @@ pub mod validation;
 pub mod versions;
 
 pub use backup::{
-    BackupPhase, S3Location, ValkeyBackup, ValkeyBackupSpec, ValkeyBackupStatus, backup_folder,
+    BACKUP_FINALIZER, BackupDeletionPolicy, BackupPhase, S3Location, ValkeyBackup,
+    ValkeyBackupSpec, ValkeyBackupStatus, backup_folder,
 };
 pub use extensions::{ValidatedModule, ValidatedPodTemplate};
+pub use schedule::{
+    LABEL_SCHEDULE, ValkeyBackupSchedule, ValkeyBackupScheduleSpec, ValkeyBackupScheduleStatus,
+};
 pub use spec::*;
 pub use status::*;
 pub use validation::{

@@ -21,7 +21,7 @@ use super::job::{self, LABEL_BACKUP};
 use super::take::Outcome;
 use crate::controller::Context;
 use api::ValkeyCluster;
-use api::v1alpha1::{BackupPhase, ValkeyBackup};
+use api::v1alpha1::{BACKUP_FINALIZER, BackupPhase, ValkeyBackup};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -49,6 +49,10 @@ pub enum BackupControllerError {
     CreateJob { job: String, source: kube::Error },
     #[error("writing the status: {source}")]
     Status { source: kube::Error },
+    #[error("writing the finalizers: {source}")]
+    Finalizer { source: kube::Error },
+    #[error("deleting the Job {job}: {source}")]
+    DeleteJob { job: String, source: kube::Error },
 }
 
 /// The credentials Secret as far as the backup cares.
@@ -344,7 +348,258 @@ async fn outcome_from_bucket(ctx: &Context, backup: &ValkeyBackup) -> Option<Str
     .ok()
 }
 
+/// How long the deletion of a backup's objects is retried (the store down)
+/// before the ValkeyBackup goes anyway, its objects left (and said so).
+const DELETE_PATIENCE: Duration = Duration::from_secs(600);
+
+fn has_finalizer(backup: &ValkeyBackup) -> bool {
+    backup.finalizers().iter().any(|f| f == BACKUP_FINALIZER)
+}
+
+/// Writes `finalizers` as the backup's list, guarded by its
+/// resourceVersion (a list changed meanwhile is a conflict, retried).
+async fn set_finalizers(
+    ctx: &Context,
+    backup: &ValkeyBackup,
+    finalizers: Vec<String>,
+) -> Result<(), BackupControllerError> {
+    ctx.metrics.api_write("ValkeyBackup", "patch");
+    Api::<ValkeyBackup>::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default())
+        .patch(
+            &backup.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {
+                    "finalizers": finalizers,
+                    "resourceVersion": backup.resource_version(),
+                }
+            })),
+        )
+        .await
+        .map_err(|source| BackupControllerError::Finalizer { source })?;
+    Ok(())
+}
+
+/// What deleting a backup does next (pure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cleanup {
+    /// `Retain`: the objects stay; the finalizer goes.
+    Retain,
+    /// Its Job still runs (it would write on): stop it first.
+    StopJob,
+    /// The Job is stopping; wait for it and its pod.
+    WaitForJob,
+    /// Delete the objects, then the finalizer.
+    DeleteObjects,
+}
+
+/// Decides the next step of a deletion (pure). `job_running`: the Job
+/// exists and has not finished; `job_stopping`: it (or its pod) is still
+/// going away.
+pub fn cleanup_step(
+    policy: api::v1alpha1::BackupDeletionPolicy,
+    job_running: bool,
+    job_stopping: bool,
+) -> Cleanup {
+    use api::v1alpha1::BackupDeletionPolicy as P;
+    match (policy, job_running, job_stopping) {
+        (P::Retain, _, _) => Cleanup::Retain,
+        (P::Delete, true, false) => Cleanup::StopJob,
+        (P::Delete, _, true) => Cleanup::WaitForJob,
+        (P::Delete, false, false) => Cleanup::DeleteObjects,
+    }
+}
+
+/// A deleted ValkeyBackup: its objects go (unless `Retain`), then it does.
+/// A store that stays unreachable is retried for [`DELETE_PATIENCE`]; a
+/// credentials Secret that is gone (a namespace being deleted) can never
+/// succeed: the objects are left and an event says where.
+async fn clean_up(backup: &ValkeyBackup, ctx: &Context) -> Result<Action, BackupControllerError> {
+    if !has_finalizer(backup) {
+        return Ok(Action::await_change());
+    }
+    let ns = backup.namespace().unwrap_or_default();
+    let name = backup.name_any();
+    let read = |what: String| move |source| BackupControllerError::Read { what, source };
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let job_name = job::job_name(&name);
+    let job = jobs
+        .get_opt(&job_name)
+        .await
+        .map_err(read(format!("Job {job_name}")))?;
+    let finished = |j: &Job| {
+        j.status.as_ref().is_some_and(|s| {
+            s.succeeded.unwrap_or(0) > 0 || s.failed.unwrap_or(0) > 0 || s.completion_time.is_some()
+        })
+    };
+    let job_running = job
+        .as_ref()
+        .is_some_and(|j| !finished(j) && j.metadata.deletion_timestamp.is_none());
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+        .list(&kube::api::ListParams::default().labels(&format!("{LABEL_BACKUP}={name}")))
+        .await
+        .map_err(read(format!("pods of Job {job_name}")))?;
+    let pod_running = pods.items.iter().any(|p| {
+        !matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+    });
+    let job_stopping = job
+        .as_ref()
+        .is_some_and(|j| j.metadata.deletion_timestamp.is_some())
+        || (pod_running && !job_running);
+    let events = ctx.events(backup.object_ref(&()));
+    let folder = api::v1alpha1::backup_folder(&backup.spec.s3.prefix, &ns, &name);
+    let where_ = format!("{folder}/ in bucket {}", backup.spec.s3.bucket);
+    match cleanup_step(
+        backup.spec.deletion_policy.unwrap_or_default(),
+        job_running,
+        job_stopping,
+    ) {
+        Cleanup::Retain => {
+            events
+                .normal(
+                    "BackupObjectsRetained",
+                    "Delete",
+                    format!("deletionPolicy Retain: the objects under {where_} stay"),
+                )
+                .await;
+        }
+        Cleanup::StopJob => {
+            ctx.metrics.api_write("Job", "delete");
+            jobs.delete(&job_name, &kube::api::DeleteParams::background())
+                .await
+                .map_err(|source| BackupControllerError::DeleteJob {
+                    job: job_name.clone(),
+                    source,
+                })?;
+            return Ok(Action::requeue(Duration::from_secs(2)));
+        }
+        Cleanup::WaitForJob => return Ok(Action::requeue(Duration::from_secs(2))),
+        Cleanup::DeleteObjects => {
+            let secret = Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(&backup.spec.s3.credentials_secret)
+                .await
+                .map_err(read(format!(
+                    "Secret {}",
+                    backup.spec.s3.credentials_secret
+                )))?;
+            let deleted = match secret.as_ref().and_then(|s| s3_settings(backup, s)) {
+                None => Err((
+                    false,
+                    format!(
+                        "credentials Secret {} is gone or lacks its keys",
+                        backup.spec.s3.credentials_secret
+                    ),
+                )),
+                Some(settings) => match super::store::s3(&settings) {
+                    Err(e) => Err((false, format!("building the S3 client: {e}"))),
+                    Ok(store) => match tokio::time::timeout(
+                        Duration::from_secs(60),
+                        super::store::delete_folder(&store, &folder),
+                    )
+                    .await
+                    {
+                        Ok(Ok(n)) => Ok(n),
+                        Ok(Err(e)) => Err((true, e.to_string())),
+                        Err(_) => Err((true, "no answer within 60 s".to_string())),
+                    },
+                },
+            };
+            match deleted {
+                Ok(n) => {
+                    events
+                        .normal(
+                            "BackupObjectsDeleted",
+                            "Delete",
+                            format!("{n} object(s) under {where_} deleted"),
+                        )
+                        .await;
+                }
+                Err((retry, why)) => {
+                    let since = backup
+                        .metadata
+                        .deletion_timestamp
+                        .as_ref()
+                        .map(|t| {
+                            let now = k8s_openapi::jiff::Timestamp::now();
+                            Duration::from_secs(
+                                u64::try_from(now.as_second() - t.0.as_second()).unwrap_or(0),
+                            )
+                        })
+                        .unwrap_or_default();
+                    if retry && since < DELETE_PATIENCE {
+                        events
+                            .warning(
+                                "BackupObjectsNotDeleted",
+                                "Delete",
+                                format!("deleting the objects under {where_}: {why}; retrying"),
+                            )
+                            .await;
+                        return Ok(Action::requeue(Duration::from_secs(30)));
+                    }
+                    events
+                        .warning(
+                            "BackupObjectsLeft",
+                            "Delete",
+                            format!("the objects under {where_} were not deleted: {why}"),
+                        )
+                        .await;
+                }
+            }
+        }
+    }
+    let rest: Vec<String> = backup
+        .finalizers()
+        .iter()
+        .filter(|f| *f != BACKUP_FINALIZER)
+        .cloned()
+        .collect();
+    set_finalizers(ctx, backup, rest).await?;
+    Ok(Action::await_change())
+}
+
 async fn reconcile(
+    backup: Arc<ValkeyBackup>,
+    ctx: Arc<Context>,
+) -> Result<Action, BackupControllerError> {
+    if backup.metadata.deletion_timestamp.is_some() {
+        return clean_up(&backup, &ctx).await;
+    }
+    if !has_finalizer(&backup) {
+        let mut all = backup.finalizers().to_vec();
+        all.push(BACKUP_FINALIZER.to_string());
+        set_finalizers(&ctx, &backup, all).await?;
+    }
+    take(backup, ctx).await
+}
+
+/// A Completed backup's time, duration and size, for the backup gauges.
+fn record_success(
+    ctx: &Context,
+    backup: &ValkeyBackup,
+    status: &api::v1alpha1::ValkeyBackupStatus,
+) {
+    if status.phase != Some(BackupPhase::Completed) {
+        return;
+    }
+    let Some(done) = &status.completion_time else {
+        return;
+    };
+    let started = status.start_time.as_ref().unwrap_or(done);
+    let seconds = |t: &Time| t.0.as_millisecond() as f64 / 1000.0;
+    ctx.metrics.backup_completed(
+        &backup.namespace().unwrap_or_default(),
+        &backup.spec.cluster,
+        seconds(done),
+        (seconds(done) - seconds(started)).max(0.0),
+        status.size_bytes.unwrap_or(0),
+    );
+}
+
+/// Takes the backup: checks, its Job, its outcome.
+async fn take(
     backup: Arc<ValkeyBackup>,
     ctx: Arc<Context>,
 ) -> Result<Action, BackupControllerError> {
@@ -352,6 +607,7 @@ async fn reconcile(
     let name = backup.name_any();
     let status = backup.status.clone().unwrap_or_default();
     if status.phase.is_some_and(BackupPhase::is_final) {
+        record_success(&ctx, &backup, &status);
         return Ok(Action::await_change());
     }
     let client = ctx.client.clone();
@@ -485,6 +741,7 @@ async fn reconcile(
             next.manifest = out.manifest;
             next.size_bytes = Some(out.size_bytes);
             next.shards = Some(out.shards);
+            record_success(&ctx, &backup, &next);
             events
                 .normal(
                     "BackupCompleted",
@@ -551,6 +808,16 @@ pub async fn run(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_deleted_backup_stops_its_job_before_its_objects_go_unless_retained() {
+        use api::v1alpha1::BackupDeletionPolicy::{Delete, Retain};
+        assert_eq!(cleanup_step(Retain, true, false), Cleanup::Retain);
+        assert_eq!(cleanup_step(Delete, true, false), Cleanup::StopJob);
+        assert_eq!(cleanup_step(Delete, false, true), Cleanup::WaitForJob);
+        assert_eq!(cleanup_step(Delete, true, true), Cleanup::WaitForJob);
+        assert_eq!(cleanup_step(Delete, false, false), Cleanup::DeleteObjects);
+    }
 
     fn observed() -> Observed {
         Observed {

@@ -184,6 +184,7 @@ mod tests {
                     region: None,
                     credentials_secret: "s3-creds".into(),
                 },
+                deletion_policy: None,
             },
         );
         b.metadata.namespace = Some("ns".into());

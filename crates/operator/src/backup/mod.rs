@@ -8,6 +8,7 @@
 //!   what the members need, the `Restored` condition);
 //! - [`load`]: `valkey-operator restore`, the init container that loads a
 //!   shard's RDB;
+//! - [`schedule`]: the ValkeyBackupSchedule controller (runs, retention);
 //! - [`store`]: the object store client.
 
 pub mod controller;
@@ -15,5 +16,6 @@ pub mod job;
 pub mod load;
 pub mod manifest;
 pub mod restore;
+pub mod schedule;
 pub mod store;
 pub mod take;

@@ -516,6 +516,7 @@ mod tests {
                     region: None,
                     credentials_secret: "s3".into(),
                 },
+                deletion_policy: None,
             },
         );
         b.status = Some(ValkeyBackupStatus {

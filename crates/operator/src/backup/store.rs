@@ -42,3 +42,27 @@ pub fn s3(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, object_store::E
         .build()?;
     Ok(Arc::new(store))
 }
+
+/// Deletes every object under `folder` (a backup's `<prefix>/<ns>/<name>`;
+/// prefixes match whole path segments, so `a/b` never takes `a/bc`).
+/// Returns how many were deleted. Objects listed meanwhile by nobody else:
+/// a backup's folder is written only by its own Job.
+pub async fn delete_folder(
+    store: &Arc<dyn ObjectStore>,
+    folder: &str,
+) -> Result<usize, object_store::Error> {
+    use futures::{StreamExt as _, TryStreamExt as _};
+    let prefix = object_store::path::Path::from(folder);
+    let paths: Vec<object_store::path::Path> = store
+        .list(Some(&prefix))
+        .map_ok(|meta| meta.location)
+        .try_collect()
+        .await?;
+    let count = paths.len();
+    let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
+    store
+        .delete_stream(locations)
+        .try_for_each(|_| futures::future::ready(Ok(())))
+        .await?;
+    Ok(count)
+}

@@ -307,12 +307,22 @@ pub async fn run(
             shutdown.clone(),
         )
     }));
+    // ValkeyBackupSchedules too: a run creates a ValkeyBackup, which the
+    // backup controller takes.
+    let schedules = futures::future::join_all(scopes.iter().map(|ns| {
+        crate::backup::schedule::run(
+            scoped(&client, ns.as_deref()),
+            scoped(&client, ns.as_deref()),
+            ctx.clone(),
+            shutdown.clone(),
+        )
+    }));
     let clusters = futures::future::join_all(
         scopes
             .into_iter()
             .map(|ns| watch_scope(client.clone(), ns, ctx.clone(), shutdown.clone())),
     );
-    futures::future::join(clusters, backups).await;
+    futures::future::join3(clusters, backups, schedules).await;
     if let Some(task) = pulse_task {
         task.abort();
     }

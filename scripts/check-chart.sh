@@ -99,7 +99,7 @@ grep -qF -- "- --exporter-image=example/op:1.2.3" <<<"$out" ||
 out=$(render --set monitoring.prometheusRule.enabled=true --set monitoring.prometheusRule.alertLabels.team=db \
   --show-only templates/prometheusrule.yaml)
 alerts=$(sed -n 's/^ *- alert: //p' <<<"$out" | sort | tr '\n' ' ')
-want="ValkeyClusterNotReady ValkeyClusterPrimariesMisplaced ValkeyClusterRequiredSpreadUnsatisfiable ValkeyClusterSlotsNotServed ValkeyOperatorDown ValkeyReplicaLinkDown "
+want="ValkeyBackupTooOld ValkeyClusterNotReady ValkeyClusterPrimariesMisplaced ValkeyClusterRequiredSpreadUnsatisfiable ValkeyClusterSlotsNotServed ValkeyOperatorDown ValkeyReplicaLinkDown "
 [[ $alerts == "$want" ]] || fail "the PrometheusRule's alerts are '$alerts', want '$want'"
 grep -q "__OPERATOR_" <<<"$out" && fail "a placeholder is left in the PrometheusRule"
 grep -qF "absent(up{job=\"valkey-operator\", namespace=\"$ns\"} == 1)" <<<"$out" ||

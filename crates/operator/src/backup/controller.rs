@@ -570,7 +570,13 @@ async fn reconcile(
     if !has_finalizer(&backup) {
         let mut all = backup.finalizers().to_vec();
         all.push(BACKUP_FINALIZER.to_string());
-        set_finalizers(&ctx, &backup, all).await?;
+        // Without the finalizer the backup is still taken (an operator run
+        // under an older chart's RBAC may not patch ValkeyBackups); only
+        // the deletion of its objects with it is lost, and said so.
+        if let Err(error) = set_finalizers(&ctx, &backup, all).await {
+            tracing::warn!(backup = %backup.name_any(), %error,
+                "cannot add the finalizer: deleting this ValkeyBackup will leave its objects");
+        }
     }
     take(backup, ctx).await
 }

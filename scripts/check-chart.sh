@@ -105,7 +105,7 @@ grep -q "__OPERATOR_" <<<"$out" && fail "a placeholder is left in the Prometheus
 grep -qF "absent(up{job=\"valkey-operator\", namespace=\"$ns\"} == 1)" <<<"$out" ||
   fail "ValkeyOperatorDown does not select the chart's job in $ns"
 teams=$(grep -c "^ *team: db$" <<<"$out" || true)
-[[ $teams == 6 ]] || fail "alertLabels reached $teams of 6 alerts"
+[[ $teams == 7 ]] || fail "alertLabels reached $teams of 7 alerts"
 
 # The dashboard, byte for byte.
 out=$(render --set monitoring.dashboard.enabled=true --set monitoring.dashboard.namespace=grafana \

@@ -750,6 +750,46 @@ fn wait_targets_up(
 }
 
 /// Step 6: a real Prometheus configured from the chart's monitoring objects.
+/// A Completed ValkeyBackup of the cluster and a yearly
+/// ValkeyBackupSchedule: the series of the `ValkeyBackupTooOld` alert.
+fn backup_series(env: &Env, ns: &str) -> Result<()> {
+    let out = std::process::Command::new(&env.testbed_bin)
+        .arg("s3-info")
+        .arg("--dir")
+        .arg(&env.testbed_dir)
+        .output()
+        .context("testbed s3-info")?;
+    ensure!(out.status.success(), "testbed s3-info: {out:?}");
+    let s3: Value = serde_json::from_slice(&out.stdout).context("s3-info JSON")?;
+    let text = |k: &str| s3[k].as_str().unwrap_or_default().to_string();
+    let location = format!(
+        "  s3:\n    endpoint: \"{}\"\n    bucket: \"{}\"\n    prefix: incluster\n    credentialsSecret: s3\n",
+        text("endpoint"),
+        text("bucket")
+    );
+    env.apply(
+        ns,
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: s3}}\nstringData:\n  AWS_ACCESS_KEY_ID: \"{}\"\n  AWS_SECRET_ACCESS_KEY: \"{}\"\n---\napiVersion: valkey.rs/v1alpha1\nkind: ValkeyBackup\nmetadata: {{name: incluster-now}}\nspec:\n  cluster: {CLUSTER}\n{location}---\napiVersion: valkey.rs/v1alpha1\nkind: ValkeyBackupSchedule\nmetadata: {{name: yearly}}\nspec:\n  cluster: {CLUSTER}\n  schedule: \"@yearly\"\n{location}",
+            text("accessKey"),
+            text("secretKey")
+        ),
+    )?;
+    let mut last = Value::Null;
+    poll(Duration::from_secs(120), Duration::from_secs(1), || {
+        last = env.kubectl_json(&["get", "valkeybackup", "incluster-now", "-n", ns])?["status"]
+            .clone();
+        ensure!(last["phase"] != "Failed", "backup Failed: {last}");
+        Ok((last["phase"] == "Completed").then_some(()))
+    })
+    .with_context(|| format!("the in-cluster operator's backup: {last}"))?;
+    println!(
+        "operator_incluster: ValkeyBackup incluster-now Completed: {}",
+        last["message"]
+    );
+    Ok(())
+}
+
 fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
     let started = Instant::now();
     let dir = env.work_dir("operator_incluster-prometheus")?;
@@ -811,6 +851,11 @@ fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
         let samples = body.lines().filter(|l| !l.starts_with('#')).count();
         println!("operator_incluster: promtool check metrics: {url} ({samples} samples) passes");
     }
+
+    // The backup alert's inputs: a Completed backup of the cluster (to the
+    // testbed's object store, through the chart's RBAC) and a schedule
+    // (yearly: it makes no backup during the suite).
+    backup_series(env, ns)?;
 
     // Each alert: its rule is loaded and evaluates, it is not active on a
     // healthy cluster, and every vector selector in it returns data (the

@@ -5,7 +5,7 @@
 //! It deliberately knows nothing of the operator's Rust types: it reads the
 //! cluster through kubectl JSON, as a user would.
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -213,6 +213,19 @@ impl Env {
             child: Some(child),
             log: log_path,
         })
+    }
+
+    /// `testbed s3-info`: the object store's endpoint, accessKey, secretKey
+    /// and bucket.
+    pub fn s3_info(&self) -> Result<Value> {
+        let out = Command::new(&self.testbed_bin)
+            .arg("s3-info")
+            .arg("--dir")
+            .arg(&self.testbed_dir)
+            .output()
+            .context("testbed s3-info")?;
+        ensure!(out.status.success(), "testbed s3-info: {out:?}");
+        serde_json::from_slice(&out.stdout).context("s3-info JSON")
     }
 
     /// A fresh namespace, deleted when the guard drops.

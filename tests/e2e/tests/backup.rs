@@ -28,14 +28,7 @@ use std::time::Duration;
 
 /// `testbed s3-info`: endpoint, accessKey, secretKey, bucket.
 fn s3_info(env: &Env) -> Result<Value> {
-    let out = Command::new(&env.testbed_bin)
-        .arg("s3-info")
-        .arg("--dir")
-        .arg(&env.testbed_dir)
-        .output()
-        .context("testbed s3-info")?;
-    ensure!(out.status.success(), "testbed s3-info: {out:?}");
-    serde_json::from_slice(&out.stdout).context("s3-info JSON")
+    env.s3_info()
 }
 
 fn s(v: &Value, k: &str) -> String {

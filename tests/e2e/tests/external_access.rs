@@ -261,6 +261,24 @@ fn finish_writers(
     Ok(said.join("; "))
 }
 
+/// The uids of the cluster's member pods.
+fn member_uids(env: &Env, ns: &str) -> Result<BTreeSet<String>> {
+    Ok(env
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("valkey.rs/cluster={NAME}"),
+            "-o",
+            "jsonpath={.items[*].metadata.uid}",
+        ])?
+        .split_whitespace()
+        .map(str::to_string)
+        .collect())
+}
+
 /// Fails when the outside namespace reaches a member's pod address.
 fn pod_ips_unreachable_from_outside(env: &Env, ips: &[String]) -> Result<()> {
     let script: String = ips
@@ -506,20 +524,7 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
     );
 
     // A rolling restart of every member under both writers.
-    let before: BTreeSet<String> = env
-        .kubectl(&[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            &format!("valkey.rs/cluster={NAME}"),
-            "-o",
-            "jsonpath={.items[*].metadata.uid}",
-        ])?
-        .split_whitespace()
-        .map(str::to_string)
-        .collect();
+    let before: BTreeSet<String> = member_uids(env, ns)?;
     let mut loads = start_writers(env, &seed, &password, &work, "roll")?;
     env.patch_cluster(
         ns,
@@ -528,20 +533,7 @@ fn scenario(env: &Env, ns: &str) -> Result<()> {
     )?;
     env.wait_condition(ns, NAME, "Progressing", "False", Duration::from_secs(420))?;
     env.wait_condition(ns, NAME, "Ready", "True", Duration::from_secs(60))?;
-    let after: BTreeSet<String> = env
-        .kubectl(&[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            &format!("valkey.rs/cluster={NAME}"),
-            "-o",
-            "jsonpath={.items[*].metadata.uid}",
-        ])?
-        .split_whitespace()
-        .map(str::to_string)
-        .collect();
+    let after: BTreeSet<String> = member_uids(env, ns)?;
     ensure!(
         after.len() == 6 && after.is_disjoint(&before),
         "not every member was restarted: before {before:?}, after {after:?}"

@@ -753,14 +753,7 @@ fn wait_targets_up(
 /// A Completed ValkeyBackup of the cluster and a yearly
 /// ValkeyBackupSchedule: the series of the `ValkeyBackupTooOld` alert.
 fn backup_series(env: &Env, ns: &str) -> Result<()> {
-    let out = std::process::Command::new(&env.testbed_bin)
-        .arg("s3-info")
-        .arg("--dir")
-        .arg(&env.testbed_dir)
-        .output()
-        .context("testbed s3-info")?;
-    ensure!(out.status.success(), "testbed s3-info: {out:?}");
-    let s3: Value = serde_json::from_slice(&out.stdout).context("s3-info JSON")?;
+    let s3 = env.s3_info()?;
     let text = |k: &str| s3[k].as_str().unwrap_or_default().to_string();
     let location = format!(
         "  s3:\n    endpoint: \"{}\"\n    bucket: \"{}\"\n    prefix: incluster\n    credentialsSecret: s3\n",

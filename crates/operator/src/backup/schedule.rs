@@ -257,32 +257,30 @@ async fn reconcile(
         }
     };
 
-    let invalid = if name.len() > api::v1alpha1::schedule::MAX_SCHEDULE_NAME {
-        Some(format!(
+    let cron = if name.len() > api::v1alpha1::schedule::MAX_SCHEDULE_NAME {
+        Err(format!(
             "metadata.name: at most {} characters (each backup is named <schedule>-<YYYYMMDDHHMM>)",
             api::v1alpha1::schedule::MAX_SCHEDULE_NAME
         ))
     } else {
-        parse(&spec.schedule)
-            .err()
-            .map(|e| format!("spec.schedule: {e}"))
+        parse(&spec.schedule).map_err(|e| format!("spec.schedule: {e}"))
     };
-    if let Some(message) = invalid {
-        ctx.metrics.backup_schedule(&ns, &spec.cluster, &name, None);
-        if status.message.as_deref() != Some(message.as_str()) {
-            events
-                .warning("InvalidSchedule", "Schedule", message.clone())
-                .await;
+    let cron = match cron {
+        Ok(cron) => cron,
+        Err(message) => {
+            ctx.metrics.backup_schedule(&ns, &spec.cluster, &name, None);
+            if status.message.as_deref() != Some(message.as_str()) {
+                events
+                    .warning("InvalidSchedule", "Schedule", message.clone())
+                    .await;
+            }
+            next.message = Some(message);
+            next.next_schedule_time = None;
+            if next != status {
+                write(next).await?;
+            }
+            return Ok(Action::await_change());
         }
-        next.message = Some(message);
-        next.next_schedule_time = None;
-        if next != status {
-            write(next).await?;
-        }
-        return Ok(Action::await_change());
-    }
-    let Ok(cron) = parse(&spec.schedule) else {
-        return Ok(Action::await_change());
     };
 
     let backups: Api<ValkeyBackup> = Api::namespaced(ctx.client.clone(), &ns);

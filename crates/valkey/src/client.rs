@@ -931,6 +931,8 @@ pub struct Target {
     pub addr: Option<MemberAddr>,
     /// The id recorded for it before (see [`ObservedMember::known_node_id`]).
     pub known_node_id: Option<NodeId>,
+    /// Ids it had before that (see [`ObservedMember::former_node_ids`]).
+    pub former_node_ids: Vec<NodeId>,
     /// It did not answer a moment ago (a cheap probe timed out): it gets
     /// [`SILENT_DEADLINE`] to connect and answer instead of the full
     /// timeouts, so a member that stopped answering is reported so in about
@@ -1006,6 +1008,7 @@ pub async fn observe_cluster(
             member: t.member,
             addr: t.addr,
             known_node_id: t.known_node_id.clone(),
+            former_node_ids: t.former_node_ids.clone(),
             state,
         });
     }

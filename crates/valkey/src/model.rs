@@ -237,6 +237,10 @@ pub struct ObservedMember {
     /// the member now reports another id, its old id belongs to a node that is gone
     /// for good (its nodes.conf is lost), so the planner may forget it.
     pub known_node_id: Option<NodeId>,
+    /// Ids this member had before `known_node_id` (each lost with its
+    /// nodes.conf), kept in status until no view lists them: gone for good,
+    /// so the planner may forget them however many reconciles that takes.
+    pub former_node_ids: Vec<NodeId>,
     pub state: MemberState,
 }
 

@@ -284,6 +284,7 @@ async fn a_trickling_member_is_reported_unreachable_within_the_command_timeout()
             bus_port: 1,
         }),
         known_node_id: None,
+        former_node_ids: Vec::new(),
         silent: false,
     }];
     let started = Instant::now();

@@ -343,6 +343,7 @@ impl Harness {
                 member: *m,
                 addr: Some(s.addr),
                 known_node_id: self.recorded.get(m).cloned(),
+                former_node_ids: Vec::new(),
                 silent: false,
             })
             .collect();

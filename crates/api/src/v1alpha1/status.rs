@@ -145,6 +145,11 @@ pub struct MemberStatus {
     /// Valkey cluster node id (40 hex characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
+    /// Ids this member had before `nodeId` (a member without persistence
+    /// restarts as a new node), kept until no member's view lists them: the
+    /// operator forgets them everywhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub former_node_ids: Vec<String>,
     /// The pod is Ready and the member is part of the cluster and in sync.
     #[serde(default)]
     pub ready: bool,

@@ -194,16 +194,18 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A shard to back up: its slots and the node to take it from.
+/// A shard to back up: its slots and the nodes to take it from, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
     pub slots: Vec<[u16; 2]>,
-    pub node: Option<(IpAddr, u16, bool)>,
+    /// `(ip, port, is a replica)` of each online node: replicas first (their
+    /// fork costs the primary nothing), the primary last. A snapshot that
+    /// breaks off (the node died or stopped answering) is taken again from the
+    /// next one.
+    pub nodes: Vec<(IpAddr, u16, bool)>,
 }
 
-/// Picks each slot-serving shard's source: an online replica first (its
-/// fork costs the primary nothing), the online primary otherwise; shards in
-/// the order of their first slot.
+/// Each slot-serving shard's sources, shards in the order of their first slot.
 pub fn sources(shards: &[valkey::parse::ClusterShard]) -> Vec<Source> {
     let mut out: Vec<Source> = shards
         .iter()
@@ -218,17 +220,16 @@ pub fn sources(shards: &[valkey::parse::ClusterShard]) -> Vec<Source> {
             let online = |role: Role| {
                 s.nodes
                     .iter()
-                    .filter(|n| n.role == role && n.health == NodeHealth::Online)
-                    .filter_map(|n| {
+                    .filter(move |n| n.role == role && n.health == NodeHealth::Online)
+                    .filter_map(move |n| {
                         let ip: IpAddr = n.ip.as_deref()?.parse().ok()?;
                         let port = n.tls_port.or(n.port)?;
                         Some((ip, port, role == Role::Replica))
                     })
-                    .next()
             };
             Source {
                 slots,
-                node: online(Role::Replica).or_else(|| online(Role::Primary)),
+                nodes: online(Role::Replica).chain(online(Role::Primary)).collect(),
             }
         })
         .collect();
@@ -331,72 +332,63 @@ async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
     }
     let mut entries = Vec::new();
     for (index, source) in sources.iter().enumerate() {
-        let Some((ip, port, from_replica)) = source.node else {
+        if source.nodes.is_empty() {
             return Err(BackupError::NoSource {
                 shard: index,
                 slots: slots_text(&source.slots),
             });
-        };
+        }
         let object = manifest::shard_object(index);
         let key = format!("{folder}/{object}");
-        let path = Path::from(key.as_str());
-        let upload = store
-            .put_multipart(&path)
+        let mut last_error = None;
+        for &(ip, port, from_replica) in &source.nodes {
+            let role = if from_replica { "replica" } else { "primary" };
+            eprintln!("shard {index}: taking the snapshot from the {role} {ip}:{port}");
+            let taken = match take_shard(
+                &*store,
+                &key,
+                (ip, port),
+                tls_ca.as_deref(),
+                login,
+                timeout,
+            )
             .await
-            .map_err(|source| BackupError::Upload {
-                shard: index,
-                key: key.clone(),
-                source,
-            })?;
-        let mut sink = Upload {
-            writer: Some(WriteMultipart::new(upload)),
-            sha: Sha256::new(),
-            bytes: 0,
-        };
-        tracing::info!(shard = index, %ip, port, from_replica, "taking the snapshot");
-        let taken =
-            replication::take_rdb(ip, port, tls_ca.as_deref(), login, timeout, &mut sink).await;
-        let writer = sink.writer.take();
-        match (taken, writer) {
-            (Ok(_), Some(writer)) => {
-                writer
-                    .finish()
-                    .await
-                    .map_err(|source| BackupError::Upload {
+            {
+                Ok(taken) => taken,
+                Err(ShardError::Upload(source)) => {
+                    return Err(BackupError::Upload {
                         shard: index,
-                        key: key.clone(),
+                        key,
                         source,
-                    })?;
-            }
-            (Err(source), writer) => {
-                if let Some(w) = writer {
-                    let _ = w.abort().await;
+                    });
                 }
-                return Err(BackupError::Snapshot {
-                    shard: index,
-                    source,
-                });
-            }
-            (Ok(_), None) => {
-                return Err(BackupError::Upload {
-                    shard: index,
-                    key,
-                    source: object_store::Error::Generic {
-                        store: "S3",
-                        source: "the upload was closed".into(),
-                    },
-                });
-            }
+                Err(ShardError::Snapshot(source)) => {
+                    eprintln!(
+                        "shard {index}: the snapshot from {ip}:{port} broke off ({source}); \
+                         its upload was aborted and the next member is asked"
+                    );
+                    last_error = Some(BackupError::Snapshot {
+                        shard: index,
+                        source,
+                    });
+                    continue;
+                }
+            };
+            entries.push(ShardEntry {
+                index,
+                slots: source.slots.clone(),
+                object: object.clone(),
+                size_bytes: taken.bytes,
+                sha256: taken.sha256,
+                source_node: format!("{ip}:{port}"),
+                from_replica,
+            });
+            last_error = None;
+            break;
         }
-        entries.push(ShardEntry {
-            index,
-            slots: source.slots.clone(),
-            object,
-            size_bytes: sink.bytes,
-            sha256: hex(&sink.sha.finalize()),
-            source_node: format!("{ip}:{port}"),
-            from_replica,
-        });
+        if let Some(e) = last_error {
+            return Err(e);
+        }
     }
     let manifest = Manifest {
         format_version: manifest::FORMAT_VERSION,
@@ -425,6 +417,61 @@ async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
     })
 }
 
+/// One shard's object as uploaded.
+struct Taken {
+    bytes: u64,
+    sha256: String,
+}
+
+enum ShardError {
+    /// The member's snapshot failed or broke off: another member may do.
+    Snapshot(replication::SyncError),
+    /// The store refused: another member would not help.
+    Upload(object_store::Error),
+}
+
+/// Streams the snapshot of the node at `addr` into a multipart upload of
+/// `key`; a snapshot that breaks off aborts the upload, so no part of it
+/// stays in the store.
+async fn take_shard(
+    store: &dyn ObjectStore,
+    key: &str,
+    (ip, port): (IpAddr, u16),
+    tls_ca: Option<&[u8]>,
+    login: Option<(&str, &str)>,
+    timeout: Duration,
+) -> Result<Taken, ShardError> {
+    let upload = store
+        .put_multipart(&Path::from(key))
+        .await
+        .map_err(ShardError::Upload)?;
+    let mut sink = Upload {
+        writer: Some(WriteMultipart::new(upload)),
+        sha: Sha256::new(),
+        bytes: 0,
+    };
+    let taken = replication::take_rdb(ip, port, tls_ca, login, timeout, &mut sink).await;
+    match (taken, sink.writer.take()) {
+        (Ok(_), Some(writer)) => {
+            writer.finish().await.map_err(ShardError::Upload)?;
+            Ok(Taken {
+                bytes: sink.bytes,
+                sha256: hex(&sink.sha.finalize()),
+            })
+        }
+        (Err(e), writer) => {
+            if let Some(w) = writer {
+                let _ = w.abort().await;
+            }
+            Err(ShardError::Snapshot(e))
+        }
+        (Ok(_), None) => Err(ShardError::Upload(object_store::Error::Generic {
+            store: "S3",
+            source: "the upload was closed".into(),
+        })),
+    }
+}
+
 /// Keeps the store type in one place for the callers that only list.
 pub type Store = Arc<dyn ObjectStore>;
 
@@ -437,6 +484,56 @@ mod tests {
     fn the_termination_message_is_cut_at_a_character_boundary() {
         assert_eq!(truncate("héllo", 2), "h");
         assert_eq!(truncate("abc", 10), "abc");
+    }
+
+    fn node(n: u8, role: Role, health: NodeHealth) -> valkey::parse::ShardNode {
+        valkey::parse::ShardNode {
+            id: format!("{n:040x}").parse().unwrap(),
+            ip: Some(format!("10.0.0.{n}")),
+            endpoint: None,
+            hostname: None,
+            port: Some(6379),
+            tls_port: None,
+            role,
+            replication_offset: 0,
+            health,
+            availability_zone: None,
+        }
+    }
+
+    #[test]
+    fn online_replicas_come_first_then_the_primary_and_failed_nodes_never() {
+        let slots = |a: &str| valkey::slots::SlotSet::from_ranges([a.parse().unwrap()]);
+        let shards = [
+            valkey::parse::ClusterShard {
+                id: None,
+                slots: slots("8192-16383"),
+                nodes: vec![node(3, Role::Primary, NodeHealth::Online)],
+            },
+            valkey::parse::ClusterShard {
+                id: None,
+                slots: slots("0-8191"),
+                nodes: vec![
+                    node(1, Role::Primary, NodeHealth::Online),
+                    node(2, Role::Replica, NodeHealth::Failed),
+                    node(4, Role::Replica, NodeHealth::Online),
+                ],
+            },
+        ];
+        let ip = |n: u8| IpAddr::from([10, 0, 0, n]);
+        assert_eq!(
+            sources(&shards),
+            vec![
+                Source {
+                    slots: vec![[0, 8191]],
+                    nodes: vec![(ip(4), 6379, true), (ip(1), 6379, false)],
+                },
+                Source {
+                    slots: vec![[8192, 16383]],
+                    nodes: vec![(ip(3), 6379, false)],
+                },
+            ]
+        );
     }
 
     #[test]

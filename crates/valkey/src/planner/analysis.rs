@@ -160,6 +160,7 @@ impl<'a> Analysis<'a> {
                 {
                     replaced.insert(known.clone());
                 }
+                replaced.extend(m.former_node_ids.iter().filter(|f| **f != id).cloned());
                 reports.insert(*r, report);
                 ids.insert(*r, id);
             }

@@ -459,9 +459,19 @@ fn forget(a: &Analysis<'_>, plan: &mut Plan) {
     }
     for (id, (failed, slots)) in seen {
         let replaced = a.replaced.contains(&id);
-        // A node serving slots is only given up when it is known to be replaced (and
-        // everyone agrees on who serves what).
-        let may_drop_slots = replaced && a.agreed();
+        // A node serving slots is only given up when it is known to be replaced, and
+        // everyone agrees on who serves what or members serve all its slots
+        // already. The second: a replica promoted by TAKEOVER keeps its own config
+        // epoch when that is the highest one already, and members that recorded
+        // the same epoch for the old primary never take its claim; forgetting the
+        // old primary frees the slots in their views and the claim gets through.
+        let served_elsewhere = {
+            let serving = a.reports.values().fold(SlotSet::default(), |acc, rep| {
+                acc.union(&rep.nodes.myself().slots)
+            });
+            slots.is_subset(&serving)
+        };
+        let may_drop_slots = replaced && (a.agreed() || served_elsewhere);
         if !slots.is_empty() && !may_drop_slots {
             if !replaced {
                 plan.wait(Wait::OrphanOwnsSlots {

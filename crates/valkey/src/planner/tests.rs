@@ -66,6 +66,8 @@ struct Sim {
     current: BTreeMap<MemberRef, usize>,
     /// Ids the "operator" recorded in status.
     recorded: BTreeMap<MemberRef, NodeId>,
+    /// Ids members had before the recorded one (status `formerNodeIds`).
+    former: BTreeMap<MemberRef, Vec<NodeId>>,
     /// Slots that hold written keys.
     written: SlotSet,
     jobs: Vec<Job>,
@@ -399,13 +401,21 @@ impl Sim {
                 } else {
                     None
                 },
+                former_node_ids: if self.track_ids {
+                    self.former.get(r).cloned().unwrap_or_default()
+                } else {
+                    Vec::new()
+                },
                 state,
             });
         }
         // The operator records what reachable members report.
         for (r, &i) in &self.current {
-            if self.nodes[i].alive {
-                self.recorded.insert(*r, self.nodes[i].id.clone());
+            if self.nodes[i].alive
+                && let Some(old) = self.recorded.insert(*r, self.nodes[i].id.clone())
+                && old != self.nodes[i].id
+            {
+                self.former.entry(*r).or_default().push(old);
             }
         }
         ObservedCluster { members }
@@ -2233,6 +2243,7 @@ fn stale_role_seen_by(viewer: usize, stale: u64) -> (DesiredCluster, ObservedClu
                 bus_port: 16379,
             }),
             known_node_id: None,
+            former_node_ids: Vec::new(),
             state: MemberState::Reachable(Box::new(report)),
         });
     }
@@ -2311,6 +2322,123 @@ fn no_bump_for_a_primary_the_anchor_sees_failed() {
     let plan = next_actions(&want, &observed, &PlannerOptions::default()).unwrap();
     assert!(
         !plan.actions.iter().any(|a| a.kind() == "BumpEpoch"),
+        "{plan:#?}"
+    );
+}
+
+/// After a TAKEOVER on 0/1: the old primary O of shard 0 came back as a new
+/// empty node N (its nodes.conf lost) and the status already records N, so O
+/// is only in 0/0's former ids. 0/1 claims 0-8191 itself, but shard 1's
+/// members recorded for O the same epoch 0/1 carries, so they keep O as the
+/// owner and the views never agree.
+fn takeover_not_taken(former: Vec<NodeId>) -> (DesiredCluster, ObservedCluster) {
+    let (o, n, b, c, d) = (
+        "0".repeat(39) + "a",
+        "0".repeat(39) + "e",
+        "0".repeat(39) + "b",
+        "0".repeat(39) + "c",
+        "0".repeat(39) + "d",
+    );
+    let addr = |i: u8| format!("10.0.0.{i}:6379@16379");
+    let shard1 = format!(
+        "{c} {} master - 0 0 2 connected 8192-16383\n{d} {} slave {c} 0 0 2 connected",
+        addr(3),
+        addr(4)
+    );
+    let views = [
+        format!(
+            "{n} {} myself,master - 0 0 0 connected\n{b} {} master - 0 0 3 connected",
+            addr(1),
+            addr(2)
+        ),
+        format!(
+            "{b} {} myself,master - 0 0 3 connected 0-8191\n{o} :0@0 master,fail,noaddr - 0 0 3 disconnected\n{n} {} master - 0 0 0 connected\n{shard1}",
+            addr(2),
+            addr(1)
+        ),
+        format!(
+            "{o} :0@0 master,fail,noaddr - 0 0 3 disconnected 0-8191\n{b} {} master - 0 0 3 connected\n{}",
+            addr(2),
+            shard1.replacen(" master", " myself,master", 1)
+        ),
+        format!(
+            "{o} :0@0 master,fail,noaddr - 0 0 3 disconnected 0-8191\n{b} {} master - 0 0 3 connected\n{}",
+            addr(2),
+            shard1.replacen(" slave", " myself,slave", 1)
+        ),
+    ];
+    let mut members = Vec::new();
+    for (i, text) in views.iter().enumerate() {
+        let member = MemberRef::new(u32::from(i as u8 / 2), u32::from(i as u8 % 2));
+        let replication = if i == 3 {
+            "role:slave\nmaster_host:10.0.0.3\nmaster_port:6379\nmaster_link_status:up\n\
+             master_sync_in_progress:0\nslave_repl_offset:100\nmaster_repl_offset:100\n"
+        } else {
+            "role:master\nmaster_repl_offset:100\nconnected_slaves:0\n"
+        };
+        let report = NodeReport {
+            nodes: ClusterNodes::parse(text).unwrap(),
+            replication: ReplicationInfo::parse(replication).unwrap(),
+            slot_migrations: vec![],
+            keys: 0,
+            config: BTreeMap::new(),
+            cluster_state_ok: i == 1,
+            version: None,
+            modules: Vec::new(),
+        };
+        members.push(ObservedMember {
+            member,
+            addr: Some(MemberAddr {
+                ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1)),
+                port: 6379,
+                bus_port: 16379,
+            }),
+            known_node_id: Some(report.node_id().clone()),
+            former_node_ids: if i == 0 { former.clone() } else { Vec::new() },
+            state: MemberState::Reachable(Box::new(report)),
+        });
+    }
+    (desired(2, 1), ObservedCluster { members })
+}
+
+#[test]
+fn a_replaced_primary_whose_slots_a_member_claims_is_forgotten_though_views_differ() {
+    let o: NodeId = ("0".repeat(39) + "a").parse().unwrap();
+    let (want, observed) = takeover_not_taken(vec![o.clone()]);
+    let plan = next_actions(&want, &observed, &PlannerOptions::default()).unwrap();
+    let forgets: Vec<MemberRef> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Forget { on, node_id } if *node_id == o => Some(*on),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        forgets,
+        vec![
+            MemberRef::new(0, 1),
+            MemberRef::new(1, 0),
+            MemberRef::new(1, 1)
+        ],
+        "{plan:#?}"
+    );
+}
+
+#[test]
+fn an_unknown_node_serving_slots_stays_blocked_though_a_member_claims_them() {
+    // The same views, but nothing says O was ever a member's: it may be a
+    // node someone else met into the cluster, and it is left alone.
+    let (want, observed) = takeover_not_taken(Vec::new());
+    let plan = next_actions(&want, &observed, &PlannerOptions::default()).unwrap();
+    assert!(
+        !plan.actions.iter().any(|a| a.kind() == "Forget"),
+        "{plan:#?}"
+    );
+    assert!(
+        plan.waiting
+            .iter()
+            .any(|w| matches!(w, Wait::OrphanOwnsSlots { .. })),
         "{plan:#?}"
     );
 }

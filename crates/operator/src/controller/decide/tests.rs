@@ -382,6 +382,7 @@ fn only_an_empty_cluster_that_was_never_ready_gets_the_short_node_timeout() {
         member: MemberRef::new(0, 0),
         addr: None,
         known_node_id: None,
+        former_node_ids: Vec::new(),
         state: match keys {
             Some(keys) => MemberState::Reachable(Box::new(NodeReport {
                 nodes: ClusterNodes::parse(

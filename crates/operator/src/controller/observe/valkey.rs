@@ -67,14 +67,19 @@ fn targets(
     let mut targets: Vec<Target> = refs
         .iter()
         .map(|&(s, m)| {
-            let known_node_id = old_status
-                .and_then(|st| {
-                    st.members
-                        .iter()
-                        .find(|x| x.shard == s as i32 && x.member == m as i32)
-                })
+            let recorded = old_status.and_then(|st| {
+                st.members
+                    .iter()
+                    .find(|x| x.shard == s as i32 && x.member == m as i32)
+            });
+            let known_node_id = recorded
                 .and_then(|x| x.node_id.as_deref())
                 .and_then(|id| id.parse::<NodeId>().ok());
+            let former_node_ids = recorded
+                .into_iter()
+                .flat_map(|x| &x.former_node_ids)
+                .filter_map(|id| id.parse::<NodeId>().ok())
+                .collect();
             // Without the password nobody can be asked.
             let addr = view
                 .members
@@ -86,6 +91,7 @@ fn targets(
                 silent: addr.is_some_and(|a| silent.contains(&a)),
                 addr,
                 known_node_id,
+                former_node_ids,
             }
         })
         .collect();
@@ -97,6 +103,7 @@ fn targets(
         },
         addr: pod_addr(pod).filter(|_| enabled),
         known_node_id: None,
+        former_node_ids: Vec::new(),
         silent: false,
     }));
     targets

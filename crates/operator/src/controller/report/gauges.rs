@@ -220,6 +220,7 @@ mod tests {
             },
             addr: None,
             known_node_id: None,
+            former_node_ids: Vec::new(),
             state,
         }
     }

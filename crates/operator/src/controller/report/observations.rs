@@ -115,6 +115,7 @@ pub fn observations(
                 .and_then(|x| x.known_node_id.as_ref())
                 .map(ToString::to_string)
         });
+        let former_node_ids = former_node_ids(obs, MemberRef::new(s, m));
         let ready = facts.as_ref().is_some_and(|f| f.ready)
             && report.is_some()
             && !not_ready.contains(&MemberRef::new(s, m));
@@ -138,6 +139,7 @@ pub fn observations(
             region: region.clone(),
             role: role.clone(),
             node_id,
+            former_node_ids,
             ready,
             ip: facts.as_ref().and_then(|f| f.ip).map(|ip| ip.to_string()),
             version: report.and_then(|r| r.version.clone()),
@@ -245,4 +247,30 @@ fn module_error(
         .rev()
         .find(|l| l.contains("Module ") || l.contains("module"))
         .map(|l| l.trim().to_string())
+}
+
+/// At most this many former ids per member are kept.
+const FORMER_IDS_KEPT: usize = 8;
+
+/// The ids member `r` had before its current one: those recorded already and
+/// the recorded id when it now answers under another, kept while a member
+/// that answers still lists them (or none answers), newest last.
+fn former_node_ids(obs: &ObservedCluster, r: MemberRef) -> Vec<String> {
+    let Some(me) = obs.members.iter().find(|x| x.member == r) else {
+        return Vec::new();
+    };
+    let mut ids = me.former_node_ids.clone();
+    if let (Some(report), Some(known)) = (me.report(), &me.known_node_id)
+        && report.node_id() != known
+        && !ids.contains(known)
+    {
+        ids.push(known.clone());
+    }
+    let views: Vec<_> = obs.members.iter().filter_map(|x| x.report()).collect();
+    ids.retain(|id| views.is_empty() || views.iter().any(|v| v.nodes.get(id).is_some()));
+    let skip = ids.len().saturating_sub(FORMER_IDS_KEPT);
+    ids.into_iter()
+        .skip(skip)
+        .map(|id| id.to_string())
+        .collect()
 }

@@ -3,7 +3,9 @@
 //! store (read back with SigV4-signed GETs: sizes and SHA-256 match the
 //! manifest, every slot is in one shard); a backup with wrong credentials,
 //! a missing bucket, an unreachable endpoint, or of a missing cluster, Fails
-//! with a message naming the cause and leaves no manifest.
+//! with a message naming the cause and leaves no manifest. A replica that
+//! dies while the backup takes its snapshot: the shard is taken again from
+//! its primary, and the backup Completes whole.
 //!
 //! A TLS cluster with auth is backed up over TLS (the Job trusts the CA of
 //! the members' serving Secret) and restored into a new TLS cluster.
@@ -20,6 +22,7 @@
 use anyhow::{Context, Result, bail, ensure};
 use e2e::cluster::{Env, wait_until};
 use e2e::manifest::cluster_manifest;
+use e2e::s3::{field as s, get as s3_get, put as s3_put};
 use e2e::suite::{Suite, finish_load};
 use serde_json::Value;
 use std::path::Path;
@@ -29,33 +32,6 @@ use std::time::Duration;
 /// `testbed s3-info`: endpoint, accessKey, secretKey, bucket.
 fn s3_info(env: &Env) -> Result<Value> {
     env.s3_info()
-}
-
-fn s(v: &Value, k: &str) -> String {
-    v[k].as_str().unwrap_or_default().to_string()
-}
-
-/// GETs `key` from the bucket into `to`, signed; the HTTP status.
-fn s3_get(s3: &Value, key: &str, to: &Path) -> Result<u16> {
-    let url = format!("{}/{}/{key}", s(s3, "endpoint"), s(s3, "bucket"));
-    let out = Command::new("curl")
-        .args(["-s", "-o"])
-        .arg(to)
-        .args([
-            "-w",
-            "%{http_code}",
-            "--aws-sigv4",
-            "aws:amz:us-east-1:s3",
-            "--user",
-        ])
-        .arg(format!("{}:{}", s(s3, "accessKey"), s(s3, "secretKey")))
-        .arg(&url)
-        .output()
-        .context("curl")?;
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .with_context(|| format!("curl {url}: {out:?}"))
 }
 
 fn sha256_of(file: &Path) -> Result<String> {
@@ -227,11 +203,111 @@ fn a_backup_under_writes_lands_in_the_bucket_and_bad_input_fails_with_a_message(
             println!("backup: {name}: Failed: {message}");
         }
 
+        a_member_dies_mid_backup(env, ns, &work, &s3)?;
         restore_checks(env, ns, &work, &s3, &manifest, &before)?;
         let result = tls_backup_and_restore(env, ns, &work, &s3);
         env.use_tls(None);
         result
     });
+}
+
+/// The Job's log (the testbed keeps each container's log by namespace and
+/// pod name): the backup Job of `backup`.
+fn job_log(env: &Env, ns: &str, backup: &str) -> String {
+    let prefix = format!("{ns}_{backup}-backup-");
+    std::fs::read_dir(env.testbed_dir.join("logs/pods"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .collect()
+}
+
+/// A member that dies while the backup takes its snapshot: shard 0's
+/// replica is stopped before the backup starts (it still counts as online
+/// for a node timeout, so the backup picks it and its connection hangs), then
+/// killed once the backup is waiting on it. The backup aborts that upload and
+/// takes the shard from the primary: Completed, the manifest naming the
+/// primary, the object whole (its checksum matches).
+fn a_member_dies_mid_backup(env: &Env, ns: &str, work: &Path, s3: &Value) -> Result<()> {
+    let members = env.members(ns, "src")?;
+    let victim = members
+        .iter()
+        .find(|m| m.shard == 0 && m.role == "replica")
+        .context("shard 0 has no replica")?;
+    let pid = env.valkey_pid(&victim.ip)?;
+    let stop = |signal: &str| -> Result<()> {
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()?;
+        ensure!(status.success(), "kill {signal} {pid} failed");
+        Ok(())
+    };
+    stop("-STOP")?;
+    let asked = format!(
+        "shard 0: taking the snapshot from the replica {}:",
+        victim.ip
+    );
+    let applied = env
+        .apply(ns, &backup_yaml("survivor", "src", s3, "s3"))
+        .and_then(|_| {
+            wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+                Ok(job_log(env, ns, "survivor").contains(&asked))
+            })
+            .with_context(|| {
+                format!(
+                    "the backup never asked the stopped replica {}: {}",
+                    victim.ip,
+                    job_log(env, ns, "survivor")
+                )
+            })
+        });
+    // Killed whatever happened: a stopped member would stall the suite.
+    std::thread::sleep(Duration::from_secs(1));
+    stop("-KILL")?;
+    applied?;
+    let status = wait_final(env, ns, "survivor", Duration::from_secs(180))?;
+    let log = job_log(env, ns, "survivor");
+    ensure!(
+        status["phase"] == "Completed",
+        "the backup did not survive the member's death: {status}\n{log}"
+    );
+    ensure!(
+        log.contains("shard 0: the snapshot from") && log.contains("broke off"),
+        "the Job's log does not say the snapshot broke off: {log}"
+    );
+    let folder = format!("e2e/{ns}/survivor");
+    let manifest_file = work.join("survivor-manifest.json");
+    let code = s3_get(s3, &format!("{folder}/manifest.json"), &manifest_file)?;
+    ensure!(code == 200, "GET survivor manifest: HTTP {code}");
+    let manifest: Value = serde_json::from_slice(&std::fs::read(&manifest_file)?)?;
+    let shard0 = manifest["shards"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["index"] == 0))
+        .cloned()
+        .context("no shard 0 in the manifest")?;
+    ensure!(
+        shard0["fromReplica"] == false
+            && !s(&shard0, "sourceNode").starts_with(&format!("{}:", victim.ip)),
+        "shard 0 was not taken from its primary: {shard0}"
+    );
+    let object = work.join("survivor-shard-0.rdb");
+    let code = s3_get(s3, &format!("{folder}/{}", s(&shard0, "object")), &object)?;
+    ensure!(code == 200, "GET {}: HTTP {code}", shard0["object"]);
+    ensure!(
+        sha256_of(&object)? == s(&shard0, "sha256")
+            && std::fs::metadata(&object)?.len() == shard0["sizeBytes"].as_u64().unwrap_or(0),
+        "shard 0's object is not what the manifest says: {shard0}"
+    );
+    println!(
+        "backup: shard 0's replica {} died mid-snapshot: Completed from the primary {}",
+        victim.ip,
+        s(&shard0, "sourceNode")
+    );
+    // The cluster heals (the replica restarts and rejoins) before going on.
+    env.wait_condition(ns, "src", "Ready", "True", Duration::from_secs(180))?;
+    Ok(())
 }
 
 /// A TLS cluster with auth: backed up over TLS, restored into a new TLS
@@ -344,24 +420,6 @@ fn refused(
     );
     println!("restore: {name}: refused ({reason}): {message}");
     Ok(())
-}
-
-/// PUTs `body` as `key` in the bucket, signed; the HTTP status.
-fn s3_put(s3: &Value, key: &str, body: &Path) -> Result<u16> {
-    let url = format!("{}/{}/{key}", s(s3, "endpoint"), s(s3, "bucket"));
-    let out = Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-T"])
-        .arg(body)
-        .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user"])
-        .arg(format!("{}:{}", s(s3, "accessKey"), s(s3, "secretKey")))
-        .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"])
-        .arg(&url)
-        .output()
-        .context("curl")?;
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .with_context(|| format!("curl PUT {url}: {out:?}"))
 }
 
 /// Restores: a new cluster from the Completed backup holds every key

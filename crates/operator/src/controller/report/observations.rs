@@ -274,3 +274,80 @@ fn former_node_ids(obs: &ObservedCluster, r: MemberRef) -> Vec<String> {
         .map(|id| id.to_string())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use valkey::model::{MemberState, NodeReport};
+    use valkey::parse::{ClusterNodes, NodeId, ReplicationInfo};
+
+    fn id(c: char) -> NodeId {
+        c.to_string().repeat(40).parse().unwrap()
+    }
+
+    fn member(m: u32, known: Option<char>, former: &[char], view: Option<&str>) -> ObservedMember {
+        ObservedMember {
+            member: MemberRef::new(0, m),
+            addr: None,
+            known_node_id: known.map(id),
+            former_node_ids: former.iter().copied().map(id).collect(),
+            state: match view {
+                Some(nodes) => MemberState::Reachable(Box::new(NodeReport {
+                    nodes: ClusterNodes::parse(nodes).unwrap(),
+                    replication: ReplicationInfo::parse("role:master\nmaster_repl_offset:0\nconnected_slaves:0\n").unwrap(),
+                    slot_migrations: Vec::new(),
+                    keys: 0,
+                    config: BTreeMap::new(),
+                    cluster_state_ok: true,
+                    version: None,
+                    modules: Vec::new(),
+                })),
+                None => MemberState::Unreachable {
+                    reason: "refused".into(),
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn a_replaced_id_is_kept_while_a_view_lists_it_and_dropped_after() {
+        let (a, b, c) = ("a".repeat(40), "b".repeat(40), "c".repeat(40));
+        // 0/0 answers as c, recorded as a before: a joins the former ids
+        // while 0/1's view still lists it.
+        let view0 = format!("{c} 10.0.0.1:6379@16379 myself,master - 0 0 1 connected");
+        let view1 = format!(
+            "{b} 10.0.0.2:6379@16379 myself,master - 0 0 2 connected 0-16383\n\
+             {a} :0@0 master,fail,noaddr - 0 0 1 disconnected"
+        );
+        let obs = ObservedCluster {
+            members: vec![
+                member(0, Some('a'), &[], Some(&view0)),
+                member(1, Some('b'), &[], Some(&view1)),
+            ],
+        };
+        assert_eq!(former_node_ids(&obs, MemberRef::new(0, 0)), vec![a.clone()]);
+        // Next time the status records c; a stays while listed.
+        let obs = ObservedCluster {
+            members: vec![
+                member(0, Some('c'), &['a'], Some(&view0)),
+                member(1, Some('b'), &[], Some(&view1)),
+            ],
+        };
+        assert_eq!(former_node_ids(&obs, MemberRef::new(0, 0)), vec![a.clone()]);
+        // Forgotten everywhere: dropped.
+        let view1 = format!("{b} 10.0.0.2:6379@16379 myself,master - 0 0 2 connected 0-16383");
+        let obs = ObservedCluster {
+            members: vec![
+                member(0, Some('c'), &['a'], Some(&view0)),
+                member(1, Some('b'), &[], Some(&view1)),
+            ],
+        };
+        assert!(former_node_ids(&obs, MemberRef::new(0, 0)).is_empty());
+        // Nobody answers: nothing can be checked, everything is kept.
+        let obs = ObservedCluster {
+            members: vec![member(0, Some('c'), &['a'], None), member(1, Some('b'), &[], None)],
+        };
+        assert_eq!(former_node_ids(&obs, MemberRef::new(0, 0)), vec![a]);
+    }
+}

@@ -17,9 +17,13 @@
 //!   [`status`]): failover, a silent member, a lost replica link, a zone
 //!   failing and healing (`--status-only`: these alone, and no `--many`);
 //! - `--ready-only`: the 3x2 apply -> Ready runs alone, each with its
-//!   timeline (pods, the Ready condition's reason).
+//!   timeline (pods, the Ready condition's reason);
+//! - backup and restore throughput beside the raw copy of the same bytes
+//!   (issue 28, see [`backup`]): `--backup-gib G` sets the size (1 GiB;
+//!   0 skips it), `--backup-only` runs it alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod backup;
 mod status;
 
 use anyhow::{Context, Result, bail};
@@ -73,12 +77,27 @@ fn main() -> Result<()> {
     let env = Env::for_testbed(&root, &dir);
     // Member pods run the operator's image as their exporter sidecar.
     e2e::exporter::load_image(&env)?;
+    let backup_gib = args
+        .iter()
+        .position(|a| a == "--backup-gib")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse::<f64>().context("--backup-gib GIB"))
+        .transpose()?
+        .unwrap_or(1.0);
     let result = if args.iter().any(|a| a == "--status-only") {
         status_only(&env, &operator_args)
     } else if args.iter().any(|a| a == "--ready-only") {
         ready_only(&env, &operator_args)
+    } else if args.iter().any(|a| a == "--backup-only") {
+        backup_bench(&env, &operator_args, backup_gib)
     } else {
-        measure(&env, &operator_args)
+        measure(&env, &operator_args).and_then(|()| {
+            if backup_gib > 0.0 {
+                backup_bench(&env, &operator_args, backup_gib)
+            } else {
+                Ok(())
+            }
+        })
     };
     let _ = Command::new(&testbed)
         .args(["down", "--dir", &dir_s])
@@ -87,11 +106,17 @@ fn main() -> Result<()> {
     if many > 0
         && !args
             .iter()
-            .any(|a| a == "--status-only" || a == "--ready-only")
+            .any(|a| a == "--status-only" || a == "--ready-only" || a == "--backup-only")
     {
         many_clusters(&root, &testbed, many, &operator_args)?;
     }
     Ok(())
+}
+
+/// Backup and restore throughput beside the raw copy (see [`backup`]).
+fn backup_bench(env: &Env, operator_args: &[String], gib: f64) -> Result<()> {
+    let (ns, _operator) = bench_operator(env, "bench-backup", operator_args)?;
+    backup::measure(env, &ns.name, gib)
 }
 
 /// The CRD, a namespace and an operator with the default cadences (plus

@@ -2,7 +2,8 @@
 # `make bench`: prints the figures reported in docs/benchmarks.md.
 #  1. the placement planner (criterion);
 #  2. the testbed: warm `up` to Ready nodes, pod bound -> Ready;
-#  3. the operator on the testbed: apply -> Ready, RSS, API writes per resync.
+#  3. the operator on the testbed: apply -> Ready, RSS, API writes per resync;
+#  4. backup and restore of 1 GiB beside the raw copy of the same bytes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -128,15 +128,16 @@ impl EofScanner {
             return Vec::new();
         }
         self.held.extend_from_slice(chunk);
-        if let Some(at) = self.held.windows(EOF_MARK_LEN).position(|w| w == self.mark) {
+        // The mark may start in the bytes held back from the last chunk; no
+        // match can start before them.
+        if let Some(at) = memchr::memmem::find(&self.held, &self.mark) {
             self.done = true;
-            let out = self.held[..at].to_vec();
-            self.held.clear();
-            return out;
+            self.held.truncate(at);
+            return std::mem::take(&mut self.held);
         }
         let keep = self.held.len().min(EOF_MARK_LEN - 1);
-        let out: Vec<u8> = self.held.drain(..self.held.len() - keep).collect();
-        out
+        let tail = self.held.split_off(self.held.len() - keep);
+        std::mem::replace(&mut self.held, tail)
     }
 }
 

@@ -6,7 +6,7 @@ pub mod helm;
 pub mod manifest;
 pub mod prometheus;
 pub mod rbac;
-pub mod s3;
 pub mod release;
+pub mod s3;
 pub mod suite;
 pub mod topology;

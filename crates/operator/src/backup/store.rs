@@ -39,6 +39,11 @@ pub fn s3(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, object_store::E
         .with_secret_access_key(&settings.secret_access_key)
         .with_allow_http(settings.endpoint.starts_with("http://"))
         .with_virtual_hosted_style_request(false)
+        // The payload is not hashed into each request's signature: the
+        // backup hashes every shard's bytes once for its manifest (which the
+        // restore checks), and on 2 cores the second SHA-256 of every part
+        // cost a sixth of the throughput.
+        .with_unsigned_payload(true)
         .build()?;
     Ok(Arc::new(store))
 }

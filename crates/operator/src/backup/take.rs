@@ -165,8 +165,14 @@ fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// Streams into a multipart upload and hashes on the way. At most a few
-/// parts (5 MiB each) are in memory at once.
+/// The size of each part of a shard's multipart upload.
+const PART_BYTES: usize = 16 << 20;
+/// Parts uploading at once: with [`PART_BYTES`], at most 64 MiB of a
+/// snapshot is in memory (one part filling, three in flight).
+const PARTS_IN_FLIGHT: usize = 3;
+
+/// Streams into a multipart upload and hashes on the way. At most
+/// [`PARTS_IN_FLIGHT`] parts are in flight and one fills.
 struct Upload {
     writer: Option<WriteMultipart>,
     sha: Sha256,
@@ -180,7 +186,7 @@ impl RdbSink for Upload {
             .as_mut()
             .ok_or_else(|| std::io::Error::other("the upload was closed"))?;
         writer
-            .wait_for_capacity(4)
+            .wait_for_capacity(PARTS_IN_FLIGHT)
             .await
             .map_err(std::io::Error::other)?;
         writer.write(bytes);
@@ -344,6 +350,7 @@ async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
         for &(ip, port, from_replica) in &source.nodes {
             let role = if from_replica { "replica" } else { "primary" };
             eprintln!("shard {index}: taking the snapshot from the {role} {ip}:{port}");
+            let started = std::time::Instant::now();
             let taken = match take_shard(
                 &*store,
                 &key,
@@ -374,6 +381,12 @@ async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
                     continue;
                 }
             };
+            let secs = started.elapsed().as_secs_f64();
+            eprintln!(
+                "shard {index}: {} bytes in {secs:.1} s ({:.0} MB/s)",
+                taken.bytes,
+                taken.bytes as f64 / 1e6 / secs.max(1e-6)
+            );
             entries.push(ShardEntry {
                 index,
                 slots: source.slots.clone(),
@@ -446,7 +459,7 @@ async fn take_shard(
         .await
         .map_err(ShardError::Upload)?;
     let mut sink = Upload {
-        writer: Some(WriteMultipart::new(upload)),
+        writer: Some(WriteMultipart::new_with_chunk_size(upload, PART_BYTES)),
         sha: Sha256::new(),
         bytes: 0,
     };

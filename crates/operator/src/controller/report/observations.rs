@@ -295,7 +295,10 @@ mod tests {
             state: match view {
                 Some(nodes) => MemberState::Reachable(Box::new(NodeReport {
                     nodes: ClusterNodes::parse(nodes).unwrap(),
-                    replication: ReplicationInfo::parse("role:master\nmaster_repl_offset:0\nconnected_slaves:0\n").unwrap(),
+                    replication: ReplicationInfo::parse(
+                        "role:master\nmaster_repl_offset:0\nconnected_slaves:0\n",
+                    )
+                    .unwrap(),
                     slot_migrations: Vec::new(),
                     keys: 0,
                     config: BTreeMap::new(),
@@ -346,7 +349,10 @@ mod tests {
         assert!(former_node_ids(&obs, MemberRef::new(0, 0)).is_empty());
         // Nobody answers: nothing can be checked, everything is kept.
         let obs = ObservedCluster {
-            members: vec![member(0, Some('c'), &['a'], None), member(1, Some('b'), &[], None)],
+            members: vec![
+                member(0, Some('c'), &['a'], None),
+                member(1, Some('b'), &[], None),
+            ],
         };
         assert_eq!(former_node_ids(&obs, MemberRef::new(0, 0)), vec![a]);
     }

@@ -20,7 +20,16 @@ const VALUE: usize = 1 << 20;
 /// through `redis-cli --pipe`.
 fn fill(ip: &str, password: &str, count: usize) -> Result<()> {
     let mut child = Command::new("redis-cli")
-        .args(["-h", ip, "-p", "6379", "--no-auth-warning", "-a", password, "--pipe"])
+        .args([
+            "-h",
+            ip,
+            "-p",
+            "6379",
+            "--no-auth-warning",
+            "-a",
+            password,
+            "--pipe",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -103,7 +112,10 @@ pub fn measure(env: &Env, ns: &str, gib: f64) -> Result<()> {
     let mut status = serde_json::Value::Null;
     wait_until(Duration::from_secs(900), Duration::from_millis(250), || {
         status = phase(env, ns, "bench")?;
-        Ok(matches!(status["phase"].as_str(), Some("Completed" | "Failed")))
+        Ok(matches!(
+            status["phase"].as_str(),
+            Some("Completed" | "Failed")
+        ))
     })
     .with_context(|| format!("the bench backup never finished: {status}"))?;
     let backup = started.elapsed();
@@ -125,8 +137,8 @@ pub fn measure(env: &Env, ns: &str, gib: f64) -> Result<()> {
     let _ = std::fs::remove_file(&object);
 
     // Restore: apply -> Ready, every key there.
-    let restored = cluster_manifest("bench-restored", 1, 0)
-        .extra_spec("  restore:\n    backup: bench\n");
+    let restored =
+        cluster_manifest("bench-restored", 1, 0).extra_spec("  restore:\n    backup: bench\n");
     let restore = env.create_cluster(ns, &restored, Duration::from_secs(900))?;
     let member = env
         .members(ns, "bench-restored")?
@@ -136,10 +148,25 @@ pub fn measure(env: &Env, ns: &str, gib: f64) -> Result<()> {
     let password = env.password(ns, "bench-restored")?;
     let out = env
         .redis_cli()
-        .args(["-h", &member.ip, "-p", "6379", "--no-auth-warning", "-a", &password, "dbsize"])
+        .args([
+            "-h",
+            &member.ip,
+            "-p",
+            "6379",
+            "--no-auth-warning",
+            "-a",
+            &password,
+            "dbsize",
+        ])
         .output()?;
-    let keys: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
-    ensure!(keys == count, "the restored cluster holds {keys} keys of {count}");
+    let keys: usize = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    ensure!(
+        keys == count,
+        "the restored cluster holds {keys} keys of {count}"
+    );
 
     println!(
         "backup of {:.2} GB (1 shard, apply -> Completed): {:.1} s, {:.0} MB/s; raw PUT of the same bytes {:.1} s, {:.0} MB/s; ratio {:.2}",
@@ -159,6 +186,18 @@ pub fn measure(env: &Env, ns: &str, gib: f64) -> Result<()> {
         mb_per_s(bytes, raw_get),
         restore.as_secs_f64() / raw_get.as_secs_f64().max(1e-9)
     );
+    let job_log: String = std::fs::read_dir(env.testbed_dir.join("logs/pods"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{ns}_bench-backup-"))
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .collect();
+    print!("{job_log}");
     for name in ["bench-big", "bench-restored"] {
         let _ = env.kubectl(&["delete", "valkeycluster", name, "-n", ns, "--wait=false"]);
     }

@@ -24,6 +24,7 @@ build: setup
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets $(CARGO_PROFILE) -- -D warnings
+	python3 scripts/check-layers.py
 
 fmt:
 	$(CARGO) fmt --all

@@ -10,9 +10,9 @@
 //! an InvalidSpec naming the field, never a StatefulSet the API server
 //! refuses on every reconcile or pods that cannot start.
 
+use super::rules::{FieldError, is_label_key, is_label_value};
 use super::security;
 use super::spec::{Module, PodTemplateOverlay};
-use super::validation::{FieldError, is_label_key, is_label_value};
 use crate::constants::{
     CLUSTER_BUS_PORT, EXPORTER_CONTAINER, EXPORTER_PORT, LABEL_PREFIX, OWNED_MOUNT_PATHS,
     OWNED_VOLUMES, VALKEY_CONTAINER, VALKEY_PORT,
@@ -92,10 +92,7 @@ pub fn validate_pod_template(
     for (key, value) in &meta.labels {
         let field = format!("{AT}.metadata.labels[{key}]");
         if key.starts_with(LABEL_PREFIX) {
-            errors.push(err(
-                field,
-                super::validation::cel::POD_LABELS_NOT_OWNED_MESSAGE,
-            ));
+            errors.push(err(field, super::rules::cel::POD_LABELS_NOT_OWNED_MESSAGE));
         } else if !is_label_key(key) {
             errors.push(err(field, "not a valid label key"));
         } else if !is_label_value(value) {
@@ -106,7 +103,7 @@ pub fn validate_pod_template(
         if key.starts_with(LABEL_PREFIX) {
             errors.push(err(
                 format!("{AT}.metadata.annotations[{key}]"),
-                super::validation::cel::POD_ANNOTATIONS_NOT_OWNED_MESSAGE,
+                super::rules::cel::POD_ANNOTATIONS_NOT_OWNED_MESSAGE,
             ));
         } else if !is_label_key(key) {
             errors.push(err(
@@ -126,7 +123,7 @@ pub fn validate_pod_template(
                 format!(
                     "{:?}: {}",
                     v.name,
-                    super::validation::cel::VOLUMES_NOT_OWNED_MESSAGE
+                    super::rules::cel::VOLUMES_NOT_OWNED_MESSAGE
                 ),
             ));
         } else if v.name.is_empty() {
@@ -165,7 +162,7 @@ pub fn validate_pod_template(
                     format!(
                         "{}: {}",
                         p.container_port,
-                        super::validation::cel::PORTS_NOT_OWNED_MESSAGE
+                        super::rules::cel::PORTS_NOT_OWNED_MESSAGE
                     ),
                 ));
             }
@@ -189,7 +186,7 @@ pub fn validate_pod_template(
                 format!(
                     "{:?}: {}",
                     c.name,
-                    super::validation::cel::INIT_CONTAINERS_NOT_OWNED_MESSAGE
+                    super::rules::cel::INIT_CONTAINERS_NOT_OWNED_MESSAGE
                 ),
             ));
         }
@@ -203,7 +200,7 @@ pub fn validate_pod_template(
         if c.name == EXPORTER_CONTAINER {
             errors.push(err(
                 format!("{at}.name"),
-                super::validation::cel::EXPORTER_NOT_OWNED_MESSAGE,
+                super::rules::cel::EXPORTER_NOT_OWNED_MESSAGE,
             ));
         } else if c.name == VALKEY_CONTAINER {
             check_valkey_overlay(c, &at, errors);
@@ -259,9 +256,9 @@ fn check_valkey_overlay(c: &Container, at: &str, errors: &mut Vec<FieldError>) {
     for (name, set) in owned {
         if set {
             let why = if matches!(name, "command" | "args") {
-                super::validation::cel::VALKEY_COMMAND_NOT_OWNED_MESSAGE
+                super::rules::cel::VALKEY_COMMAND_NOT_OWNED_MESSAGE
             } else {
-                super::validation::cel::VALKEY_FIELDS_NOT_OWNED_MESSAGE
+                super::rules::cel::VALKEY_FIELDS_NOT_OWNED_MESSAGE
             };
             errors.push(err(format!("{at}.{name}"), why));
         }
@@ -331,7 +328,7 @@ pub fn validate_modules(modules: &[Module], errors: &mut Vec<FieldError>) -> Vec
         if !name_ok || m.name.len() > 64 {
             errors.push(err(
                 format!("{at}.name"),
-                super::validation::cel::MODULE_NAME_MESSAGE,
+                super::rules::cel::MODULE_NAME_MESSAGE,
             ));
         } else if !seen.insert(m.name.as_str()) {
             errors.push(err(
@@ -339,21 +336,21 @@ pub fn validate_modules(modules: &[Module], errors: &mut Vec<FieldError>) -> Vec
                 format!(
                     "{:?}: {}",
                     m.name,
-                    super::validation::cel::MODULES_UNIQUE_MESSAGE
+                    super::rules::cel::MODULES_UNIQUE_MESSAGE
                 ),
             ));
         }
         if !m.path.starts_with('/') || !word(&m.path) || m.path.len() > 1024 {
             errors.push(err(
                 format!("{at}.path"),
-                super::validation::cel::MODULE_PATH_MESSAGE,
+                super::rules::cel::MODULE_PATH_MESSAGE,
             ));
         }
         for (j, a) in m.args.iter().enumerate() {
             if !word(a) {
                 errors.push(err(
                     format!("{at}.args[{j}]"),
-                    super::validation::cel::MODULE_ARGS_MESSAGE,
+                    super::rules::cel::MODULE_ARGS_MESSAGE,
                 ));
             }
         }

@@ -7,11 +7,13 @@
 //! - [`defaults`]: default values, shared by serde and the schema;
 //! - [`extensions`]: `spec.podTemplate` and `spec.modules`, checked;
 //! - [`security`]: the restricted security contexts of member pods;
+//! - [`rules`]: the CEL rules, `FieldError` and name syntax every module shares;
 //! - [`validation`]: the same rules in Rust, producing a [`ValidatedCluster`].
 
 pub mod backup;
 pub mod defaults;
 pub mod extensions;
+pub mod rules;
 pub mod schedule;
 pub mod security;
 pub mod spec;

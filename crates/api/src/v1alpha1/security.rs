@@ -22,7 +22,7 @@
 //!
 //! [`ValidationSettings`]: super::validation::ValidationSettings
 
-use super::validation::FieldError;
+use super::rules::FieldError;
 use k8s_openapi::api::core::v1::{
     AppArmorProfile, Capabilities, PodSecurityContext, SELinuxOptions, SeccompProfile,
     SecurityContext, WindowsSecurityContextOptions,

@@ -7,8 +7,8 @@
 //! spec inside the operator.
 
 use super::defaults;
+use super::rules::cel;
 use super::status::ValkeyClusterStatus;
-use super::validation::cel;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, LocalObjectReference, PodSecurityContext, ResourceRequirements,
     SecurityContext, Toleration, Volume,

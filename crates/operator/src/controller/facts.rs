@@ -7,7 +7,6 @@
 //! name. The decisions in [`super::decide`] take a [`Facts`] and never ask
 //! Kubernetes or Valkey themselves.
 
-use super::decide::balance::{self, Candidate, ShardView};
 use super::observe::kube::KubeView;
 use super::observe::pods::PodFacts;
 use crate::adapt;
@@ -96,7 +95,7 @@ impl<'a> Facts<'a> {
         pod.node
             .as_deref()
             .and_then(|n| self.node_lost_for(n))
-            .is_some_and(|d| d >= super::decide::safety::NODE_LOST_GRACE)
+            .is_some_and(|d| d >= NODE_LOST_GRACE)
     }
 
     /// Whether shard `s`'s live primary is a member other than `not` whose
@@ -208,10 +207,10 @@ fn topology_keys(cluster: &ValidatedCluster, view: &KubeView) -> Vec<String> {
         .iter()
         .filter_map(|n| n.metadata.labels.as_ref())
         .collect();
-    balance::keys_widest_first(&keys, &labels)
+    keys_widest_first(&keys, &labels)
 }
 
-fn member_domains(view: &KubeView, pod: Option<&Pod>, keys: &[String]) -> Option<balance::Domains> {
+fn member_domains(view: &KubeView, pod: Option<&Pod>, keys: &[String]) -> Option<Domains> {
     let node = PodFacts::of(pod?).node?;
     let labels = view.node_labels(&node)?;
     Some(
@@ -323,3 +322,55 @@ pub fn recorded_members(old_status: Option<&ValkeyClusterStatus>) -> BTreeSet<(u
         })
         .unwrap_or_default()
 }
+
+/// The domain values of one member's node, by topology key (absent key: the
+/// node lacks that label; such nodes share one domain, as in the planner).
+pub type Domains = BTreeMap<String, String>;
+
+/// One member that could be primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub member: u32,
+    /// `None` while the member's node is unknown (Pending or unreachable).
+    pub domains: Option<Domains>,
+    /// An in-sync replica (or the live primary itself).
+    pub in_sync: bool,
+}
+
+/// One shard as balancing sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardView {
+    pub shard: u32,
+    /// The live primary's member index, when there is one.
+    pub primary: Option<u32>,
+    pub members: Vec<Candidate>,
+}
+
+/// Orders topology keys from the widest to the narrowest (fewest distinct
+/// values first), and appends the hostname key when absent.
+pub fn keys_widest_first(
+    keys: &[String],
+    node_labels: &[&BTreeMap<String, String>],
+) -> Vec<String> {
+    let mut out: Vec<(usize, String)> = keys
+        .iter()
+        .map(|k| {
+            let mut values: Vec<Option<&String>> = node_labels.iter().map(|l| l.get(k)).collect();
+            values.sort();
+            values.dedup();
+            (values.len(), k.clone())
+        })
+        .collect();
+    out.sort();
+    out.dedup_by(|a, b| a.1 == b.1);
+    let mut keys: Vec<String> = out.into_iter().map(|(_, k)| k).collect();
+    let host = placement::HOSTNAME_KEY.to_string();
+    keys.retain(|k| *k != host);
+    keys.push(host);
+    keys
+}
+
+/// How long a node must be NotReady (or gone) before its members are
+/// re-created elsewhere. Valkey has long failed over by then (the
+/// cluster-node-timeout is 5 s); the grace keeps a blip from moving members.
+pub const NODE_LOST_GRACE: Duration = Duration::from_secs(20);

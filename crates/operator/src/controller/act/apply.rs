@@ -9,6 +9,7 @@
 //! compared.
 
 use crate::controller::Error;
+pub use crate::controller::observe::kube::kind_name;
 use crate::metrics::Metrics;
 use api::constants::FIELD_MANAGER;
 use kube::api::{Api, Patch, PatchParams};
@@ -168,23 +169,6 @@ fn strip_type_meta(mut v: Value) -> Value {
         m.remove("kind");
     }
     v
-}
-
-/// A `'static` name for the kinds the operator writes (metric labels and
-/// error messages).
-pub fn kind_name(kind: &str) -> &'static str {
-    match kind {
-        "StatefulSet" => "StatefulSet",
-        "Service" => "Service",
-        "ConfigMap" => "ConfigMap",
-        "PodDisruptionBudget" => "PodDisruptionBudget",
-        "NetworkPolicy" => "NetworkPolicy",
-        "Secret" => "Secret",
-        "Pod" => "Pod",
-        "PersistentVolumeClaim" => "PersistentVolumeClaim",
-        "ValkeyCluster" => "ValkeyCluster",
-        _ => "Object",
-    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use crate::controller::events::{Events, reason};
 use crate::controller::facts::claim_of;
 use crate::controller::memory::Announced;
 use crate::controller::observe::kube::KubeView;
+pub use crate::controller::observe::valkey::AuthState;
 use crate::controller::{Context, Error, act::apply};
 use api::ValidatedCluster;
 use api::constants::{FIELD_MANAGER, LABEL_ROLE};
@@ -20,31 +21,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Resource, ResourceExt};
-
-/// Whether the members need a password, and which.
-pub enum AuthState {
-    Off,
-    Password(String),
-    /// The user's Secret (or its key) is missing; the message says which.
-    Missing(String),
-}
-
-impl AuthState {
-    pub fn password(&self) -> Option<&str> {
-        match self {
-            AuthState::Password(p) => Some(p.as_str()),
-            _ => None,
-        }
-    }
-
-    /// What keeps the cluster from converging, as (reason, message).
-    pub fn blocker(&self) -> Option<(String, String)> {
-        match self {
-            AuthState::Missing(m) => Some((reason::SECRET_MISSING.to_string(), m.clone())),
-            _ => None,
-        }
-    }
-}
 
 /// Where the password of a missing operator-made `<cluster>-auth` comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

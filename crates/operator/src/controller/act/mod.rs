@@ -24,6 +24,7 @@ use super::observe::pods::PodFacts;
 use super::valkey_io::Session;
 use super::{Context, Error};
 use crate::builders::Desired;
+pub use crate::controller::report::Done;
 use ::kube::ResourceExt;
 use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
@@ -38,21 +39,6 @@ pub struct Actor<'a> {
     pub kube: &'a KubeView,
     pub placement: &'a Placement,
     pub events: &'a Events<'a>,
-}
-
-/// What acting did, for the status and the requeue.
-#[derive(Debug, Default)]
-pub struct Done {
-    /// Valkey commands sent (CONFIG SET left out).
-    pub executed: Vec<String>,
-    /// Leaving members removed (`shard s member m`).
-    pub removed: Vec<String>,
-    /// Pods of members on lost nodes removed.
-    pub healed: usize,
-    /// Copies a move removed, force-deleted off lost nodes.
-    pub stranded: usize,
-    /// The last thing done, for `status.lastAction`.
-    pub last_action: Option<String>,
 }
 
 /// Carries out the Valkey side's decision.

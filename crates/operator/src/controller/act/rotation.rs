@@ -70,11 +70,11 @@ use crate::builders::secret::{
     APPLIED_GENERATION_KEY, APPLIED_HIGHEST_KEY, APPLIED_KEY, APPLIED_TARGET_GENERATION_KEY,
     APPLIED_TARGET_KEY, AppliedRecord, applied_secret,
 };
-use crate::controller::act::kube::AuthState;
 use crate::controller::act::secrets;
 use crate::controller::events::{Events, reason};
 use crate::controller::observe::kube::KubeView;
 use crate::controller::observe::pods::{PodFacts, needs_restart};
+use crate::controller::observe::valkey::AuthState;
 use crate::controller::observe::valkey::MemberAuths;
 use crate::controller::valkey_io::Session;
 use crate::controller::{Context, Error};

@@ -18,6 +18,7 @@ use crate::builders::tls::{self, CaPhase, CaSet, CaStep, IssuedFacts};
 use crate::controller::events::{Events, reason};
 use crate::controller::observe::kube::KubeView;
 use crate::controller::observe::pods::PodFacts;
+pub use crate::controller::observe::valkey::TlsState;
 use crate::controller::{Context, Error};
 use api::ValidatedCluster;
 use api::constants::{
@@ -31,48 +32,6 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use valkey::client::{ConnectOptions, TlsIdentity, ValkeyAdmin};
 
-/// Whether the members speak TLS, and the CA to trust when they do.
-pub enum TlsState {
-    Off,
-    /// The CA certificates (PEM) the members' certificate chains to, and the
-    /// operator's CA when it runs one.
-    Ready(Vec<u8>, Option<CaSet>),
-    /// The user's Secret (or one of its keys) is missing; the message says which.
-    Missing(String),
-}
-
-impl TlsState {
-    pub fn ca_pem(&self) -> Option<&[u8]> {
-        match self {
-            TlsState::Ready(ca, _) => Some(ca.as_slice()),
-            _ => None,
-        }
-    }
-
-    /// The operator's CA, when it runs one.
-    pub fn operator_ca(&self) -> Option<&CaSet> {
-        match self {
-            TlsState::Ready(_, set) => set.as_ref(),
-            _ => None,
-        }
-    }
-
-    /// Whether a rotation of the operator's CA is in flight (the cluster is
-    /// reconciled often meanwhile).
-    pub fn rotating(&self) -> bool {
-        self.operator_ca()
-            .is_some_and(|set| set.phase() != CaPhase::Steady)
-    }
-
-    /// What keeps the cluster from converging, as (reason, message).
-    pub fn blocker(&self) -> Option<(String, String)> {
-        match self {
-            TlsState::Missing(m) => Some((reason::TLS_SECRET_MISSING.to_string(), m.clone())),
-            _ => None,
-        }
-    }
-}
-
 /// The IPs of every member pod (and new copy) that has one, and the
 /// external address of every member (`spec.externalAccess`): the serving
 /// certificate must name them, as clients verify the address they were
@@ -83,7 +42,7 @@ pub fn member_ips(cluster: &ValidatedCluster, view: &KubeView) -> BTreeSet<IpAdd
         .chain(view.surges.values())
         .filter_map(|p| PodFacts::of(p).ip)
         .chain(
-            crate::controller::decide::external::addresses(cluster, view)
+            crate::controller::observe::external::addresses(cluster, view)
                 .values()
                 .map(std::net::SocketAddr::ip),
         )

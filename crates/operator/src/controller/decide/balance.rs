@@ -11,57 +11,10 @@
 //! where possible.
 
 use crate::controller::facts::Facts;
-use crate::controller::report::status::BalanceState;
+pub use crate::controller::facts::{Candidate, Domains, ShardView, keys_widest_first};
 use api::v1alpha1::BalancingMode;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-/// The domain values of one member's node, by topology key (absent key: the
-/// node lacks that label; such nodes share one domain, as in the planner).
-pub type Domains = BTreeMap<String, String>;
-
-/// One member that could be primary.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    pub member: u32,
-    /// `None` while the member's node is unknown (Pending or unreachable).
-    pub domains: Option<Domains>,
-    /// An in-sync replica (or the live primary itself).
-    pub in_sync: bool,
-}
-
-/// One shard as balancing sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardView {
-    pub shard: u32,
-    /// The live primary's member index, when there is one.
-    pub primary: Option<u32>,
-    pub members: Vec<Candidate>,
-}
-
-/// Orders topology keys from the widest to the narrowest (fewest distinct
-/// values first), and appends the hostname key when absent.
-pub fn keys_widest_first(
-    keys: &[String],
-    node_labels: &[&BTreeMap<String, String>],
-) -> Vec<String> {
-    let mut out: Vec<(usize, String)> = keys
-        .iter()
-        .map(|k| {
-            let mut values: Vec<Option<&String>> = node_labels.iter().map(|l| l.get(k)).collect();
-            values.sort();
-            values.dedup();
-            (values.len(), k.clone())
-        })
-        .collect();
-    out.sort();
-    out.dedup_by(|a, b| a.1 == b.1);
-    let mut keys: Vec<String> = out.into_iter().map(|(_, k)| k).collect();
-    let host = placement::HOSTNAME_KEY.to_string();
-    keys.retain(|k| *k != host);
-    keys.push(host);
-    keys
-}
 
 /// Lexicographic spread cost of a set of primary domains.
 fn cost(primaries: &[&Domains], keys: &[String]) -> Vec<u64> {
@@ -236,6 +189,18 @@ pub fn balancing(
         Some((mv.shard, mv.to)),
         None,
     )
+}
+
+/// Where primary balancing stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BalanceState {
+    Aligned,
+    /// A move is wanted; the message says which and what it waits for.
+    Pending(String),
+    /// A move is wanted but cannot be made (no in-sync replica in the right domain...).
+    Impossible(String),
+    /// `primaryBalancing.mode: Off` and primaries are not balanced.
+    Off(String),
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@
 
 pub mod balance;
 pub mod cleanup;
-pub mod external;
 pub mod heal;
 pub mod moves;
 pub mod placement;
@@ -32,13 +31,13 @@ use super::facts::{Facts, desired_members, retained_start};
 use super::memory::Memory;
 use super::observe::kube::KubeView;
 use super::observe::pods::PodFacts;
-use super::report::status::BalanceState;
 use crate::builders::statefulset::Ordinals;
 use crate::builders::{self, Desired, config};
 use ::valkey::actions::Plan;
 use ::valkey::model::MemberIndex;
 use ::valkey::planner::{self, Health, PlanError, PlannerOptions};
 use api::ValidatedCluster;
+use balance::BalanceState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use placement::Placement;
 use rolling::{Roll, RollStep};

@@ -9,7 +9,6 @@ use super::super::memory::Announced;
 use super::super::observe::kube::KubeView;
 use crate::adapt;
 use crate::builders::scheduling::MemberPlacement;
-use crate::controller::report::status::SpreadState;
 use api::ValidatedCluster;
 use std::time::Duration;
 
@@ -258,6 +257,22 @@ impl Placement {
         announced.placement = Some(text);
         notes
     }
+}
+
+/// Where the placement planner left the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpreadState {
+    /// Every constraint holds.
+    Met,
+    /// Members the planner cannot place, with its reasons (`shard s member m: reason`).
+    Unplaceable(Vec<String>),
+    /// Preferred constraints exceeded (one line per violation).
+    Exceeded(Vec<String>),
+    /// The plan meets every constraint, but members are not there yet (one
+    /// line per member to move or moving).
+    Moving(Vec<String>),
+    /// The planner failed; the message says why.
+    Unknown(String),
 }
 
 #[cfg(test)]

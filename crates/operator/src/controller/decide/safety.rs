@@ -15,12 +15,8 @@
 //!   the Valkey planner says it is safe (its slots moved, nobody follows it),
 //!   or when it never joined the cluster and its pod never ran.
 
+pub use crate::controller::facts::NODE_LOST_GRACE;
 use std::time::Duration;
-
-/// How long a node must be NotReady (or gone) before its members are
-/// re-created elsewhere. Valkey has long failed over by then (the
-/// cluster-node-timeout is 5 s); the grace keeps a blip from moving members.
-pub const NODE_LOST_GRACE: Duration = Duration::from_secs(20);
 
 /// One copy of a shard's data (a member, or the new copy of a move), as the
 /// volume rule sees it.

@@ -31,29 +31,7 @@
 //! the rolling update starts none while a surge or an old copy remains.
 
 use crate::builders::statefulset::Ordinals;
-
-/// What a member pod is, by its ordinal against its StatefulSet's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Slot {
-    /// The member proper (the old copy while a move runs).
-    Member,
-    /// The new copy of a move in flight.
-    Surge,
-    /// Outside the StatefulSet's range: the copy a finished (or given up)
-    /// move removes; the StatefulSet controller is deleting it.
-    Condemned,
-}
-
-/// Which slot pod index `index` takes under `ordinals`.
-pub fn slot(ordinals: Ordinals, index: u32) -> Slot {
-    if index == ordinals.member() {
-        Slot::Member
-    } else if ordinals.surge() == Some(index) {
-        Slot::Surge
-    } else {
-        Slot::Condemned
-    }
-}
+pub use crate::controller::observe::kube::{Slot, slot};
 
 /// The new copy's pod, as the move sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

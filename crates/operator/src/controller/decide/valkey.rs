@@ -4,10 +4,10 @@
 //! primary balancing want. `valkey::planner` turns it into the next commands.
 
 use super::balance;
-use super::external;
 use super::surge::{Surge, SurgeStep};
 use crate::builders::config;
 use crate::controller::facts::{Facts, zone_of};
+use crate::controller::observe::external;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -8,7 +8,6 @@
 
 use crate::adapt;
 use crate::builders::statefulset::Ordinals;
-use crate::controller::decide::surge::{Slot, slot};
 use crate::controller::{Context, Error};
 use api::ValidatedCluster;
 use api::constants::LABEL_CLUSTER;
@@ -78,7 +77,7 @@ where
     let api: Api<K> = Api::namespaced(client.clone(), ns);
     let lp = ListParams::default().labels(&format!("{LABEL_CLUSTER}={cluster}"));
     let list = api.list(&lp).await.map_err(|source| Error::Read {
-        kind: crate::controller::act::apply::kind_name(&K::kind(&())),
+        kind: kind_name(&K::kind(&())),
         name: format!("{ns}/*,{LABEL_CLUSTER}={cluster}"),
         source,
     })?;
@@ -181,6 +180,46 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
         pvcs,
         missing_nodes: BTreeMap::new(),
     })
+}
+
+/// What a member pod is, by its ordinal against its StatefulSet's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// The member proper (the old copy while a move runs).
+    Member,
+    /// The new copy of a move in flight.
+    Surge,
+    /// Outside the StatefulSet's range: the copy a finished (or given up)
+    /// move removes; the StatefulSet controller is deleting it.
+    Condemned,
+}
+
+/// Which slot pod index `index` takes under `ordinals`.
+pub fn slot(ordinals: Ordinals, index: u32) -> Slot {
+    if index == ordinals.member() {
+        Slot::Member
+    } else if ordinals.surge() == Some(index) {
+        Slot::Surge
+    } else {
+        Slot::Condemned
+    }
+}
+
+/// A `'static` name for the kinds the operator writes (metric labels and
+/// error messages).
+pub fn kind_name(kind: &str) -> &'static str {
+    match kind {
+        "StatefulSet" => "StatefulSet",
+        "Service" => "Service",
+        "ConfigMap" => "ConfigMap",
+        "PodDisruptionBudget" => "PodDisruptionBudget",
+        "NetworkPolicy" => "NetworkPolicy",
+        "Secret" => "Secret",
+        "Pod" => "Pod",
+        "PersistentVolumeClaim" => "PersistentVolumeClaim",
+        "ValkeyCluster" => "ValkeyCluster",
+        _ => "Object",
+    }
 }
 
 #[cfg(test)]

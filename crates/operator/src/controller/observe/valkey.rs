@@ -8,9 +8,9 @@
 use super::kube::KubeView;
 use super::pods::PodFacts;
 use crate::builders::config;
+use crate::builders::tls::{CaPhase, CaSet};
 use crate::controller::Context;
-use crate::controller::act::kube::AuthState;
-use crate::controller::act::tls::TlsState;
+use crate::controller::events::reason;
 use crate::controller::facts::{desired_members, member_of};
 use crate::controller::valkey_io::{self, Session};
 use api::ValidatedCluster;
@@ -40,7 +40,7 @@ fn config_keys(cluster: &ValidatedCluster) -> Vec<String> {
     keys.push("availability-zone".into());
     // Asked with external access off too: turning it off resets them.
     keys.extend(
-        crate::controller::decide::external::ANNOUNCE_KEYS
+        super::external::ANNOUNCE_KEYS
             .iter()
             .map(|k| (*k).to_string()),
     );
@@ -136,10 +136,7 @@ pub async fn members(
     .await;
     // Members that announce an external address show it in CLUSTER NODES;
     // the rest of the reconcile knows them by pod address.
-    crate::controller::decide::external::internal_view(
-        &mut observed,
-        &crate::controller::decide::external::addresses(cluster, view),
-    );
+    super::external::internal_view(&mut observed, &super::external::addresses(cluster, view));
     ValkeyObservation {
         observed,
         session,
@@ -217,6 +214,73 @@ pub fn password_stale(expected: Option<&str>, auth: &MemberAuths) -> BTreeSet<(u
             MemberIndex::NewCopyOf(_) => None,
         })
         .collect()
+}
+
+/// Whether the members need a password, and which.
+pub enum AuthState {
+    Off,
+    Password(String),
+    /// The user's Secret (or its key) is missing; the message says which.
+    Missing(String),
+}
+
+impl AuthState {
+    pub fn password(&self) -> Option<&str> {
+        match self {
+            AuthState::Password(p) => Some(p.as_str()),
+            _ => None,
+        }
+    }
+
+    /// What keeps the cluster from converging, as (reason, message).
+    pub fn blocker(&self) -> Option<(String, String)> {
+        match self {
+            AuthState::Missing(m) => Some((reason::SECRET_MISSING.to_string(), m.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// Whether the members speak TLS, and the CA to trust when they do.
+pub enum TlsState {
+    Off,
+    /// The CA certificates (PEM) the members' certificate chains to, and the
+    /// operator's CA when it runs one.
+    Ready(Vec<u8>, Option<CaSet>),
+    /// The user's Secret (or one of its keys) is missing; the message says which.
+    Missing(String),
+}
+
+impl TlsState {
+    pub fn ca_pem(&self) -> Option<&[u8]> {
+        match self {
+            TlsState::Ready(ca, _) => Some(ca.as_slice()),
+            _ => None,
+        }
+    }
+
+    /// The operator's CA, when it runs one.
+    pub fn operator_ca(&self) -> Option<&CaSet> {
+        match self {
+            TlsState::Ready(_, set) => set.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Whether a rotation of the operator's CA is in flight (the cluster is
+    /// reconciled often meanwhile).
+    pub fn rotating(&self) -> bool {
+        self.operator_ca()
+            .is_some_and(|set| set.phase() != CaPhase::Steady)
+    }
+
+    /// What keeps the cluster from converging, as (reason, message).
+    pub fn blocker(&self) -> Option<(String, String)> {
+        match self {
+            TlsState::Missing(m) => Some((reason::TLS_SECRET_MISSING.to_string(), m.clone())),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,10 @@
 //! excess and unplaced members, the primaries balancing would move, and each
 //! replica's replication link and lag.
 
-use super::super::decide::balance::{self, ShardView};
+use super::super::decide::balance;
 use super::super::decide::placement::Placement;
 use super::super::facts::{Facts, report_of};
+use crate::controller::facts::ShardView;
 use crate::metrics::{ClusterGauges, ReplicaGauges};
 use api::v1alpha1::ValkeyClusterStatus;
 use std::collections::BTreeMap;

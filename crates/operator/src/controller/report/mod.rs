@@ -7,7 +7,6 @@ pub mod gauges;
 pub mod observations;
 pub mod status;
 
-use super::act::Done;
 use super::decide::Decision;
 use super::decide::balance::ShardView;
 use super::decide::moves;
@@ -416,6 +415,21 @@ pub async fn publish(
     events.notes(readiness(t.old, &new)).await;
     events.notes(external_addresses(t.old, &new)).await;
     write_status(ctx, t, new).await
+}
+
+/// What acting did, for the status and the requeue.
+#[derive(Debug, Default)]
+pub struct Done {
+    /// Valkey commands sent (CONFIG SET left out).
+    pub executed: Vec<String>,
+    /// Leaving members removed (`shard s member m`).
+    pub removed: Vec<String>,
+    /// Pods of members on lost nodes removed.
+    pub healed: usize,
+    /// Copies a move removed, force-deleted off lost nodes.
+    pub stranded: usize,
+    /// The last thing done, for `status.lastAction`.
+    pub last_action: Option<String>,
 }
 
 #[cfg(test)]

@@ -93,7 +93,7 @@ pub fn observations(
             _ => None,
         })
         .collect();
-    let external = crate::controller::decide::external::addresses(cluster, view);
+    let external = crate::controller::observe::external::addresses(cluster, view);
     let mut members = Vec::new();
     let mut topology: BTreeMap<u32, Vec<TopologyMember>> = BTreeMap::new();
     for (s, m) in refs {

@@ -11,6 +11,8 @@
 //!   moving, to where the plan meets them);
 //! - `PrimaryPlacementAligned`: live primaries are spread as balancing wants.
 
+pub use crate::controller::decide::balance::BalanceState;
+pub use crate::controller::decide::placement::SpreadState;
 use api::v1alpha1::{
     CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_PRIMARY_PLACEMENT_ALIGNED,
     CONDITION_PROGRESSING, CONDITION_READY, CONDITION_RESTORED, CONDITION_TOPOLOGY_SPREAD,
@@ -41,34 +43,6 @@ impl Cond {
             message: message.into(),
         }
     }
-}
-
-/// Where the placement planner left the cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SpreadState {
-    /// Every constraint holds.
-    Met,
-    /// Members the planner cannot place, with its reasons (`shard s member m: reason`).
-    Unplaceable(Vec<String>),
-    /// Preferred constraints exceeded (one line per violation).
-    Exceeded(Vec<String>),
-    /// The plan meets every constraint, but members are not there yet (one
-    /// line per member to move or moving).
-    Moving(Vec<String>),
-    /// The planner failed; the message says why.
-    Unknown(String),
-}
-
-/// Where primary balancing stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BalanceState {
-    Aligned,
-    /// A move is wanted; the message says which and what it waits for.
-    Pending(String),
-    /// A move is wanted but cannot be made (no in-sync replica in the right domain...).
-    Impossible(String),
-    /// `primaryBalancing.mode: Off` and primaries are not balanced.
-    Off(String),
 }
 
 /// Where the Valkey side stands.

@@ -169,6 +169,36 @@ pub struct Context {
     memory: Mutex<HashMap<String, Memory>>,
     /// Steady clusters looked at between resyncs.
     pub pulse: pulse::Pulse,
+    /// The owned objects of each watched scope (a namespace, or `None` for
+    /// all), from the watches that also trigger reconciles.
+    owned: Mutex<HashMap<Option<String>, OwnedStores>>,
+}
+
+/// The objects the clusters of one scope own (label `valkey.rs/cluster`),
+/// cached by the same watches that trigger their reconciles: each event is
+/// in the store before the reconcile it triggers reads it, and a steady
+/// reconcile lists nothing.
+#[derive(Clone)]
+pub struct OwnedStores {
+    pub statefulsets: Store<StatefulSet>,
+    pub services: Store<Service>,
+    pub config_maps: Store<ConfigMap>,
+    pub pdbs: Store<PodDisruptionBudget>,
+    pub network_policies: Store<NetworkPolicy>,
+}
+
+impl OwnedStores {
+    /// Whether every store has its first list (waits up to `timeout`).
+    pub async fn ready(&self, timeout: Duration) -> bool {
+        let all = async {
+            self.statefulsets.wait_until_ready().await.is_ok()
+                && self.services.wait_until_ready().await.is_ok()
+                && self.config_maps.wait_until_ready().await.is_ok()
+                && self.pdbs.wait_until_ready().await.is_ok()
+                && self.network_policies.wait_until_ready().await.is_ok()
+        };
+        tokio::time::timeout(timeout, all).await.unwrap_or(false)
+    }
 }
 
 impl Context {
@@ -201,6 +231,15 @@ impl Context {
         )
     }
 
+    /// The stores of the scope that holds namespace `ns`.
+    pub fn owned_stores(&self, ns: &str) -> Option<OwnedStores> {
+        let owned = self.owned.lock().ok()?;
+        owned
+            .get(&Some(ns.to_string()))
+            .or_else(|| owned.get(&None))
+            .cloned()
+    }
+
     fn forget(&self, key: &str) {
         if let Ok(mut m) = self.memory.lock() {
             m.remove(key);
@@ -218,6 +257,45 @@ fn slim_node(node: &mut Node) {
 
 fn slim_pod(pod: &mut Pod) {
     pod.managed_fields_mut().clear();
+}
+
+/// Events a shared store's subscribers may fall behind by before its watch
+/// waits for them (the controller reads them as triggers).
+const SHARED_BUFFER: usize = 1024;
+
+/// A store of kind `K` in scope `ns` with label `valkey.rs/cluster`, the
+/// stream of its objects for the controller's triggers, and the task that
+/// drives its watch.
+fn owned_store<K>(
+    client: &Client,
+    ns: Option<&str>,
+) -> Option<(
+    Store<K>,
+    impl futures::Stream<Item = Arc<K>> + Send + 'static,
+    tokio::task::JoinHandle<()>,
+)>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store_shared::<K>(SHARED_BUFFER);
+    let subscriber = writer.subscribe()?;
+    let kind = K::kind(&()).to_string();
+    let driver = watcher(
+        scoped::<K>(client, ns),
+        watcher::Config::default().labels(LABEL_CLUSTER),
+    )
+    .default_backoff()
+    .modify(|o: &mut K| o.managed_fields_mut().clear())
+    .reflect_shared(writer)
+    .for_each(|_| futures::future::ready(()));
+    let task = tokio::spawn(driver.instrument(tracing::info_span!("owned_cache", %kind)));
+    Some((reader, subscriber, task))
 }
 
 /// What of a Node the planner reads: a change of anything else (heartbeats)
@@ -285,6 +363,7 @@ pub async fn run(
         settings: settings.clone(),
         memory: Mutex::new(HashMap::new()),
         pulse: pulse::Pulse::new(),
+        owned: Mutex::new(HashMap::new()),
     });
     // The pulse runs while this instance leads (it ends with the controller).
     let pulse_task = settings.pulse.map(|every| {
@@ -380,11 +459,41 @@ async fn watch_scope(
         rx.recv().await.map(|r| (r, rx))
     });
     let fingerprints: Mutex<HashMap<String, String>> = Mutex::new(HashMap::new());
-    ctl.owns(scoped::<StatefulSet>(&client, ns), owned.clone())
-        .owns(scoped::<Service>(&client, ns), owned.clone())
-        .owns(scoped::<ConfigMap>(&client, ns), owned.clone())
-        .owns(scoped::<PodDisruptionBudget>(&client, ns), owned.clone())
-        .owns(scoped::<NetworkPolicy>(&client, ns), owned.clone())
+    let (
+        Some((statefulsets, sts_events, sts_task)),
+        Some((services, svc_events, svc_task)),
+        Some((config_maps, cm_events, cm_task)),
+        Some((pdbs, pdb_events, pdb_task)),
+        Some((network_policies, np_events, np_task)),
+    ) = (
+        owned_store::<StatefulSet>(&client, ns),
+        owned_store::<Service>(&client, ns),
+        owned_store::<ConfigMap>(&client, ns),
+        owned_store::<PodDisruptionBudget>(&client, ns),
+        owned_store::<NetworkPolicy>(&client, ns),
+    )
+    else {
+        tracing::error!("a shared store gave no subscriber");
+        return;
+    };
+    let caches = [sts_task, svc_task, cm_task, pdb_task, np_task];
+    if let Ok(mut stores) = ctx.owned.lock() {
+        stores.insert(
+            ns.map(str::to_string),
+            OwnedStores {
+                statefulsets,
+                services,
+                config_maps,
+                pdbs,
+                network_policies,
+            },
+        );
+    }
+    ctl.owns_shared_stream(sts_events)
+        .owns_shared_stream(svc_events)
+        .owns_shared_stream(cm_events)
+        .owns_shared_stream(pdb_events)
+        .owns_shared_stream(np_events)
         .owns(scoped::<Secret>(&client, ns), owned.clone())
         .watches_stream(
             user_secrets,
@@ -460,6 +569,12 @@ async fn watch_scope(
         })
         .await;
     sweeper.abort();
+    for task in caches {
+        task.abort();
+    }
+    if let Ok(mut stores) = ctx.owned.lock() {
+        stores.remove(&ns.map(str::to_string));
+    }
 }
 
 /// How often the series of clusters gone from the cache are dropped.

@@ -1,4 +1,5 @@
-//! Observe, Kubernetes side: the cluster's owned objects (listed by label),
+//! Observe, Kubernetes side: the cluster's owned objects (from the scope's
+//! caches, see [`crate::controller::OwnedStores`]),
 //! its member pods, and every Node and Pod of the cluster-wide caches (other
 //! pods use node room the planner must count).
 //!
@@ -17,12 +18,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Se
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
+use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The Kubernetes side of one cluster, as of this reconcile.
 #[derive(Debug, Clone, Default)]
@@ -148,15 +151,51 @@ pub fn sort_members<P: Borrow<Pod>>(
     out
 }
 
-/// Reads everything the reconcile needs from Kubernetes.
+/// The objects of `store` in namespace `ns` that cluster `cluster` owns.
+pub fn owned_by<K>(store: &Store<K>, ns: &str, cluster: &str) -> BTreeMap<String, K>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|o| {
+            o.meta().namespace.as_deref() == Some(ns)
+                && o.labels().get(LABEL_CLUSTER).map(String::as_str) == Some(cluster)
+        })
+        .map(|o| (o.name_any(), K::clone(&o)))
+        .collect()
+}
+
+/// How long a reconcile waits for the owned-object caches' first list
+/// before it lists by itself (only right after the operator starts).
+const CACHE_WAIT: Duration = Duration::from_secs(5);
+
+/// Reads everything the reconcile needs from Kubernetes: the owned objects
+/// from the scope's caches (listed only while those have not synced yet).
 pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<KubeView, Error> {
     let ns = cluster.namespace.as_str();
     let name = cluster.name.as_str();
-    let statefulsets = list::<StatefulSet>(&ctx.client, ns, name).await?;
-    let config_maps = list::<ConfigMap>(&ctx.client, ns, name).await?;
-    let services = list::<Service>(&ctx.client, ns, name).await?;
-    let pdbs = list::<PodDisruptionBudget>(&ctx.client, ns, name).await?;
-    let network_policies = list::<NetworkPolicy>(&ctx.client, ns, name).await?;
+    let cached = match ctx.owned_stores(ns) {
+        Some(stores) if stores.ready(CACHE_WAIT).await => Some(stores),
+        _ => None,
+    };
+    let (statefulsets, config_maps, services, pdbs, network_policies) = match cached {
+        Some(s) => (
+            owned_by(&s.statefulsets, ns, name),
+            owned_by(&s.config_maps, ns, name),
+            owned_by(&s.services, ns, name),
+            owned_by(&s.pdbs, ns, name),
+            owned_by(&s.network_policies, ns, name),
+        ),
+        None => (
+            list::<StatefulSet>(&ctx.client, ns, name).await?,
+            list::<ConfigMap>(&ctx.client, ns, name).await?,
+            list::<Service>(&ctx.client, ns, name).await?,
+            list::<PodDisruptionBudget>(&ctx.client, ns, name).await?,
+            list::<NetworkPolicy>(&ctx.client, ns, name).await?,
+        ),
+    };
     let pvcs = if cluster.persistence.is_some() {
         list::<PersistentVolumeClaim>(&ctx.client, ns, name).await?
     } else {
@@ -247,6 +286,34 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_cluster_reads_its_own_objects_from_the_scopes_cache() {
+        let (store, mut writer) = kube::runtime::reflector::store::<Service>();
+        let svc = |ns: &str, name: &str, cluster: &str| {
+            let mut s = Service::default();
+            s.metadata.namespace = Some(ns.into());
+            s.metadata.name = Some(name.into());
+            s.metadata.labels = Some(BTreeMap::from([(
+                LABEL_CLUSTER.to_string(),
+                cluster.to_string(),
+            )]));
+            s
+        };
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Init);
+        for s in [
+            svc("a", "web", "web"),
+            svc("a", "web-0-0", "web"),
+            svc("a", "cache", "cache"),
+            svc("b", "web", "web"),
+        ] {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::InitApply(s));
+        }
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+        let got: Vec<String> = owned_by(&store, "a", "web").into_keys().collect();
+        assert_eq!(got, vec!["web".to_string(), "web-0-0".to_string()]);
+        assert!(owned_by(&store, "c", "web").is_empty());
     }
 
     fn names(pods: &BTreeMap<(u32, u32), Pod>) -> Vec<String> {

@@ -341,9 +341,21 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
         };
         // A standby is ready: it serves and waits.
         health.set_ready(true);
+        let lease_metrics = metrics.clone();
+        let mut elector = leader::Elector::start(cfg, move || async move {
+            counted_client(lease_metrics).await.map_err(|e| e.to_string())
+        })
+        .map_err(RunError::Runtime)?;
         tokio::select! {
-            held = leader::acquire(client.clone(), &cfg) => leadership = Some(held?),
+            held = elector.acquired() => {
+                if let Err(e) = held {
+                    elector.release().await;
+                    return Err(e.into());
+                }
+                leadership = Some(elector);
+            }
             _ = stopped(stop_rx.clone()) => {
+                elector.release().await;
                 if let Some(t) = http_task {
                     let _ = t.await;
                 }

@@ -159,7 +159,10 @@ impl Elector {
     /// Resolves when the lease is lost (or the election ended).
     pub async fn lost(&mut self) {
         loop {
-            if matches!(*self.phase.borrow_and_update(), Phase::Lost | Phase::Failed(_)) {
+            if matches!(
+                *self.phase.borrow_and_update(),
+                Phase::Lost | Phase::Failed(_)
+            ) {
                 return;
             }
             if self.phase.changed().await.is_err() {

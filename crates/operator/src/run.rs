@@ -343,7 +343,9 @@ async fn run_async(args: RunArgs) -> Result<(), RunError> {
         health.set_ready(true);
         let lease_metrics = metrics.clone();
         let mut elector = leader::Elector::start(cfg, move || async move {
-            counted_client(lease_metrics).await.map_err(|e| e.to_string())
+            counted_client(lease_metrics)
+                .await
+                .map_err(|e| e.to_string())
         })
         .map_err(RunError::Runtime)?;
         tokio::select! {

@@ -20,10 +20,14 @@
 //!   timeline (pods, the Ready condition's reason);
 //! - backup and restore throughput beside the raw copy of the same bytes
 //!   (issue 28, see [`backup`]): `--backup-gib G` sets the size (1 GiB;
-//!   0 skips it), `--backup-only` runs it alone.
+//!   0 skips it), `--backup-only` runs it alone;
+//! - the official valkey-io/valkey-operator side by side when
+//!   `OFFICIAL_OPERATOR` names its binary (see [`official`]);
+//!   `--official-only` runs it alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod backup;
+mod official;
 mod status;
 
 use anyhow::{Context, Result, bail};
@@ -90,27 +94,46 @@ fn main() -> Result<()> {
         ready_only(&env, &operator_args)
     } else if args.iter().any(|a| a == "--backup-only") {
         backup_bench(&env, &operator_args, backup_gib)
+    } else if args.iter().any(|a| a == "--official-only") {
+        official_bench(&env, &operator_args)
     } else {
-        measure(&env, &operator_args).and_then(|()| {
-            if backup_gib > 0.0 {
-                backup_bench(&env, &operator_args, backup_gib)
-            } else {
-                Ok(())
-            }
-        })
+        measure(&env, &operator_args)
+            .and_then(|()| {
+                if backup_gib > 0.0 {
+                    backup_bench(&env, &operator_args, backup_gib)
+                } else {
+                    Ok(())
+                }
+            })
+            .and_then(|()| official_bench(&env, &operator_args))
     };
     let _ = Command::new(&testbed)
         .args(["down", "--dir", &dir_s])
         .status();
     result?;
     if many > 0
-        && !args
-            .iter()
-            .any(|a| a == "--status-only" || a == "--ready-only" || a == "--backup-only")
+        && !args.iter().any(|a| {
+            matches!(
+                a.as_str(),
+                "--status-only" | "--ready-only" | "--backup-only" | "--official-only"
+            )
+        })
     {
         many_clusters(&root, &testbed, many, &operator_args)?;
     }
     Ok(())
+}
+
+/// The official operator side by side (see [`official`]), when
+/// `OFFICIAL_OPERATOR` names its binary.
+fn official_bench(env: &Env, operator_args: &[String]) -> Result<()> {
+    let Some(binary) = std::env::var_os("OFFICIAL_OPERATOR") else {
+        println!("side by side: skipped (OFFICIAL_OPERATOR is not set; see docs/benchmarks.md)");
+        return Ok(());
+    };
+    let (ns, operator) = bench_operator(env, "side-by-side", operator_args)?;
+    warm_kubectl(env, &ns.name)?;
+    official::side_by_side(env, &ns.name, operator.pid(), std::path::Path::new(&binary))
 }
 
 /// Backup and restore throughput beside the raw copy (see [`backup`]).

@@ -178,7 +178,14 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
     let name = cluster.name.as_str();
     let cached = match ctx.owned_stores(ns) {
         Some(stores) if stores.ready(CACHE_WAIT).await => Some(stores),
-        _ => None,
+        Some(_) => {
+            tracing::warn!(namespace = ns, "the owned-object caches have not synced: listing");
+            None
+        }
+        None => {
+            tracing::warn!(namespace = ns, "no owned-object caches for this namespace: listing");
+            None
+        }
     };
     let (statefulsets, config_maps, services, pdbs, network_policies) = match cached {
         Some(s) => (

@@ -179,11 +179,17 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
     let cached = match ctx.owned_stores(ns) {
         Some(stores) if stores.ready(CACHE_WAIT).await => Some(stores),
         Some(_) => {
-            tracing::warn!(namespace = ns, "the owned-object caches have not synced: listing");
+            tracing::warn!(
+                namespace = ns,
+                "the owned-object caches have not synced: listing"
+            );
             None
         }
         None => {
-            tracing::warn!(namespace = ns, "no owned-object caches for this namespace: listing");
+            tracing::warn!(
+                namespace = ns,
+                "no owned-object caches for this namespace: listing"
+            );
             None
         }
     };

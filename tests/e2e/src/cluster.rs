@@ -922,6 +922,20 @@ impl Env {
         out
     }
 
+    /// The logs of the containers of the pods in `ns` whose names start with
+    /// `pod_prefix`, concatenated (the testbed keeps each container's log as
+    /// `logs/pods/<ns>_<pod>_<container>.log`), e.g. a Job's pods.
+    pub fn pod_logs(&self, ns: &str, pod_prefix: &str) -> String {
+        let prefix = format!("{ns}_{pod_prefix}");
+        std::fs::read_dir(self.testbed_dir.join("logs/pods"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect()
+    }
+
     /// A fresh directory for a suite's files (judge key lists and output),
     /// under `TESTBED_DIR/work/`, kept after the run for post-mortems.
     pub fn work_dir(&self, suite: &str) -> Result<PathBuf> {

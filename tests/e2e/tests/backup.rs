@@ -211,17 +211,9 @@ fn a_backup_under_writes_lands_in_the_bucket_and_bad_input_fails_with_a_message(
     });
 }
 
-/// The Job's log (the testbed keeps each container's log by namespace and
-/// pod name): the backup Job of `backup`.
+/// The log of the backup Job of `backup`.
 fn job_log(env: &Env, ns: &str, backup: &str) -> String {
-    let prefix = format!("{ns}_{backup}-backup-");
-    std::fs::read_dir(env.testbed_dir.join("logs/pods"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .collect()
+    env.pod_logs(ns, &format!("{backup}-backup-"))
 }
 
 /// A member that dies while the backup takes its snapshot: shard 0's

@@ -186,17 +186,7 @@ pub fn measure(env: &Env, ns: &str, gib: f64) -> Result<()> {
         mb_per_s(bytes, raw_get),
         restore.as_secs_f64() / raw_get.as_secs_f64().max(1e-9)
     );
-    let job_log: String = std::fs::read_dir(env.testbed_dir.join("logs/pods"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("{ns}_bench-backup-"))
-        })
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .collect();
+    let job_log = env.pod_logs(ns, "bench-backup-");
     print!("{job_log}");
     for name in ["bench-big", "bench-restored"] {
         let _ = env.kubectl(&["delete", "valkeycluster", name, "-n", ns, "--wait=false"]);

@@ -32,6 +32,11 @@ pub mod reconcile;
 pub mod report;
 pub mod valkey_io;
 
+#[cfg(test)]
+mod fake_api;
+#[cfg(test)]
+mod whole_reconcile;
+
 pub use error::Error;
 pub use memory::Memory;
 
@@ -243,6 +248,36 @@ impl Context {
     fn forget(&self, key: &str) {
         if let Ok(mut m) = self.memory.lock() {
             m.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+impl Context {
+    /// A context as [`run`] makes it, on `client` and the given caches
+    /// (the owned objects of every namespace in `owned`), with no pulse
+    /// task running.
+    pub(crate) fn for_tests(
+        client: Client,
+        (nodes, pods): (Store<Node>, Store<Pod>),
+        owned: OwnedStores,
+        settings: Settings,
+    ) -> Context {
+        let reporter = Reporter {
+            controller: api::constants::FIELD_MANAGER.to_string(),
+            instance: None,
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            client,
+            nodes,
+            pods,
+            metrics: Arc::new(Metrics::new()),
+            reporter,
+            settings,
+            memory: Mutex::new(HashMap::new()),
+            pulse: pulse::Pulse::new(),
+            owned: Mutex::new(HashMap::from([(None, owned)])),
         }
     }
 }

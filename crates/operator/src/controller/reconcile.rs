@@ -1,33 +1,41 @@
-//! One reconcile of one ValkeyCluster, the driver. It reads like the
-//! pipeline it runs (see [`super`] for the module map):
+//! One reconcile of one ValkeyCluster, the driver. [`run`] reads like the
+//! pipeline it runs (see [`super`] for the module map); each step is a
+//! function below it:
 //!
-//! 1. **dereference** the object and **validate** its spec (an invalid one
-//!    gets a condition and an event, and nothing else happens until it
-//!    changes);
-//! 2. Kubernetes side: **observe** the owned objects, member pods, Nodes and
-//!    Pods; **decide** the placement and the desired objects; **act**: apply
-//!    them (the password Secret created once, the rest by server-side apply
-//!    when they differ), re-create Pending pods whose scheduling rules are out
-//!    of date, grow volumes;
-//! 3. Valkey side: **observe** every member (one connection each), derive
-//!    the **facts** once, **decide** (moves, rolling update, balancing, the
-//!    next Valkey commands, healing) and **act** in a fixed order (see
-//!    [`super::act::carry_out`]);
-//! 4. **report**: the status (written when it changed), its events, and the
-//!    cluster's gauges.
+//! 1. **dereference** the object and **validate** its spec ([`validate`]; an
+//!    invalid one gets a condition and an event, [`refuse`], and nothing else
+//!    happens until it changes; a paused one only says so, [`pause`]; a
+//!    restore waits for its backup, [`restore_gate`]);
+//! 2. Kubernetes side ([`kubernetes`]): **observe** the owned objects, member
+//!    pods, Nodes and Pods; **decide** the placement and the desired objects;
+//!    **act**: the Secrets (password, users, certificates) first, then the
+//!    owned objects by server-side apply when they differ, Pending pods whose
+//!    scheduling rules are out of date re-created, volumes grown;
+//! 3. Valkey side: **observe** every member (one connection each,
+//!    [`members`]), derive the **facts** once, **decide** (moves, rolling
+//!    update, balancing, the next Valkey commands, healing) and **act** in a
+//!    fixed order (see [`super::act::carry_out`]); then the logins and
+//!    certificates that follow the members ([`logins`]: the TLS switch,
+//!    password rotation, ACL users, CA rotation);
+//! 4. **report** ([`report`]): the status (written when it changed), its
+//!    events, the cluster's gauges, and when to look again.
 //!
 //! Every step is idempotent: a reconcile cut short anywhere starts again from
 //! the top with what the API server and the members then say.
 
 use super::act::{self, Actor};
-use super::decide::{self, cleanup, placement::Placement};
+use super::decide::{self, Decision, cleanup, placement::Placement};
 use super::events::{Events, reason};
 use super::facts::Facts;
-use super::report::{self, Target};
+use super::observe::kube::KubeView;
+use super::observe::valkey::{AuthState, MemberAuths, TlsState, ValkeyObservation};
+use super::report::{self, Done, Target};
 use super::{Context, Error, Memory, Settings, observe};
 use crate::backup::restore;
+use crate::builders::Desired;
 use crate::metrics;
 use api::{ValidatedCluster, ValkeyCluster};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -46,6 +54,91 @@ pub async fn reconcile(vc: &ValkeyCluster, ctx: &Context, key: &str) -> Result<A
 /// How soon a refused restore looks at its backup again.
 const RESTORE_RECHECK: Duration = Duration::from_secs(10);
 
+/// What every step reads: the object, the operator's shared context, where
+/// events go, and the cluster the status is written to.
+struct Io<'a> {
+    vc: &'a ValkeyCluster,
+    ctx: &'a Context,
+    events: &'a Events<'a>,
+    target: Target<'a>,
+}
+
+/// The driver: the steps, in order.
+async fn run(
+    vc: &ValkeyCluster,
+    ctx: &Context,
+    events: &Events<'_>,
+    memory: &mut Memory,
+) -> Result<Action, Error> {
+    // 1. dereference, (pause,) validate, (wait for a restore's backup)
+    let io = Io {
+        vc,
+        ctx,
+        events,
+        target: Target::of(vc, ctx)?,
+    };
+    if is_paused(vc) {
+        return pause(&io, memory).await;
+    }
+    if std::mem::take(&mut memory.announced.paused) {
+        events
+            .normal(reason::RESUMED, "Pause", "reconciles resumed")
+            .await;
+    }
+    let cluster = match validate(vc, &ctx.settings) {
+        Ok(cluster) => cluster,
+        Err(message) => return refuse(&io, message, memory).await,
+    };
+    memory.announced.invalid_spec = None;
+    let gate = match restore_gate(&io, &cluster, memory).await? {
+        Ok(gate) => gate,
+        Err(later) => return Ok(later),
+    };
+    let cluster = with_operator_settings(cluster, &ctx.settings, &gate);
+
+    // 2. Kubernetes: observe, place, apply the owned objects
+    let k = kubernetes(&io, cluster, memory).await?;
+
+    // 3. Valkey: observe, facts, decide, act
+    let seen = members(&io, &k).await;
+    let mut facts = Facts::new(&k.cluster, &k.kube, &seen.valkey.observed, io.target.now.0);
+    facts.password_stale = seen.password_stale.clone();
+    let now = Instant::now();
+    // The quiet period also starts when the operator first sees the cluster.
+    memory.last_disturbance.get_or_insert(now);
+    let bootstrapping = !report::observations::ever_ready(io.target.old);
+    let held = k.blocker().is_some();
+    let decision = decide::next(
+        &facts,
+        &k.desired,
+        &k.placement,
+        (held, bootstrapping),
+        memory,
+        now,
+    )?;
+    log_waits(&decision);
+    let session = &seen.valkey.session;
+    let done = act::carry_out(
+        &k.actor(&io),
+        &facts,
+        &decision,
+        session,
+        io.target.old,
+        memory,
+        now,
+    )
+    .await?;
+    let step = Step {
+        facts: &facts,
+        decision: &decision,
+        done: &done,
+    };
+    let tls_switching = logins(&io, &k, &seen, &step, memory).await?;
+
+    // 4. report
+    report(&io, &k, &seen, &step, tls_switching, &gate, memory).await
+}
+
 /// The annotation `valkey.rs/paused: "true"` is set.
 fn is_paused(vc: &ValkeyCluster) -> bool {
     vc.metadata
@@ -55,108 +148,94 @@ fn is_paused(vc: &ValkeyCluster) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
-async fn run(
-    vc: &ValkeyCluster,
-    ctx: &Context,
-    events: &Events<'_>,
-    memory: &mut Memory,
-) -> Result<Action, Error> {
-    // 1. dereference, (pause,) validate
-    let target = Target::of(vc, ctx)?;
-    let namespace = vc.metadata.namespace.as_deref().unwrap_or_default();
-    if is_paused(vc) {
-        let status = report::paused(&target);
-        let conditions = metrics::conditions_of(&status);
-        report::write_status(ctx, &target, status).await?;
-        ctx.metrics
-            .observe_conditions(namespace, &target.name, &conditions);
-        if !memory.announced.paused {
-            events
-                .normal(
-                    reason::PAUSED,
-                    "Pause",
-                    "reconciles paused by the annotation",
-                )
-                .await;
-            memory.announced.paused = true;
-        }
-        return Ok(Action::requeue(ctx.settings.slow_requeue));
-    }
-    if std::mem::take(&mut memory.announced.paused) {
-        events
-            .normal(reason::RESUMED, "Pause", "reconciles resumed")
+/// A paused cluster: its status says so, nothing else is done.
+async fn pause(io: &Io<'_>, memory: &mut Memory) -> Result<Action, Error> {
+    write_alone(io, report::paused(&io.target)).await?;
+    if !memory.announced.paused {
+        io.events
+            .normal(
+                reason::PAUSED,
+                "Pause",
+                "reconciles paused by the annotation",
+            )
             .await;
+        memory.announced.paused = true;
     }
-    let validated = api::v1alpha1::validate_with(vc, &ctx.settings.validation)
-        .map_err(|e| e.to_string())
-        .and_then(|c| match ctx.settings.image_refused(&c.image) {
-            Some(why) => Err(why),
-            None => Ok(c),
-        })
-        .and_then(|c| match downgrade_refused(vc, &c.image) {
-            Some(why) => Err(why),
-            None => Ok(c),
-        });
-    let mut cluster = match validated {
-        Ok(c) => c,
-        Err(message) => {
-            let status = report::invalid(&target, vc.metadata.generation, &message);
-            let conditions = metrics::conditions_of(&status);
-            report::write_status(ctx, &target, status).await?;
-            ctx.metrics
-                .observe_conditions(namespace, &target.name, &conditions);
-            if memory.announced.invalid_spec.as_deref() != Some(message.as_str()) {
-                events
-                    .warning(reason::INVALID_SPEC, "Validate", &message)
-                    .await;
-                memory.announced.invalid_spec = Some(message);
-            }
-            return Ok(Action::await_change());
-        }
-    };
-    memory.announced.invalid_spec = None;
-    // The exporter runs the operator's own image: the operator's flag names
-    // it, not the spec.
-    if let Some(exporter) = cluster.exporter.as_mut() {
-        exporter.image.clone_from(&ctx.settings.exporter_image);
-    }
-    // So do the members' NetworkPolicy's default and the operator's pods.
-    let np = &mut cluster.network_policy;
-    np.enabled = Some(np.enabled.unwrap_or(ctx.settings.member_network_policy));
-    np.operator.clone_from(&ctx.settings.operator_pods);
-    let owner = vc
-        .controller_owner_ref(&())
-        .ok_or(Error::MissingMetadata("uid"))?;
+    Ok(Action::requeue(io.ctx.settings.slow_requeue))
+}
 
-    // A restore: no member is made until the backup is usable (no empty
-    // cluster); while it runs, the first members load it (see
-    // `backup::restore`).
-    let restore = restore::gate(ctx, vc, cluster.shards, target.old).await?;
-    if let restore::Gate::Refused(refusal) = &restore {
-        let status = report::restore_refused(&target, vc.metadata.generation, refusal);
-        let conditions = metrics::conditions_of(&status);
-        report::write_status(ctx, &target, status).await?;
-        ctx.metrics
-            .observe_conditions(namespace, &target.name, &conditions);
+/// The spec as the operator runs it, or why it may not run: the schema's
+/// rules and the operator's own (`--allowed-images`, no downgrade the
+/// members cannot follow).
+fn validate(vc: &ValkeyCluster, settings: &Settings) -> Result<ValidatedCluster, String> {
+    let cluster =
+        api::v1alpha1::validate_with(vc, &settings.validation).map_err(|e| e.to_string())?;
+    if let Some(why) = settings.image_refused(&cluster.image) {
+        return Err(why);
+    }
+    if let Some(why) = downgrade_refused(vc, &cluster.image) {
+        return Err(why);
+    }
+    Ok(cluster)
+}
+
+/// An invalid spec: the status and one event say why; nothing else happens
+/// until the object changes.
+async fn refuse(io: &Io<'_>, message: String, memory: &mut Memory) -> Result<Action, Error> {
+    let status = report::invalid(&io.target, io.vc.metadata.generation, &message);
+    write_alone(io, status).await?;
+    if memory.announced.invalid_spec.as_deref() != Some(message.as_str()) {
+        io.events
+            .warning(reason::INVALID_SPEC, "Validate", &message)
+            .await;
+        memory.announced.invalid_spec = Some(message);
+    }
+    Ok(Action::await_change())
+}
+
+/// Writes a status made before any member was looked at, and its gauges.
+async fn write_alone(io: &Io<'_>, status: api::v1alpha1::ValkeyClusterStatus) -> Result<(), Error> {
+    let conditions = metrics::conditions_of(&status);
+    report::write_status(io.ctx, &io.target, status).await?;
+    let namespace = io.vc.metadata.namespace.as_deref().unwrap_or_default();
+    io.ctx
+        .metrics
+        .observe_conditions(namespace, &io.target.name, &conditions);
+    Ok(())
+}
+
+/// A restore: no member is made until the backup is usable (no empty
+/// cluster); while it runs, the first members load it (see
+/// `backup::restore`). `Err` holds when to look again at a backup that
+/// cannot be used yet.
+async fn restore_gate(
+    io: &Io<'_>,
+    cluster: &ValidatedCluster,
+    memory: &mut Memory,
+) -> Result<Result<restore::Gate, Action>, Error> {
+    let gate = restore::gate(io.ctx, io.vc, cluster.shards, io.target.old).await?;
+    if let restore::Gate::Refused(refusal) = &gate {
+        let status = report::restore_refused(&io.target, io.vc.metadata.generation, refusal);
+        write_alone(io, status).await?;
         if memory.announced.restore_refused.as_deref() != Some(refusal.message.as_str()) {
-            events
+            io.events
                 .warning(reason::RESTORE_REFUSED, "Restore", &refusal.message)
                 .await;
             memory.announced.restore_refused = Some(refusal.message.clone());
         }
         // A backup that completes, or is created, is noticed by this look.
-        return Ok(Action::requeue(RESTORE_RECHECK));
+        return Ok(Err(Action::requeue(RESTORE_RECHECK)));
     }
     memory.announced.restore_refused = None;
-    if let restore::Gate::Go(record) = &restore
-        && target.old.and_then(|s| s.restore.as_ref()).is_none()
+    if let restore::Gate::Go(record) = &gate
+        && io.target.old.and_then(|s| s.restore.as_ref()).is_none()
     {
         // The record goes in before any member is made: a reconcile cut
         // short after the members are made still finds it.
-        let mut status = target.old.cloned().unwrap_or_default();
-        restore::report(&mut status, target.old, record, None, &target.now);
-        report::write_status(ctx, &target, status).await?;
-        events
+        let mut status = io.target.old.cloned().unwrap_or_default();
+        restore::report(&mut status, io.target.old, record, None, &io.target.now);
+        report::write_status(io.ctx, &io.target, status).await?;
+        io.events
             .normal(
                 reason::RESTORE_STARTED,
                 "Restore",
@@ -170,14 +249,89 @@ async fn run(
             )
             .await;
     }
-    cluster.restore = restore
+    Ok(Ok(gate))
+}
+
+/// What the operator's settings, not the spec, decide of the members: the
+/// exporter runs the operator's own image, the members' NetworkPolicy's
+/// default and the operator's pods come from its flags, and a restore in
+/// progress names its backup.
+fn with_operator_settings(
+    mut cluster: ValidatedCluster,
+    settings: &Settings,
+    gate: &restore::Gate,
+) -> ValidatedCluster {
+    if let Some(exporter) = cluster.exporter.as_mut() {
+        exporter.image.clone_from(&settings.exporter_image);
+    }
+    let np = &mut cluster.network_policy;
+    np.enabled = Some(np.enabled.unwrap_or(settings.member_network_policy));
+    np.operator.clone_from(&settings.operator_pods);
+    cluster.restore = gate
         .in_progress()
         .map(|record| api::v1alpha1::RestoreSource {
             record: record.clone(),
-            image: ctx.settings.exporter_image.clone(),
+            image: settings.exporter_image.clone(),
         });
+    cluster
+}
 
-    // 2. Kubernetes: observe, place, apply the owned objects
+/// What the Kubernetes side leaves for the Valkey side and the report.
+struct KubeSide {
+    /// The cluster as the members should run it (with the rotation's
+    /// generation and whether a TLS switch is under way).
+    cluster: ValidatedCluster,
+    owner: OwnerReference,
+    kube: KubeView,
+    placement: Placement,
+    auth: AuthState,
+    rotation: act::rotation::Rotation,
+    /// The value of `valkey.rs/rotate-ca`, if set.
+    rotate_request: Option<String>,
+    tls: TlsState,
+    users: act::users::Users,
+    system: act::users::SystemLogins,
+    desired: Desired,
+    /// Pending pods re-created with new scheduling rules.
+    replaced: usize,
+}
+
+impl KubeSide {
+    /// A missing Secret that keeps the operator from talking to members.
+    fn blocker(&self) -> Option<(String, String)> {
+        self.auth.blocker().or_else(|| self.tls.blocker())
+    }
+
+    fn has_members(&self) -> bool {
+        !self.kube.statefulsets.is_empty()
+    }
+
+    fn actor<'a>(&'a self, io: &'a Io<'a>) -> Actor<'a> {
+        Actor {
+            ctx: io.ctx,
+            cluster: &self.cluster,
+            desired: &self.desired,
+            kube: &self.kube,
+            placement: &self.placement,
+            events: io.events,
+        }
+    }
+}
+
+/// The Kubernetes side: observe the owned objects, Nodes and Pods, place
+/// the members, make the Secrets (password, certificates, users), then
+/// apply the owned objects, re-create Pending pods out of date, grow
+/// volumes.
+async fn kubernetes(
+    io: &Io<'_>,
+    mut cluster: ValidatedCluster,
+    memory: &mut Memory,
+) -> Result<KubeSide, Error> {
+    let (ctx, events) = (io.ctx, io.events);
+    let owner = io
+        .vc
+        .controller_owner_ref(&())
+        .ok_or(Error::MissingMetadata("uid"))?;
     let mut kube = observe::kube::kubernetes(ctx, &cluster).await?;
     memory.note_missing_nodes(&mut kube, Instant::now());
     // TLS turned on for a live cluster: its members speak plaintext until
@@ -197,18 +351,20 @@ async fn run(
         auth_generation: rotation.generation,
         ..cluster
     };
-    let rotate_request = vc
+    let rotate_request = io
+        .vc
         .meta()
         .annotations
         .as_ref()
         .and_then(|a| a.get(api::constants::ANNOTATION_ROTATE_CA))
-        .map(String::as_str);
+        .cloned();
+    let now_unix = io.target.now.0.as_second();
     let tls = act::tls::ensure(
         ctx,
         &cluster,
         &owner,
         &kube,
-        (target.now.0.as_second(), rotate_request),
+        (now_unix, rotate_request.as_deref()),
         events,
     )
     .await?;
@@ -236,40 +392,64 @@ async fn run(
     let grow =
         cleanup::volumes_to_grow(&cluster, &kube, memory.announced.volumes_refused.as_deref());
     act::kube::grow_volumes(ctx, &cluster, &grow, events, &mut memory.announced).await;
+    Ok(KubeSide {
+        cluster,
+        owner,
+        kube,
+        placement,
+        auth,
+        rotation,
+        rotate_request,
+        tls,
+        users,
+        system,
+        desired,
+        replaced,
+    })
+}
 
-    // 3. Valkey: observe, facts, decide, act
-    let blocker = auth.blocker().or_else(|| tls.blocker());
-    let valkey = observe::valkey::members(
-        ctx,
-        &cluster,
-        &kube,
-        target.old,
-        (&auth, system.operator.clone(), rotation.login(&auth)),
-        &tls,
-    )
-    .await;
+/// What the members said: their cluster views and sessions, the auth
+/// settings they run, and which of them run another password than they
+/// should.
+struct Seen {
+    valkey: ValkeyObservation,
+    member_auth: MemberAuths,
+    password_stale: std::collections::BTreeSet<(u32, u32)>,
+}
+
+/// Observes every member (one connection each) and the auth it runs.
+async fn members(io: &Io<'_>, k: &KubeSide) -> Seen {
+    let logins = (
+        &k.auth,
+        k.system.operator.clone(),
+        k.rotation.login(&k.auth),
+    );
+    let valkey =
+        observe::valkey::members(io.ctx, &k.cluster, &k.kube, io.target.old, logins, &k.tls).await;
     let member_auth = observe::valkey::member_auth(&valkey.session).await;
-    let expected_password = if cluster.auth.enabled {
-        auth.password()
+    let expected_password = if k.cluster.auth.enabled {
+        k.auth.password()
     } else {
         Some("")
     };
-    let mut facts = Facts::new(&cluster, &kube, &valkey.observed, target.now.0);
-    facts.password_stale = observe::valkey::password_stale(expected_password, &member_auth);
-    let now = Instant::now();
-    // The quiet period also starts when the operator first sees the cluster.
-    memory.last_disturbance.get_or_insert(now);
-    let bootstrapping = !report::observations::ever_ready(target.old);
-    let decision = decide::next(
-        &facts,
-        &desired,
-        &placement,
-        (blocker.is_some(), bootstrapping),
-        memory,
-        now,
-    )?;
-    // What holds a converging cluster back (e.g. views still differing after
-    // the MEETs), for whoever reads the debug log.
+    let password_stale = observe::valkey::password_stale(expected_password, &member_auth);
+    Seen {
+        valkey,
+        member_auth,
+        password_stale,
+    }
+}
+
+/// What the Valkey side found, decided and did.
+struct Step<'a> {
+    facts: &'a Facts<'a>,
+    decision: &'a Decision,
+    done: &'a Done,
+}
+
+/// What holds a converging cluster back (e.g. views still differing after
+/// the MEETs), for whoever reads the debug log.
+fn log_waits(decision: &Decision) {
     if tracing::enabled!(tracing::Level::DEBUG) && !decision.valkey.waiting.is_empty() {
         let waits: Vec<String> = decision
             .valkey
@@ -279,137 +459,143 @@ async fn run(
             .collect();
         tracing::debug!(waiting = %waits.join("; "), "the Valkey plan waits");
     }
-    let actor = Actor {
+}
+
+/// After the Valkey commands, what follows the members (unless a missing
+/// Secret holds everything): the TLS switch, the password rotation or auth
+/// switch, `default`'s rules, the ACL users, the CA rotation. Returns
+/// whether a TLS switch is under way.
+async fn logins(
+    io: &Io<'_>,
+    k: &KubeSide,
+    seen: &Seen,
+    step: &Step<'_>,
+    memory: &mut Memory,
+) -> Result<bool, Error> {
+    if k.blocker().is_some() {
+        return Ok(false);
+    }
+    let (ctx, events, cluster, owner) = (io.ctx, io.events, &k.cluster, &k.owner);
+    let (session, observed, member_auth) = (
+        &seen.valkey.session,
+        &seen.valkey.observed,
+        &seen.member_auth,
+    );
+    let (auth, rotation, facts) = (&k.auth, &k.rotation, step.facts);
+    let quiet = step.done.executed.is_empty() && step.done.last_action.is_none();
+    let tls_switching = act::tls_switch::advance(
         ctx,
-        cluster: &cluster,
-        desired: &desired,
-        kube: &kube,
-        placement: &placement,
+        (cluster, owner, &k.desired),
+        (facts, session),
+        quiet && step.decision.cluster_ready,
         events,
-    };
-    let done = act::carry_out(
-        &actor,
-        &facts,
-        &decision,
-        &valkey.session,
-        target.old,
-        memory,
-        now,
     )
     .await?;
-    let mut tls_switching = false;
-    if blocker.is_none() {
-        let quiet = done.executed.is_empty() && done.last_action.is_none();
-        tls_switching = act::tls_switch::advance(
+    // Every member's ACL users, asked once: the rotation, the check of
+    // `default` and the users' sync read it.
+    let listed = act::users::list(session).await;
+    if let (Some(switch), (Some(password), _)) = (&rotation.switch, rotation.login(auth)) {
+        act::rotation::advance_switch(ctx, session, member_auth, switch, password).await;
+    }
+    if let (true, Some(password)) = (rotation.unrecorded, auth.password()) {
+        act::rotation::rebuild_record(
             ctx,
-            (&cluster, &owner, &desired),
-            (&facts, &valkey.session),
-            quiet && decision.cluster_ready,
-            events,
+            cluster,
+            owner,
+            (observed, member_auth),
+            (password, rotation.highest),
         )
         .await?;
-        // Every member's ACL users, asked once: the rotation, the check of
-        // `default` and the users' sync read it.
-        let listed = act::users::list(&valkey.session).await;
-        if let (Some(switch), (Some(password), _)) = (&rotation.switch, rotation.login(&auth)) {
-            act::rotation::advance_switch(ctx, &valkey.session, &member_auth, switch, password)
+    }
+    // A rotation finishes only once every member answered: say which
+    // it waits for, once per change (the old password stays valid).
+    let waiting = rotation_waiting(rotation, observed);
+    if waiting != memory.announced.rotation_waiting {
+        if let Some(w) = &waiting {
+            events
+                .warning(
+                    reason::PASSWORD_ROTATION_WAITING,
+                    "RotatePassword",
+                    w.clone(),
+                )
                 .await;
         }
-        if let (true, Some(password)) = (rotation.unrecorded, auth.password()) {
-            act::rotation::rebuild_record(
-                ctx,
-                &cluster,
-                &owner,
-                (&valkey.observed, &member_auth),
-                (password, rotation.highest),
-            )
-            .await?;
-        }
-        // A rotation finishes only once every member answered: say which
-        // it waits for, once per change (the old password stays valid).
-        let waiting = rotation_waiting(&rotation, &valkey.observed);
-        if waiting != memory.announced.rotation_waiting {
-            if let Some(w) = &waiting {
-                events
-                    .warning(
-                        reason::PASSWORD_ROTATION_WAITING,
-                        "RotatePassword",
-                        w.clone(),
-                    )
-                    .await;
-            }
-            memory.announced.rotation_waiting = waiting;
-        }
-        if let (Some(previous), Some(password)) = (&rotation.previous, auth.password()) {
-            act::rotation::advance(
-                ctx,
-                &cluster,
-                &owner,
-                (&valkey.observed, &valkey.session, &kube),
-                (
-                    &listed,
-                    &member_auth,
-                    act::rotation::all_rolled(&cluster, &kube, &desired)
-                        && facts.password_stale.is_empty(),
-                ),
-                (password, previous, rotation.highest),
-                events,
-            )
-            .await?;
-        }
-        act::users::keep_primaryauth(
+        memory.announced.rotation_waiting = waiting;
+    }
+    let rolled =
+        act::rotation::all_rolled(cluster, &k.kube, &k.desired) && facts.password_stale.is_empty();
+    if let (Some(previous), Some(password)) = (&rotation.previous, auth.password()) {
+        act::rotation::advance(
             ctx,
-            &valkey.session,
-            &member_auth,
-            &system.replication_password,
-        )
-        .await;
-        let everyone_reachable = valkey
-            .observed
-            .members
-            .iter()
-            .all(|m| matches!(m.state, valkey::model::MemberState::Reachable(_)));
-        let rolled =
-            act::rotation::all_rolled(&cluster, &kube, &desired) && facts.password_stale.is_empty();
-        // While a rotation runs, `advance` gives every member both
-        // passwords; the listing predates its adds.
-        if let Some(want) =
-            act::rotation::default_want(&rotation, auth.password(), rolled, everyone_reachable)
-            && rotation.previous.is_none()
-        {
-            act::rotation::close_default(ctx, &valkey.session, &kube, &listed, &want).await;
-        }
-        if act::users::sync(ctx, &valkey.session, &listed, &users, memory, events).await > 0 {
-            act::users::ensure_file(
-                ctx,
-                &cluster,
-                &owner,
-                &mut users,
-                (memory, has_members),
-                events,
-            )
-            .await?;
-        }
-        act::tls::advance_rotation(
-            ctx,
-            &cluster,
-            &owner,
-            (&tls, &kube),
-            act::tls::RotationInputs {
-                opts: &valkey.opts,
-                request: rotate_request,
-                now_unix: target.now.0.as_second(),
-            },
+            cluster,
+            owner,
+            (observed, session, &k.kube),
+            (&listed, member_auth, rolled),
+            (password, previous, rotation.highest),
             events,
         )
         .await?;
     }
+    act::users::keep_primaryauth(ctx, session, member_auth, &k.system.replication_password).await;
+    let everyone_reachable = observed
+        .members
+        .iter()
+        .all(|m| matches!(m.state, valkey::model::MemberState::Reachable(_)));
+    // While a rotation runs, `advance` gives every member both
+    // passwords; the listing predates its adds.
+    if let Some(want) =
+        act::rotation::default_want(rotation, auth.password(), rolled, everyone_reachable)
+        && rotation.previous.is_none()
+    {
+        act::rotation::close_default(ctx, session, &k.kube, &listed, &want).await;
+    }
+    let mut users = k.users.clone();
+    if act::users::sync(ctx, session, &listed, &users, memory, events).await > 0 {
+        act::users::ensure_file(
+            ctx,
+            cluster,
+            owner,
+            &mut users,
+            (memory, k.has_members()),
+            events,
+        )
+        .await?;
+    }
+    act::tls::advance_rotation(
+        ctx,
+        cluster,
+        owner,
+        (&k.tls, &k.kube),
+        act::tls::RotationInputs {
+            opts: &seen.valkey.opts,
+            request: k.rotate_request.as_deref(),
+            now_unix: io.target.now.0.as_second(),
+        },
+        events,
+    )
+    .await?;
+    Ok(tls_switching)
+}
 
-    // 4. report
+/// The report: the status (written when it changed) with a restore's
+/// progress, the gauges, the pulse told whether the cluster is steady, and
+/// when to look again.
+async fn report(
+    io: &Io<'_>,
+    k: &KubeSide,
+    seen: &Seen,
+    step: &Step<'_>,
+    tls_switching: bool,
+    gate: &restore::Gate,
+    memory: &mut Memory,
+) -> Result<Action, Error> {
+    let (ctx, events, target) = (io.ctx, io.events, &io.target);
+    let (facts, decision, done) = (step.facts, step.decision, step.done);
+    let blocker = k.blocker();
     let blocked = blocker.is_some();
-    let mut status = report::build(&target, &facts, &placement, &decision, &done, blocker);
-    if let restore::Gate::Go(record) = &restore {
-        let failure = restore::load_failures(&kube.members, cluster.shards);
+    let mut status = report::build(target, facts, &k.placement, decision, done, blocker);
+    if let restore::Gate::Go(record) = gate {
+        let failure = restore::load_failures(&k.kube.members, k.cluster.shards);
         if restore::report(
             &mut status,
             target.old,
@@ -437,17 +623,18 @@ async fn run(
             memory.announced.restore_failed = failure;
         }
     }
-    let gauges = report::gauges::of(&facts, &placement, &status);
-    report::publish(ctx, &target, status, events).await?;
+    let gauges = report::gauges::of(facts, &k.placement, &status);
+    report::publish(ctx, target, status, events).await?;
     ctx.metrics
-        .observe_cluster(&cluster.namespace, &cluster.name, &gauges);
-    let converging = report::converging(&facts, &placement, &decision, &done, replaced)
-        || tls.rotating()
+        .observe_cluster(&k.cluster.namespace, &k.cluster.name, &gauges);
+    let converging = report::converging(facts, &k.placement, decision, done, k.replaced)
+        || k.tls.rotating()
         || tls_switching;
+    let valkey = &seen.valkey;
     ctx.pulse.record(
-        ObjectRef::from_obj(vc),
+        ObjectRef::from_obj(io.vc),
         !converging && !blocked,
-        &valkey,
+        valkey,
         valkey.opts.clone(),
     );
     Ok(Action::requeue(next_look(

@@ -76,7 +76,7 @@ pub fn effective_rules(rules: &[String]) -> Vec<String> {
 }
 
 /// The users to set, and those to leave alone (Secret missing).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Users {
     pub desired: Vec<DesiredUser>,
     /// User name -> why it is left alone.

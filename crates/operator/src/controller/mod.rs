@@ -177,6 +177,10 @@ pub struct Context {
     /// The owned objects of each watched scope (a namespace, or `None` for
     /// all), from the watches that also trigger reconciles.
     owned: Mutex<HashMap<Option<String>, OwnedStores>>,
+    /// Secrets this instance wrote, `(namespace, name)` -> the
+    /// resourceVersion the write returned: the cache serves such a Secret
+    /// only once it holds that version (a reconcile reads its own writes).
+    secrets_written: Mutex<HashMap<(String, String), String>>,
 }
 
 /// The objects the clusters of one scope own (label `valkey.rs/cluster`),
@@ -190,6 +194,9 @@ pub struct OwnedStores {
     pub config_maps: Store<ConfigMap>,
     pub pdbs: Store<PodDisruptionBudget>,
     pub network_policies: Store<NetworkPolicy>,
+    /// The Secrets the operator made (password, its record, users,
+    /// certificates); user-named Secrets carry no label and are read live.
+    pub secrets: Store<Secret>,
 }
 
 impl OwnedStores {
@@ -201,6 +208,7 @@ impl OwnedStores {
                 && self.config_maps.wait_until_ready().await.is_ok()
                 && self.pdbs.wait_until_ready().await.is_ok()
                 && self.network_policies.wait_until_ready().await.is_ok()
+                && self.secrets.wait_until_ready().await.is_ok()
         };
         tokio::time::timeout(timeout, all).await.unwrap_or(false)
     }
@@ -245,6 +253,40 @@ impl Context {
             .cloned()
     }
 
+    /// Secret `name` of namespace `ns` from the owned-object cache, unless
+    /// the cache has not caught up with this instance's last write of it
+    /// (then `None`, and the caller reads it live).
+    pub fn cached_secret(&self, ns: &str, name: &str) -> Option<Secret> {
+        let stores = self.owned_stores(ns)?;
+        let secret = stores.secrets.get(&ObjectRef::new(name).within(ns))?;
+        let mut written = self.secrets_written.lock().ok()?;
+        let key = (ns.to_string(), name.to_string());
+        match written.get(&key) {
+            Some(expected) if secret.metadata.resource_version.as_ref() != Some(expected) => {
+                return None;
+            }
+            Some(_) => {
+                written.remove(&key);
+            }
+            None => {}
+        }
+        Some((*secret).clone())
+    }
+
+    /// Notes that Secret `name` of `ns` is at `version` now: what the cache
+    /// must show before it serves the Secret again. `None` (a deletion, or
+    /// an answer without a version) forgets it: the cache is then read as
+    /// it is.
+    pub fn secret_seen(&self, ns: &str, name: &str, version: Option<String>) {
+        if let Ok(mut written) = self.secrets_written.lock() {
+            let key = (ns.to_string(), name.to_string());
+            match version {
+                Some(v) => written.insert(key, v),
+                None => written.remove(&key),
+            };
+        }
+    }
+
     fn forget(&self, key: &str) {
         if let Ok(mut m) = self.memory.lock() {
             m.remove(key);
@@ -278,6 +320,7 @@ impl Context {
             memory: Mutex::new(HashMap::new()),
             pulse: pulse::Pulse::new(),
             owned: Mutex::new(HashMap::from([(None, owned)])),
+            secrets_written: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -399,6 +442,7 @@ pub async fn run(
         memory: Mutex::new(HashMap::new()),
         pulse: pulse::Pulse::new(),
         owned: Mutex::new(HashMap::new()),
+        secrets_written: Mutex::new(HashMap::new()),
     });
     // The pulse runs while this instance leads (it ends with the controller).
     let pulse_task = settings.pulse.map(|every| {
@@ -500,18 +544,20 @@ async fn watch_scope(
         Some((config_maps, cm_events, cm_task)),
         Some((pdbs, pdb_events, pdb_task)),
         Some((network_policies, np_events, np_task)),
+        Some((secrets, secret_events, secret_task)),
     ) = (
         owned_store::<StatefulSet>(&client, ns),
         owned_store::<Service>(&client, ns),
         owned_store::<ConfigMap>(&client, ns),
         owned_store::<PodDisruptionBudget>(&client, ns),
         owned_store::<NetworkPolicy>(&client, ns),
+        owned_store::<Secret>(&client, ns),
     )
     else {
         tracing::error!("a shared store gave no subscriber");
         return;
     };
-    let caches = [sts_task, svc_task, cm_task, pdb_task, np_task];
+    let caches = [sts_task, svc_task, cm_task, pdb_task, np_task, secret_task];
     if let Ok(mut stores) = ctx.owned.lock() {
         stores.insert(
             ns.map(str::to_string),
@@ -521,6 +567,7 @@ async fn watch_scope(
                 config_maps,
                 pdbs,
                 network_policies,
+                secrets,
             },
         );
     }
@@ -529,7 +576,7 @@ async fn watch_scope(
         .owns_shared_stream(cm_events)
         .owns_shared_stream(pdb_events)
         .owns_shared_stream(np_events)
-        .owns(scoped::<Secret>(&client, ns), owned.clone())
+        .owns_shared_stream(secret_events)
         .watches_stream(
             user_secrets,
             move |secret: kube::core::PartialObjectMeta<Secret>| {

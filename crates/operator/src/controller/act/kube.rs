@@ -68,11 +68,12 @@ pub async fn ensure_password(
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = &cluster.auth.secret_name;
-    let existing = super::secrets::read(&api, name).await?;
+    let existing = super::secrets::read(ctx, &api, name).await?;
     let secret = match existing {
         Some(s) => s,
         None if cluster.auth.operator_managed => {
             let applied = super::secrets::read(
+                ctx,
                 &api,
                 &api::constants::auth_applied_secret_name(&cluster.name),
             )
@@ -97,7 +98,8 @@ pub async fn ensure_password(
                 ..Default::default()
             };
             match api.create(&pp, &desired).await {
-                Ok(_) => {
+                Ok(created) => {
+                    ctx.secret_seen(&cluster.namespace, name, created.metadata.resource_version);
                     let text = if recreated {
                         format!(
                             "Secret {name} was deleted: made again with the password the members run"

@@ -374,7 +374,7 @@ pub async fn state(
 ) -> Result<Rotation, Error> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = auth_applied_secret_name(&cluster.name);
-    let record = secrets::read(&api, &name).await?;
+    let record = secrets::read(ctx, &api, &name).await?;
     let decision = decide(
         cluster.auth.enabled,
         auth.password(),

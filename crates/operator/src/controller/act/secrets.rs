@@ -6,13 +6,26 @@ use api::constants::FIELD_MANAGER;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 
-/// The Secret `name`, or `None` when it does not exist.
-pub async fn read(api: &Api<Secret>, name: &str) -> Result<Option<Secret>, Error> {
-    api.get_opt(name).await.map_err(|source| Error::Read {
+/// The Secret `name`, or `None` when it does not exist: from the
+/// owned-object cache when it holds it (and has seen this instance's last
+/// write of it), else read live. A steady reconcile reads none live.
+pub async fn read(ctx: &Context, api: &Api<Secret>, name: &str) -> Result<Option<Secret>, Error> {
+    let ns = api.namespace().unwrap_or_default();
+    if let Some(cached) = ctx.cached_secret(ns, name) {
+        return Ok(Some(cached));
+    }
+    let live = api.get_opt(name).await.map_err(|source| Error::Read {
         kind: "Secret",
         name: name.to_string(),
         source,
-    })
+    })?;
+    // Whatever the cache says, it must reach this version before it is
+    // read again (it may lag behind a write of this instance or another's).
+    let version = live
+        .as_ref()
+        .and_then(|s| s.metadata.resource_version.clone());
+    ctx.secret_seen(ns, name, version);
+    Ok(live)
 }
 
 /// Server-side applies `secret` (its metadata, type and data), unless a
@@ -22,7 +35,7 @@ pub async fn read(api: &Api<Secret>, name: &str) -> Result<Option<Secret>, Error
 /// so the GET this costs is too.
 pub async fn apply(ctx: &Context, api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
     let name = secret.metadata.name.clone().unwrap_or_default();
-    if let Some(existing) = read(api, &name).await?
+    if let Some(existing) = read(ctx, api, &name).await?
         && !super::apply::same_owner(&existing.metadata, &secret.metadata)
     {
         return Err(Error::NotOwned {
@@ -40,16 +53,19 @@ pub async fn apply(ctx: &Context, api: &Api<Secret>, secret: &Secret) -> Result<
         "type": body.type_,
         "data": body.data,
     });
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&value),
-    )
-    .await
-    .map_err(|source| Error::Apply {
-        kind: "Secret",
-        name,
-        source,
-    })?;
+    let written = api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&value),
+        )
+        .await
+        .map_err(|source| Error::Apply {
+            kind: "Secret",
+            name: name.clone(),
+            source,
+        })?;
+    let ns = api.namespace().unwrap_or_default();
+    ctx.secret_seen(ns, &name, written.metadata.resource_version);
     Ok(())
 }

@@ -64,11 +64,11 @@ pub async fn ensure(
     };
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     if !settings.operator_managed {
-        return user_secret(&api, &settings.secret_name).await;
+        return user_secret(ctx, &api, &settings.secret_name).await;
     }
     let public_name = tls_ca_secret_name(&cluster.name);
-    let public = secrets::read(&api, &public_name).await?;
-    let existing = secrets::read(&api, &settings.secret_name).await?;
+    let public = secrets::read(ctx, &api, &public_name).await?;
+    let existing = secrets::read(ctx, &api, &settings.secret_name).await?;
     let set = ensure_ca(
         ctx,
         cluster,
@@ -143,7 +143,7 @@ async fn ensure_ca(
     events: &Events<'_>,
 ) -> Result<CaSet, Error> {
     let name = tls_ca_key_secret_name(&cluster.name);
-    if let Some(secret) = secrets::read(api, &name).await? {
+    if let Some(secret) = secrets::read(ctx, api, &name).await? {
         return CaSet::of(&secret).ok_or_else(|| {
             Error::Tls(tls::TlsError::BadCa {
                 secret: name.clone(),
@@ -214,7 +214,7 @@ async fn ensure_ca(
         }
         // Created meanwhile (another reconcile, a restart): use that one.
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            let secret = secrets::read(api, &name).await?;
+            let secret = secrets::read(ctx, api, &name).await?;
             secret.as_ref().and_then(CaSet::of).ok_or_else(|| {
                 Error::Tls(tls::TlsError::BadCa {
                     secret: name.clone(),
@@ -227,8 +227,8 @@ async fn ensure_ca(
 }
 
 /// The user's Secret: `ca.crt`, `tls.crt` and `tls.key` must be there.
-async fn user_secret(api: &Api<Secret>, name: &str) -> Result<TlsState, Error> {
-    let Some(secret) = secrets::read(api, name).await? else {
+async fn user_secret(ctx: &Context, api: &Api<Secret>, name: &str) -> Result<TlsState, Error> {
+    let Some(secret) = secrets::read(ctx, api, name).await? else {
         return Ok(TlsState::Missing(format!(
             "Secret {name} named by spec.tls.secretName does not exist"
         )));
@@ -363,7 +363,7 @@ pub async fn advance_rotation(
     let after = tls::after_step(set, &step, next, inputs.request);
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = tls_ca_key_secret_name(&cluster.name);
-    let Some(current) = secrets::read(&api, &name).await? else {
+    let Some(current) = secrets::read(ctx, &api, &name).await? else {
         return Ok(());
     };
     // Stepped meanwhile (another reconcile): the next reconcile sees it.
@@ -378,7 +378,9 @@ pub async fn advance_rotation(
         ..Default::default()
     };
     match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
-        Ok(_) => {}
+        Ok(written) => {
+            ctx.secret_seen(&cluster.namespace, &name, written.metadata.resource_version)
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
         Err(source) => {
             return Err(Error::Apply {

@@ -102,7 +102,7 @@ pub async fn resolve(ctx: &Context, cluster: &ValidatedCluster) -> Result<Users,
     let mut secrets: BTreeMap<String, Option<Secret>> = BTreeMap::new();
     for user in &cluster.users {
         if !secrets.contains_key(&user.secret_name) {
-            let secret = secrets::read(&api, &user.secret_name).await?;
+            let secret = secrets::read(ctx, &api, &user.secret_name).await?;
             secrets.insert(user.secret_name.clone(), secret);
         }
         let Some(Some(secret)) = secrets.get(&user.secret_name) else {
@@ -251,7 +251,7 @@ pub async fn ensure_file(
 ) -> Result<SystemLogins, Error> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let name = api::constants::users_secret_name(&cluster.name);
-    let live = secrets::read(&api, &name).await?;
+    let live = secrets::read(ctx, &api, &name).await?;
     let text = |key| {
         live.as_ref()
             .and_then(|s| crate::builders::secret::secret_text(s, key))

@@ -15,7 +15,9 @@
 //!     every slot is served, Ready says `ImagePullFailed` naming the image;
 //!     the good tag again resumes it (the stuck member is re-created); a
 //!     downgrade to 9.0.0 is refused (`InvalidSpec`, naming
-//!     `valkey.rs/allow-downgrade`) and restarts nothing.
+//!     `valkey.rs/allow-downgrade`) and restarts nothing; so is
+//!     `valkey/valkey:7.2`, older than the oldest supported version
+//!     (`InvalidSpec` naming `spec.image`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
@@ -445,6 +447,26 @@ fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
             .all(|(n, id)| now.get(n).is_some_and(|x| x.uid == id.uid)),
         "a refused downgrade re-created pods"
     );
+    // A version older than the oldest supported is refused naming the field.
+    env.patch_cluster(ns, NAME, r#"{"spec":{"image":"valkey/valkey:7.2"}}"#)?;
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        last = env.cluster(ns, NAME)?;
+        Ok(condition(&last, "Ready").is_some_and(|c| {
+            c["reason"] == "InvalidSpec"
+                && c["message"].as_str().is_some_and(|m| {
+                    m.contains("spec.image") && m.contains("older than the oldest version")
+                })
+        }))
+    })
+    .with_context(|| format!("valkey/valkey:7.2 was not refused: {}", last["status"]))?;
+    let now = env.pod_identities(ns, NAME)?;
+    ensure!(
+        before
+            .iter()
+            .all(|(n, id)| now.get(n).is_some_and(|x| x.uid == id.uid)),
+        "a refused old version re-created pods"
+    );
+    println!("operator_rolling: valkey/valkey:7.2 refused (InvalidSpec naming spec.image)");
     env.patch_cluster(
         ns,
         NAME,

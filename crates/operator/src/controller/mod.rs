@@ -401,17 +401,37 @@ pub async fn run(
     health: Arc<Health>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (nodes, node_writer) = reflector::store::<Node>();
+    let scopes: Vec<Option<String>> = if settings.namespaces.is_empty() {
+        vec![None]
+    } else {
+        settings.namespaces.iter().cloned().map(Some).collect()
+    };
+    // One watch of Nodes and one of Pods feed the planner's caches and,
+    // through a subscriber per scope, the controllers' triggers.
+    let (nodes, node_writer) = reflector::store_shared::<Node>(SHARED_BUFFER);
+    let (pods, pod_writer) = reflector::store_shared::<Pod>(SHARED_BUFFER);
+    let subscribers: Option<Vec<Triggers>> = scopes
+        .iter()
+        .map(|_| {
+            Some(Triggers {
+                nodes: node_writer.subscribe()?,
+                pods: pod_writer.subscribe()?,
+            })
+        })
+        .collect();
+    let Some(subscribers) = subscribers else {
+        tracing::error!("a shared store gave no subscriber");
+        return;
+    };
     let node_cache = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .modify(slim_node)
-        .reflect(node_writer)
+        .reflect_shared(node_writer)
         .for_each(|_| futures::future::ready(()));
-    let (pods, pod_writer) = reflector::store::<Pod>();
     let pod_cache = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .modify(slim_pod)
-        .reflect(pod_writer)
+        .reflect_shared(pod_writer)
         .for_each(|_| futures::future::ready(()));
     tokio::spawn(node_cache.instrument(tracing::info_span!("node_cache")));
     tokio::spawn(pod_cache.instrument(tracing::info_span!("pod_cache")));
@@ -450,11 +470,6 @@ pub async fn run(
         tokio::spawn(async move { ctx.pulse.run(every).await })
     });
     let shutdown = shutdown.shared();
-    let scopes: Vec<Option<String>> = if settings.namespaces.is_empty() {
-        vec![None]
-    } else {
-        settings.namespaces.iter().cloned().map(Some).collect()
-    };
     // ValkeyBackups have their own controller (crate::backup::controller):
     // a backup's Job is followed without ever waiting on a cluster's reconcile.
     let backups = futures::future::join_all(scopes.iter().map(|ns| {
@@ -475,11 +490,10 @@ pub async fn run(
             shutdown.clone(),
         )
     }));
-    let clusters = futures::future::join_all(
-        scopes
-            .into_iter()
-            .map(|ns| watch_scope(client.clone(), ns, ctx.clone(), shutdown.clone())),
-    );
+    let clusters =
+        futures::future::join_all(scopes.into_iter().zip(subscribers).map(|(ns, triggers)| {
+            watch_scope(client.clone(), ns, triggers, ctx.clone(), shutdown.clone())
+        }));
     futures::future::join3(clusters, backups, schedules).await;
     if let Some(task) = pulse_task {
         task.abort();
@@ -498,16 +512,23 @@ where
     }
 }
 
+/// A scope's subscribers to the cluster-wide Node and Pod caches.
+struct Triggers {
+    nodes: reflector::ReflectHandle<Node>,
+    pods: reflector::ReflectHandle<Pod>,
+}
+
 /// One controller over the ValkeyClusters of `ns` (every namespace when
 /// `None`) and the objects they own there, until `shutdown` resolves.
 async fn watch_scope(
     client: Client,
     ns: Option<String>,
+    triggers: Triggers,
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = ns.as_deref();
-    let owned = watcher::Config::default().labels(LABEL_CLUSTER);
+    let scope = ns.map(str::to_string);
     let ctl = Controller::new(
         scoped::<ValkeyCluster>(&client, ns),
         watcher::Config::default().any_semantic(),
@@ -590,38 +611,38 @@ async fn watch_scope(
                     .collect::<Vec<_>>()
             },
         )
-        .watches(scoped::<Pod>(&client, ns), owned, |pod: Pod| {
+        .watches_shared_stream(triggers.pods, move |pod: Arc<Pod>| {
             let cluster = pod.labels().get(LABEL_CLUSTER).cloned();
-            let ns = pod.namespace();
-            cluster.map(|c| {
+            let pod_ns = pod.namespace();
+            // The cache holds every pod: only members of this scope count.
+            let in_scope = scope
+                .as_deref()
+                .is_none_or(|s| pod_ns.as_deref() == Some(s));
+            cluster.filter(|_| in_scope).map(|c| {
                 let r = ObjectRef::<ValkeyCluster>::new(&c);
-                match ns {
+                match pod_ns {
                     Some(ns) => r.within(&ns),
                     None => r,
                 }
             })
         })
-        .watches(
-            Api::<Node>::all(client),
-            watcher::Config::default(),
-            move |node: Node| {
-                let name = node.name_any();
-                let print = node_fingerprint(&node);
-                let changed = fingerprints
-                    .lock()
-                    .map(|mut f| f.insert(name, print.clone()).as_ref() != Some(&print))
-                    .unwrap_or(true);
-                if changed {
-                    cluster_store
-                        .state()
-                        .iter()
-                        .map(|c| ObjectRef::from_obj(c.as_ref()))
-                        .collect()
-                } else {
-                    Vec::new()
-                }
-            },
-        )
+        .watches_shared_stream(triggers.nodes, move |node: Arc<Node>| {
+            let name = node.name_any();
+            let print = node_fingerprint(&node);
+            let changed = fingerprints
+                .lock()
+                .map(|mut f| f.insert(name, print.clone()).as_ref() != Some(&print))
+                .unwrap_or(true);
+            if changed {
+                cluster_store
+                    .state()
+                    .iter()
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        })
         .reconcile_on(pulses)
         .with_config(
             controller::Config::default()

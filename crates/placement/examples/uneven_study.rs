@@ -1,0 +1,78 @@
+//! Issue 31's study: per instance of the uneven-rack family, the plan within
+//! the operator's 1 s, the root bound it proves (the plan's excess minus the
+//! gap), and the plan with a long limit. `cargo run --release -p placement
+//! --example uneven_study [long seconds]`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/common/family.rs"]
+mod family;
+
+use placement::*;
+use std::time::{Duration, Instant};
+
+fn figures(p: &Problem, limit: Duration) -> (f64, bool, u64, u64, u64, Gap) {
+    let t = Instant::now();
+    let planned = plan_with(
+        p,
+        &PlanOptions {
+            time_limit: Some(limit),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let took = t.elapsed().as_secs_f64() * 1000.0;
+    let excess: u64 = planned
+        .plan
+        .violations
+        .iter()
+        .map(|v| u64::from(v.members - v.max_replicas))
+        .sum();
+    let kept = planned
+        .plan
+        .members
+        .iter()
+        .filter(|m| {
+            p.running
+                .iter()
+                .any(|r| r.shard == m.shard && r.member == m.member && r.node == m.node)
+        })
+        .count();
+    (
+        took,
+        planned.optimal,
+        planned.plan.unplaced.len() as u64,
+        excess,
+        (p.running.len() - kept) as u64,
+        planned.gap.unwrap_or_default(),
+    )
+}
+
+fn main() {
+    let long: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10);
+    let only: Option<String> = std::env::args().nth(2);
+    for spec in family::family() {
+        if only.as_ref().is_some_and(|o| !spec.name().contains(o.as_str())) {
+            continue;
+        }
+        let p = family::uneven_racks(spec);
+        let (t1, opt1, u1, e1, d1, g1) = figures(&p, Duration::from_secs(1));
+        let line1 = format!(
+            "1s: {t1:7.1} ms opt {opt1:5} unpl {u1} exc {e1:2} disp {d1:3} root bound exc {} disp {}",
+            e1 - g1.excess,
+            d1 - g1.displaced
+        );
+        let long_line = if opt1 || long == 0 {
+            String::new()
+        } else {
+            let (t, opt, u, e, d, g) = figures(&p, Duration::from_secs(long));
+            format!(
+                " | {long}s: {t:7.1} ms opt {opt:5} unpl {u} exc {e:2} disp {d:3} gap {}/{}",
+                g.excess, g.displaced
+            )
+        };
+        println!("{:<34} {line1}{long_line}", spec.name());
+    }
+}

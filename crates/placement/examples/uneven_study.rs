@@ -54,7 +54,10 @@ fn main() {
         .unwrap_or(10);
     let only: Option<String> = std::env::args().nth(2);
     for spec in family::family() {
-        if only.as_ref().is_some_and(|o| !spec.name().contains(o.as_str())) {
+        if only
+            .as_ref()
+            .is_some_and(|o| !spec.name().contains(o.as_str()))
+        {
             continue;
         }
         let p = family::uneven_racks(spec);

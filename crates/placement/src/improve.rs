@@ -18,8 +18,10 @@
 //! touched, so displacement never grows. Deterministic: pairs are tried in a
 //! fixed order.
 
+use crate::flow::{Cost, Graph, UNBOUNDED};
 use crate::instance::Instance;
 use crate::network::{Slot, Solution};
+use crate::search::evaluate;
 use crate::structure::Structure;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -86,12 +88,245 @@ impl State<'_, '_> {
     }
 }
 
+/// A placement of `sol`'s members, as many placed, with a better (excess,
+/// displaced) score; `None` when neither neighbourhood finds one. Past
+/// `deadline` it stops with what it has improved so far.
+///
+/// Two neighbourhoods, in turn until neither helps: every domain of every
+/// crossing constraint re-placed at once (see [`reassign`]), then the
+/// pairwise swaps of new members ([`swap_pass`]).
+pub(crate) fn improve(
+    inst: &Instance,
+    st: &Structure,
+    sol: &Solution,
+    deadline: Option<Instant>,
+) -> Option<Solution> {
+    let shards: Vec<u32> = sol.shards.keys().copied().collect();
+    let mut score = evaluate(inst, st, sol, &shards)?;
+    let mut current: Option<Solution> = None;
+    let late = || deadline.is_some_and(|d| Instant::now() >= d);
+    // Domains of the crossing constraints among the nodes that can hold a member.
+    let mut layers: Vec<(usize, u32)> = Vec::new();
+    for &a in &st.crossing {
+        let mut labels: Vec<u32> = (0..inst.nodes.len())
+            .filter(|&n| st.usable[n])
+            .map(|n| inst.nodes[n].labels[a])
+            .collect();
+        labels.sort_unstable();
+        labels.dedup();
+        layers.extend(labels.into_iter().map(|l| (a, l)));
+    }
+    for _ in 0..MAX_PASSES {
+        let mut better = false;
+        for &(a, label) in &layers {
+            if late() {
+                return current;
+            }
+            let base = current.as_ref().unwrap_or(sol);
+            if let Some(next) = reassign(inst, st, base, a, label)
+                && let Some(s) = evaluate(inst, st, &next, &shards)
+                && s < score
+            {
+                score = s;
+                current = Some(next);
+                better = true;
+            }
+        }
+        if late() {
+            return current;
+        }
+        let base = current.as_ref().unwrap_or(sol);
+        if let Some(next) = swap_pass(inst, st, base, deadline)
+            && let Some(s) = evaluate(inst, st, &next, &shards)
+            && s < score
+        {
+            score = s;
+            current = Some(next);
+            better = true;
+        }
+        if !better {
+            break;
+        }
+    }
+    current
+}
+
+/// Re-places, at once and optimally, every member that `sol` puts in the
+/// domain `label` of crossing constraint `a`, keeping how many of each shard
+/// go there and everything outside it: `None` when the other effective
+/// constraints do not nest inside that domain (then no flow captures them).
+///
+/// Inside one zone a rack that crosses the zones is just a group of the
+/// zone's nodes, so the zone's members can be re-placed by one min-cost flow:
+/// shard -> its domains of the other constraints, finest last (capped at the
+/// maxReplicas left by the shard's members outside the zone; a Preferred one
+/// also overflows at one excess per member) -> node (a stay reward where the
+/// shard runs) -> sink (the node's room). The swaps move two members at a
+/// time; this moves a whole zone, which is what uneven racks in tight room
+/// need (issue 31: 1 excess left, 0 possible).
+fn reassign(
+    inst: &Instance,
+    st: &Structure,
+    sol: &Solution,
+    a: usize,
+    label: u32,
+) -> Option<Solution> {
+    let inside: Vec<usize> = (0..inst.nodes.len())
+        .filter(|&n| st.usable[n] && inst.nodes[n].labels[a] == label)
+        .collect();
+    // The other effective constraints, coarsest first inside the domain; they
+    // must nest there.
+    let domains_in = |k: usize| {
+        let mut l: Vec<u32> = inside.iter().map(|&n| inst.nodes[n].labels[k]).collect();
+        l.sort_unstable();
+        l.dedup();
+        l.len()
+    };
+    let mut levels: Vec<usize> = st.effective.iter().copied().filter(|&k| k != a).collect();
+    levels.sort_by_key(|&k| (domains_in(k), k));
+    for (i, &fine) in levels.iter().enumerate() {
+        for &coarse in &levels[..i] {
+            let mut map: BTreeMap<u32, u32> = BTreeMap::new();
+            for &n in &inside {
+                let l = &inst.nodes[n].labels;
+                if *map.entry(l[fine]).or_insert(l[coarse]) != l[coarse] {
+                    return None;
+                }
+            }
+        }
+    }
+    let in_domain = |node: usize| inst.nodes[node].labels[a] == label;
+    let mut g = Graph::default();
+    let s = g.add_vertex();
+    let t = g.add_vertex();
+    let mut node_v = vec![usize::MAX; inst.nodes.len()];
+    for &n in &inside {
+        let v = g.add_vertex();
+        node_v[n] = v;
+        g.add_arc(v, t, i64::from(inst.nodes[n].room), Cost::ZERO);
+    }
+    // (shard, node, arc, stays)
+    let mut leaves: Vec<(u32, usize, usize, bool)> = Vec::new();
+    let mut total = 0i64;
+    for (&shard, slots) in &sol.shards {
+        let here: u32 = slots
+            .iter()
+            .filter(|x| in_domain(x.node))
+            .map(|x| x.keep + x.new)
+            .sum();
+        if here == 0 {
+            continue;
+        }
+        total += i64::from(here);
+        // Members of the shard outside the domain, per level and label.
+        let mut outside: BTreeMap<(usize, u32), u32> = BTreeMap::new();
+        for x in slots.iter().filter(|x| !in_domain(x.node)) {
+            for &k in &levels {
+                *outside
+                    .entry((k, inst.nodes[x.node].labels[k]))
+                    .or_default() += x.keep + x.new;
+            }
+        }
+        let keeps = &inst.keeps[shard as usize];
+        let mut reach: Vec<usize> = inside
+            .iter()
+            .copied()
+            .filter(|&n| inst.nodes[n].new || keeps.contains_key(&n))
+            .collect();
+        reach.sort_by_key(|&n| {
+            let path: Vec<u32> = levels.iter().map(|&k| inst.nodes[n].labels[k]).collect();
+            (path, n)
+        });
+        let u = g.add_vertex();
+        g.add_arc(s, u, i64::from(here), Cost::ZERO);
+        let mut stack: Vec<(u32, usize)> = Vec::new();
+        for &n in &reach {
+            let labels = &inst.nodes[n].labels;
+            let common = stack
+                .iter()
+                .zip(&levels)
+                .take_while(|(have, k)| have.0 == labels[**k])
+                .count();
+            stack.truncate(common);
+            for &k in &levels[common..] {
+                let parent = stack.last().map_or(u, |x| x.1);
+                let v = g.add_vertex();
+                let c = &inst.constraints[k];
+                let used = outside.get(&(k, labels[k])).copied().unwrap_or(0);
+                let free = c.max.saturating_sub(used);
+                if free > 0 {
+                    g.add_arc(parent, v, i64::from(free), Cost::ZERO);
+                }
+                if !c.required() {
+                    g.add_arc(parent, v, UNBOUNDED, Cost::EXCESS);
+                }
+                stack.push((labels[k], v));
+            }
+            let leaf = stack.last().map_or(u, |x| x.1);
+            if let Some(members) = keeps.get(&n) {
+                let k = (members.len() as u32).min(inst.nodes[n].room);
+                leaves.push((
+                    shard,
+                    n,
+                    g.add_arc(leaf, node_v[n], i64::from(k), Cost::STAY),
+                    true,
+                ));
+            }
+            if inst.nodes[n].new {
+                leaves.push((
+                    shard,
+                    n,
+                    g.add_arc(leaf, node_v[n], UNBOUNDED, Cost::ZERO),
+                    false,
+                ));
+            }
+        }
+    }
+    if total == 0 {
+        return None;
+    }
+    let (flow, _) = g.min_cost_max_flow(s, t);
+    if flow < total {
+        return None;
+    }
+    let mut per: BTreeMap<(u32, usize), Slot> = BTreeMap::new();
+    for (&shard, slots) in &sol.shards {
+        for x in slots.iter().filter(|x| !in_domain(x.node)) {
+            per.insert((shard, x.node), *x);
+        }
+    }
+    for (shard, node, arc, stays) in leaves {
+        let f = g.flow(arc) as u32;
+        if f == 0 {
+            continue;
+        }
+        let slot = per.entry((shard, node)).or_insert(Slot {
+            node,
+            keep: 0,
+            new: 0,
+        });
+        if stays {
+            slot.keep += f;
+        } else {
+            slot.new += f;
+        }
+    }
+    let mut out = Solution::default();
+    for shard in sol.shards.keys() {
+        out.shards.insert(*shard, Vec::new());
+    }
+    for ((shard, _), slot) in per {
+        out.shards.entry(shard).or_default().push(slot);
+    }
+    Some(out)
+}
+
 /// A placement of `sol`'s members with no more Preferred excess, the same
 /// members placed and the same running members kept; `None` when no move
 /// lowers the excess. Past `deadline` it stops with what it has improved so
 /// far (a pass is quadratic in the new members: the planner's time limit
 /// must hold for it too).
-pub(crate) fn improve(
+fn swap_pass(
     inst: &Instance,
     st: &Structure,
     sol: &Solution,

@@ -84,7 +84,9 @@ pub fn uneven_racks(spec: Uneven) -> Problem {
     let r = spec.racks;
     // A few large racks and a few small ones: the rack's weight is drawn
     // from 1, 1, 2, 4, 6; each rack has at least 2 nodes in every zone.
-    let weights: Vec<u64> = (0..r).map(|_| [1, 1, 2, 4, 6][rng.below(5) as usize]).collect();
+    let weights: Vec<u64> = (0..r)
+        .map(|_| [1, 1, 2, 4, 6][rng.below(5) as usize])
+        .collect();
     let members = u64::from(spec.shards) * ZONES as u64;
     let extra = if spec.tight {
         3 + rng.below(4)

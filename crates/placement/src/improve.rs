@@ -21,7 +21,7 @@
 use crate::flow::{Cost, Graph, UNBOUNDED};
 use crate::instance::Instance;
 use crate::network::{Slot, Solution};
-use crate::search::evaluate;
+use crate::search::{Score, evaluate};
 use crate::structure::Structure;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -33,6 +33,9 @@ const MAX_PASSES: usize = 64;
 /// Above this many new members the pairwise passes get slow (quadratic);
 /// the search then goes without them.
 const MAX_MOVABLE: usize = 4_000;
+
+/// Rounds of plateau moves (ties broken another way) once the descent stalls.
+const PLATEAU_ROUNDS: usize = 8;
 
 struct Member {
     shard: usize,
@@ -99,12 +102,14 @@ pub(crate) fn improve(
     inst: &Instance,
     st: &Structure,
     sol: &Solution,
+    goal: Score,
     deadline: Option<Instant>,
 ) -> Option<Solution> {
     let shards: Vec<u32> = sol.shards.keys().copied().collect();
     let mut score = evaluate(inst, st, sol, &shards)?;
     let mut current: Option<Solution> = None;
-    let late = || deadline.is_some_and(|d| Instant::now() >= d);
+    // Past the deadline, or at a score nothing can beat: stop.
+    let late = |score: Score| score <= goal || deadline.is_some_and(|d| Instant::now() >= d);
     // Domains of the crossing constraints among the nodes that can hold a member.
     let mut layers: Vec<(usize, u32)> = Vec::new();
     for &a in &st.crossing {
@@ -116,14 +121,15 @@ pub(crate) fn improve(
         labels.dedup();
         layers.extend(labels.into_iter().map(|l| (a, l)));
     }
-    for _ in 0..MAX_PASSES {
+    let mut plateau = 0;
+    'search: for _ in 0..MAX_PASSES {
         let mut better = false;
         for &(a, label) in &layers {
-            if late() {
-                return current;
+            if late(score) {
+                break 'search;
             }
             let base = current.as_ref().unwrap_or(sol);
-            if let Some(next) = reassign(inst, st, base, a, label)
+            if let Some(next) = reassign(inst, st, base, a, label, 0)
                 && let Some(s) = evaluate(inst, st, &next, &shards)
                 && s < score
             {
@@ -132,8 +138,20 @@ pub(crate) fn improve(
                 better = true;
             }
         }
-        if late() {
-            return current;
+        if late(score) {
+            break 'search;
+        }
+        let base = current.as_ref().unwrap_or(sol);
+        if let Some(next) = relabel(inst, base)
+            && let Some(s) = evaluate(inst, st, &next, &shards)
+            && s < score
+        {
+            score = s;
+            current = Some(next);
+            better = true;
+        }
+        if late(score) {
+            break 'search;
         }
         let base = current.as_ref().unwrap_or(sol);
         if let Some(next) = swap_pass(inst, st, base, deadline)
@@ -145,10 +163,140 @@ pub(crate) fn improve(
             better = true;
         }
         if !better {
-            break;
+            if plateau == PLATEAU_ROUNDS {
+                break;
+            }
+            // Stuck: walk the plateau. Each domain re-placed again, ties
+            // broken another way (a fixed sequence of salts), and taken when
+            // no worse; the descent then goes on from there.
+            plateau += 1;
+            for &(a, label) in &layers {
+                if late(score) {
+                    break 'search;
+                }
+                let base = current.as_ref().unwrap_or(sol);
+                if let Some(next) = reassign(inst, st, base, a, label, plateau as u64)
+                    && let Some(s) = evaluate(inst, st, &next, &shards)
+                    && s <= score
+                {
+                    score = s;
+                    current = Some(next);
+                }
+            }
         }
     }
-    current
+    current.filter(|c| evaluate(inst, st, c, &shards) < evaluate(inst, st, sol, &shards))
+}
+
+/// Hands the shards' placements out again so that the most running members
+/// stay: a placement with excess is best borne by a shard that runs that way
+/// already. Every node's load and every placement's excess are kept (only
+/// which shard takes which placement changes), so this is an assignment of
+/// running shards to placements, solved as one min-cost flow. `None` when
+/// nothing runs or nothing changes.
+fn relabel(inst: &Instance, sol: &Solution) -> Option<Solution> {
+    // Each placement as members per node, alike ones counted together.
+    // A placement on a node that takes no new member stays with its shard
+    // (only that shard may keep members there).
+    let pinned = |slots: &[Slot]| slots.iter().any(|x| !inst.nodes[x.node].new);
+    let mut kinds: BTreeMap<Vec<(usize, u32)>, Vec<u32>> = BTreeMap::new();
+    for (&shard, slots) in &sol.shards {
+        if pinned(slots) {
+            continue;
+        }
+        let mut at: Vec<(usize, u32)> = slots.iter().map(|x| (x.node, x.keep + x.new)).collect();
+        at.sort_unstable();
+        kinds.entry(at).or_default().push(shard);
+    }
+    let running: Vec<u32> = sol
+        .shards
+        .keys()
+        .copied()
+        .filter(|&s| !inst.keeps[s as usize].is_empty() && !pinned(&sol.shards[&s]))
+        .collect();
+    if running.is_empty() || kinds.len() < 2 {
+        return None;
+    }
+    let mut g = Graph::default();
+    let s = g.add_vertex();
+    let t = g.add_vertex();
+    let kind_v: Vec<usize> = kinds
+        .values()
+        .map(|owners| {
+            let v = g.add_vertex();
+            g.add_arc(v, t, owners.len() as i64, Cost::ZERO);
+            v
+        })
+        .collect();
+    // (shard, kind, arc)
+    let mut arcs: Vec<(u32, usize, usize)> = Vec::new();
+    for &shard in &running {
+        let u = g.add_vertex();
+        g.add_arc(s, u, 1, Cost::ZERO);
+        let keeps = &inst.keeps[shard as usize];
+        for (k, at) in kinds.keys().enumerate() {
+            let stays: u32 = at
+                .iter()
+                .filter_map(|&(node, n)| {
+                    let members = keeps.get(&node)?;
+                    Some(n.min(members.len() as u32).min(inst.nodes[node].room))
+                })
+                .sum();
+            let cost = Cost::STAY.times(i64::from(stays));
+            arcs.push((shard, k, g.add_arc(u, kind_v[k], 1, cost)));
+        }
+    }
+    g.min_cost_max_flow(s, t);
+    let mut given: BTreeMap<u32, usize> = BTreeMap::new();
+    for (shard, k, arc) in arcs {
+        if g.flow(arc) > 0 {
+            given.insert(shard, k);
+        }
+    }
+    // Placements no running shard took go to the others, in shard order.
+    let taken: Vec<usize> = given.values().copied().collect();
+    let mut spare: Vec<usize> = Vec::new();
+    for (k, owners) in kinds.values().enumerate() {
+        let used = taken.iter().filter(|&&x| x == k).count();
+        spare.extend(std::iter::repeat_n(k, owners.len() - used));
+    }
+    let mut rest: Vec<u32> = sol
+        .shards
+        .keys()
+        .copied()
+        .filter(|s| !given.contains_key(s) && !pinned(&sol.shards[s]))
+        .collect();
+    rest.sort_unstable();
+    for (shard, k) in rest.into_iter().zip(spare) {
+        given.insert(shard, k);
+    }
+    let layouts: Vec<&Vec<(usize, u32)>> = kinds.keys().collect();
+    let mut out = Solution::default();
+    for (&shard, slots) in &sol.shards {
+        if pinned(slots) {
+            out.shards.insert(shard, slots.clone());
+        }
+    }
+    let mut changed = false;
+    for (&shard, &k) in &given {
+        let keeps = &inst.keeps[shard as usize];
+        let slots: Vec<Slot> = layouts[k]
+            .iter()
+            .map(|&(node, n)| {
+                let keep = keeps
+                    .get(&node)
+                    .map_or(0, |m| n.min(m.len() as u32).min(inst.nodes[node].room));
+                Slot {
+                    node,
+                    keep,
+                    new: n - keep,
+                }
+            })
+            .collect();
+        changed |= sol.shards.get(&shard) != Some(&slots);
+        out.shards.insert(shard, slots);
+    }
+    changed.then_some(out)
 }
 
 /// Re-places, at once and optimally, every member that `sol` puts in the
@@ -170,7 +318,20 @@ fn reassign(
     sol: &Solution,
     a: usize,
     label: u32,
+    salt: u64,
 ) -> Option<Solution> {
+    // Ties between equally good placements broken by a fixed function of
+    // (shard, node, salt); salt 0: none.
+    let tie = |shard: u32, node: usize| {
+        if salt == 0 {
+            return Cost::ZERO;
+        }
+        let mut z = (u64::from(shard) << 32 ^ node as u64)
+            .wrapping_add(salt.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Cost::balance(((z ^ (z >> 31)) % 8) as i64)
+    };
     let inside: Vec<usize> = (0..inst.nodes.len())
         .filter(|&n| st.usable[n] && inst.nodes[n].labels[a] == label)
         .collect();
@@ -268,7 +429,7 @@ fn reassign(
                 leaves.push((
                     shard,
                     n,
-                    g.add_arc(leaf, node_v[n], i64::from(k), Cost::STAY),
+                    g.add_arc(leaf, node_v[n], i64::from(k), Cost::STAY + tie(shard, n)),
                     true,
                 ));
             }
@@ -276,7 +437,7 @@ fn reassign(
                 leaves.push((
                     shard,
                     n,
-                    g.add_arc(leaf, node_v[n], UNBOUNDED, Cost::ZERO),
+                    g.add_arc(leaf, node_v[n], UNBOUNDED, tie(shard, n)),
                     false,
                 ));
             }
@@ -467,7 +628,7 @@ mod tests {
     use super::*;
     use crate::model::*;
     use crate::network::{Fixed, relax};
-    use crate::search::evaluate;
+    use crate::search::{Score, evaluate};
 
     /// 30 shards x 3 on 3 zones x 10 nodes of 3 pods (no room to spare), zone
     /// Required 1, a rack Preferred 1 crossing the zones (rack = node number
@@ -529,7 +690,7 @@ mod tests {
         let relaxed = relax(&inst, &st, zone_chain, &shards, &Fixed::new(), None).solution;
         let before = evaluate(&inst, &st, &relaxed, &shards).expect("zones hold");
         assert!(before.excess > 0, "the relaxation already keeps the racks");
-        let after = improve(&inst, &st, &relaxed, None).expect("an improvement");
+        let after = improve(&inst, &st, &relaxed, Score::default(), None).expect("an improvement");
         let score = evaluate(&inst, &st, &after, &shards).expect("zones still hold");
         assert_eq!(score.unplaced, before.unplaced);
         assert_eq!(score.displaced, before.displaced);
@@ -543,9 +704,9 @@ mod tests {
         }
         assert!(load.iter().zip(&inst.nodes).all(|(l, n)| *l <= n.room));
         // A placement no move improves is left alone.
-        assert_eq!(improve(&inst, &st, &after, None), None);
+        assert_eq!(improve(&inst, &st, &after, Score::default(), None), None);
         // Out of time before the first pair: nothing is changed.
         let past = Some(Instant::now());
-        assert_eq!(improve(&inst, &st, &relaxed, past), None);
+        assert_eq!(improve(&inst, &st, &relaxed, Score::default(), past), None);
     }
 }

@@ -217,7 +217,7 @@ impl Search<'_, '_> {
             self.best = Some((score, sol.clone()));
             return;
         }
-        let improved = improve(self.inst, self.st, sol, self.deadline)
+        let improved = improve(self.inst, self.st, sol, self.root, self.deadline)
             .and_then(|s| evaluate(self.inst, self.st, &s, self.shards).map(|score| (score, s)))
             .filter(|(better, _)| *better < score);
         self.best = Some(improved.unwrap_or_else(|| (score, sol.clone())));

@@ -94,7 +94,7 @@ pub fn uneven_racks(spec: Uneven) -> Problem {
         members / 5
     };
     // Every zone holds at least its shards' members (one per shard).
-    let mut zone_extra = vec![0u64; ZONES];
+    let mut zone_extra = [0u64; ZONES];
     for _ in 0..extra {
         zone_extra[rng.below(ZONES as u64) as usize] += 1;
     }

@@ -53,7 +53,30 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(10);
     let only: Option<String> = std::env::args().nth(2);
-    for spec in family::family() {
+    // `wide N`: N more instances drawn at random (seeds 1000..), 1 s only.
+    let specs: Vec<family::Uneven> = match only.as_deref() {
+        Some("wide") => {
+            let n: u64 = std::env::args()
+                .nth(3)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(50);
+            (1000..1000 + n)
+                .map(|seed| {
+                    let mut rng = family::Rng::new(seed);
+                    family::Uneven {
+                        shards: 50 + rng.below(284) as u32,
+                        racks: 3 + rng.below(5) as usize,
+                        tight: rng.below(2) == 0,
+                        running: rng.below(2) == 0,
+                        seed,
+                    }
+                })
+                .collect()
+        }
+        _ => family::family(),
+    };
+    let only = only.filter(|o| o != "wide");
+    for spec in specs {
         if only
             .as_ref()
             .is_some_and(|o| !spec.name().contains(o.as_str()))

@@ -329,6 +329,7 @@ fn crossing_problem() -> impl Strategy<Value = Problem> {
                     let labels: Vec<(&str, &str)> =
                         labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
                     p.nodes.push(node(&format!("n{c}a"), &labels, pods_a));
+                    p.nodes.last_mut().unwrap().unschedulable = cordoned;
                     if second {
                         p.nodes.push(node(&format!("n{c}b"), &labels, pods_b));
                     }

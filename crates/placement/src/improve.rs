@@ -16,7 +16,7 @@
 //!
 //! Uneven racks in tight room (issue 31) needed more than pairs: the swaps
 //! stalled 1 excess above the bound, and with running members (which they
-//! never move) 16-105 above. A crossing constraint's domain (a zone) holds
+//! never move) 7-105 above. A crossing constraint's domain (a zone) holds
 //! the other constraints nested (the racks are groups of the zone's nodes),
 //! so all the members in it can be re-placed at once, optimally, by one
 //! min-cost flow that also moves running members where the objective says

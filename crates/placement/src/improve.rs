@@ -106,9 +106,11 @@ impl State<'_, '_> {
 /// reaches `goal` (the search's root bound: nothing beats it) or past
 /// `deadline`, with what it has improved so far.
 ///
-/// A descent over two neighbourhoods until neither helps: every domain of
-/// every crossing constraint re-placed at once (see [`reassign`]), then the
-/// pairwise swaps of new members ([`swap_pass`]). When it stalls, a few
+/// A descent over three neighbourhoods until none helps: every domain of
+/// every crossing constraint re-placed at once (see [`reassign`]), the
+/// shards' placements handed out again so the most running members stay
+/// ([`relabel`]), then the pairwise swaps of new members ([`swap_pass`]).
+/// When it stalls, a few
 /// plateau rounds re-place every domain again with ties broken another way
 /// and take the result when it is no worse, and the descent goes on from
 /// there: the optimum of issue 31's 100 shards with running members (a few
@@ -159,6 +161,18 @@ pub(crate) fn improve(
             break 'search;
         }
         let base = current.as_ref().unwrap_or(sol);
+        if let Some(next) = relabel(inst, base)
+            && let Some(s) = evaluate(inst, st, &next, &shards)
+            && s < score
+        {
+            score = s;
+            current = Some(next);
+            better = true;
+        }
+        if late(score) {
+            break 'search;
+        }
+        let base = current.as_ref().unwrap_or(sol);
         if let Some(next) = swap_pass(inst, st, base, deadline)
             && let Some(s) = evaluate(inst, st, &next, &shards)
             && s < score
@@ -191,6 +205,117 @@ pub(crate) fn improve(
         }
     }
     current.filter(|_| score < start)
+}
+
+/// Hands the shards' placements out again so that the most running members
+/// stay: a placement with excess is best borne by a shard that runs that way
+/// already. Every node's load and every placement's excess are kept (only
+/// which shard takes which placement changes), so this is an assignment of
+/// running shards to placements, solved as one min-cost flow. `None` when
+/// nothing runs or nothing changes.
+fn relabel(inst: &Instance, sol: &Solution) -> Option<Solution> {
+    // Each placement as members per node, alike ones counted together.
+    // A placement on a node that takes no new member stays with its shard
+    // (only that shard may keep members there).
+    let pinned = |slots: &[Slot]| slots.iter().any(|x| !inst.nodes[x.node].new);
+    let mut kinds: BTreeMap<Vec<(usize, u32)>, Vec<u32>> = BTreeMap::new();
+    for (&shard, slots) in &sol.shards {
+        if pinned(slots) {
+            continue;
+        }
+        let mut at: Vec<(usize, u32)> = slots.iter().map(|x| (x.node, x.keep + x.new)).collect();
+        at.sort_unstable();
+        kinds.entry(at).or_default().push(shard);
+    }
+    let running: Vec<u32> = sol
+        .shards
+        .keys()
+        .copied()
+        .filter(|&s| !inst.keeps[s as usize].is_empty() && !pinned(&sol.shards[&s]))
+        .collect();
+    if running.is_empty() || kinds.len() < 2 {
+        return None;
+    }
+    let mut g = Graph::default();
+    let s = g.add_vertex();
+    let t = g.add_vertex();
+    let kind_v: Vec<usize> = kinds
+        .values()
+        .map(|owners| {
+            let v = g.add_vertex();
+            g.add_arc(v, t, owners.len() as i64, Cost::ZERO);
+            v
+        })
+        .collect();
+    // (shard, kind, arc)
+    let mut arcs: Vec<(u32, usize, usize)> = Vec::new();
+    for &shard in &running {
+        let u = g.add_vertex();
+        g.add_arc(s, u, 1, Cost::ZERO);
+        let keeps = &inst.keeps[shard as usize];
+        for (k, at) in kinds.keys().enumerate() {
+            let stays: u32 = at
+                .iter()
+                .filter_map(|&(node, n)| {
+                    let members = keeps.get(&node)?;
+                    Some(n.min(members.len() as u32).min(inst.nodes[node].room))
+                })
+                .sum();
+            let cost = Cost::STAY.times(i64::from(stays));
+            arcs.push((shard, k, g.add_arc(u, kind_v[k], 1, cost)));
+        }
+    }
+    g.min_cost_max_flow(s, t);
+    let mut given: BTreeMap<u32, usize> = BTreeMap::new();
+    for (shard, k, arc) in arcs {
+        if g.flow(arc) > 0 {
+            given.insert(shard, k);
+        }
+    }
+    // Placements no running shard took go to the others, in shard order.
+    let taken: Vec<usize> = given.values().copied().collect();
+    let mut spare: Vec<usize> = Vec::new();
+    for (k, owners) in kinds.values().enumerate() {
+        let used = taken.iter().filter(|&&x| x == k).count();
+        spare.extend(std::iter::repeat_n(k, owners.len() - used));
+    }
+    let mut rest: Vec<u32> = sol
+        .shards
+        .keys()
+        .copied()
+        .filter(|s| !given.contains_key(s) && !pinned(&sol.shards[s]))
+        .collect();
+    rest.sort_unstable();
+    for (shard, k) in rest.into_iter().zip(spare) {
+        given.insert(shard, k);
+    }
+    let layouts: Vec<&Vec<(usize, u32)>> = kinds.keys().collect();
+    let mut out = Solution::default();
+    for (&shard, slots) in &sol.shards {
+        if pinned(slots) {
+            out.shards.insert(shard, slots.clone());
+        }
+    }
+    let mut changed = false;
+    for (&shard, &k) in &given {
+        let keeps = &inst.keeps[shard as usize];
+        let slots: Vec<Slot> = layouts[k]
+            .iter()
+            .map(|&(node, n)| {
+                let keep = keeps
+                    .get(&node)
+                    .map_or(0, |m| n.min(m.len() as u32).min(inst.nodes[node].room));
+                Slot {
+                    node,
+                    keep,
+                    new: n - keep,
+                }
+            })
+            .collect();
+        changed |= sol.shards.get(&shard) != Some(&slots);
+        out.shards.insert(shard, slots);
+    }
+    changed.then_some(out)
 }
 
 /// Re-places, at once and optimally, every member that `sol` puts in the

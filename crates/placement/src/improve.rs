@@ -20,9 +20,10 @@
 //! the other constraints nested (the racks are groups of the zone's nodes),
 //! so all the members in it can be re-placed at once, optimally, by one
 //! min-cost flow that also moves running members where the objective says
-//! so ([`reassign`]). Zone by zone and rack by rack, with a few plateau
-//! rounds where it stalls, that descent reached the bound on every instance
-//! of the family.
+//! so ([`reassign`]). Zone by zone and rack by rack, with the placements
+//! handed out again so the most running members stay ([`relabel`]) and a few
+//! plateau rounds where it stalls, that descent reached the bound on every
+//! instance of the family.
 //!
 //! Every step is taken only when the exact score is better (or, on a
 //! plateau, no worse), so displacement grows only for less excess.

@@ -162,7 +162,7 @@ pub(crate) fn improve(
             break 'search;
         }
         let base = current.as_ref().unwrap_or(sol);
-        if let Some(next) = relabel(inst, base)
+        if let Some(next) = relabel(inst, base, 0)
             && let Some(s) = evaluate(inst, st, &next, &shards)
             && s < score
         {
@@ -203,9 +203,30 @@ pub(crate) fn improve(
                     current = Some(next);
                 }
             }
+            let base = current.as_ref().unwrap_or(sol);
+            if let Some(next) = relabel(inst, base, plateau as u64)
+                && let Some(s) = evaluate(inst, st, &next, &shards)
+                && s <= score
+            {
+                score = s;
+                current = Some(next);
+            }
         }
     }
     current.filter(|_| score < start)
+}
+
+/// A tie-breaking cost for `(shard, other)` under `salt`: a fixed hash in
+/// 0..8 of balance, below every excess and stay; salt 0: none.
+fn tie(salt: u64, shard: u32, other: usize) -> Cost {
+    if salt == 0 {
+        return Cost::ZERO;
+    }
+    let mut z = (u64::from(shard) << 32 ^ other as u64)
+        .wrapping_add(salt.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    Cost::balance(((z ^ (z >> 31)) % 8) as i64)
 }
 
 /// Hands the shards' placements out again so that the most running members
@@ -214,7 +235,7 @@ pub(crate) fn improve(
 /// which shard takes which placement changes), so this is an assignment of
 /// running shards to placements, solved as one min-cost flow. `None` when
 /// nothing runs or nothing changes.
-fn relabel(inst: &Instance, sol: &Solution) -> Option<Solution> {
+fn relabel(inst: &Instance, sol: &Solution, salt: u64) -> Option<Solution> {
     // Each placement as members per node, alike ones counted together.
     // A placement on a node that takes no new member stays with its shard
     // (only that shard may keep members there).
@@ -262,7 +283,7 @@ fn relabel(inst: &Instance, sol: &Solution) -> Option<Solution> {
                     Some(n.min(members.len() as u32).min(inst.nodes[node].room))
                 })
                 .sum();
-            let cost = Cost::STAY.times(i64::from(stays));
+            let cost = Cost::STAY.times(i64::from(stays)) + tie(salt, shard, k);
             arcs.push((shard, k, g.add_arc(u, kind_v[k], 1, cost)));
         }
     }
@@ -340,18 +361,6 @@ fn reassign(
     label: u32,
     salt: u64,
 ) -> Option<Solution> {
-    // Ties between equally good placements broken by a fixed function of
-    // (shard, node, salt); salt 0: none.
-    let tie = |shard: u32, node: usize| {
-        if salt == 0 {
-            return Cost::ZERO;
-        }
-        let mut z = (u64::from(shard) << 32 ^ node as u64)
-            .wrapping_add(salt.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Cost::balance(((z ^ (z >> 31)) % 8) as i64)
-    };
     let inside: Vec<usize> = (0..inst.nodes.len())
         .filter(|&n| st.usable[n] && inst.nodes[n].labels[a] == label)
         .collect();
@@ -449,7 +458,12 @@ fn reassign(
                 leaves.push((
                     shard,
                     n,
-                    g.add_arc(leaf, node_v[n], i64::from(k), Cost::STAY + tie(shard, n)),
+                    g.add_arc(
+                        leaf,
+                        node_v[n],
+                        i64::from(k),
+                        Cost::STAY + tie(salt, shard, n),
+                    ),
                     true,
                 ));
             }
@@ -457,7 +471,7 @@ fn reassign(
                 leaves.push((
                     shard,
                     n,
-                    g.add_arc(leaf, node_v[n], UNBOUNDED, tie(shard, n)),
+                    g.add_arc(leaf, node_v[n], UNBOUNDED, tie(salt, shard, n)),
                     false,
                 ));
             }

@@ -46,7 +46,7 @@ const MAX_PASSES: usize = 64;
 const MAX_MOVABLE: usize = 4_000;
 
 /// Rounds of plateau moves (ties broken another way) once the descent stalls.
-const PLATEAU_ROUNDS: usize = 8;
+const PLATEAU_ROUNDS: usize = 24;
 
 struct Member {
     shard: usize,

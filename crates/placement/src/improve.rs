@@ -111,12 +111,12 @@ impl State<'_, '_> {
 /// every crossing constraint re-placed at once (see [`reassign`]), the
 /// shards' placements handed out again so the most running members stay
 /// ([`relabel`]), then the pairwise swaps of new members ([`swap_pass`]).
-/// When it stalls, a few
-/// plateau rounds re-place every domain again with ties broken another way
-/// and take the result when it is no worse, and the descent goes on from
-/// there: the optimum of issue 31's 100 shards with running members (a few
-/// running members kept by shards other than the ones that bear the
-/// unavoidable excess) is reached that way and by no strict descent.
+/// When it stalls, plateau rounds re-place every domain and hand the
+/// placements out again with ties broken another way, take the result when
+/// it is no worse, and the descent goes on from there: the optimum of issue
+/// 31's 100 shards with running members (a few running members kept by
+/// shards other than the ones that bear the unavoidable excess) is reached
+/// that way and by no strict descent.
 pub(crate) fn improve(
     inst: &Instance,
     st: &Structure,
@@ -186,9 +186,10 @@ pub(crate) fn improve(
             if plateau == PLATEAU_ROUNDS {
                 break;
             }
-            // Stuck: walk the plateau. Each domain re-placed again, ties
-            // broken another way (a fixed sequence of salts), and taken when
-            // no worse; the descent then goes on from there.
+            // Stuck: walk the plateau. Each domain re-placed and the
+            // placements handed out again, ties broken another way (a fixed
+            // sequence of salts), taken when no worse; the descent then goes
+            // on from there.
             plateau += 1;
             for &(a, label) in &layers {
                 if late(score) {

@@ -11,9 +11,20 @@
 //!   crosses the zones, no room to spare (zone Required 1, rack Preferred 1).
 //!   Target: the proven optimum under 1 s.
 //!
+//! * `uneven_family`: issue 31's 16 crossing instances (3 zones x 20 nodes,
+//!   zone and node Required 1, rack Preferred 1 over 3-7 racks of unequal
+//!   sizes crossing every zone, tight or loose room spread unevenly, 50-333
+//!   shards x 3, with and without running members; `tests/common/family.rs`),
+//!   planned one after the other. Target: every one proven optimal within
+//!   the operator's 1 s limit; the summary prints each, the median and the
+//!   worst.
+//!
 //! Besides criterion's report, a summary line per scenario (median wall time
 //! of a few runs and the plan's figures) is printed at the end.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/common/family.rs"]
+mod family;
 
 use criterion::{Criterion, criterion_group};
 use placement::*;
@@ -154,7 +165,8 @@ fn crossing() -> Problem {
 }
 
 /// Racks and room from a fixed pseudo-random sequence where the branch and
-/// bound cannot prove its optimum quickly: rack Required 1 over 6 racks that
+/// bound could not prove its optimum within 1 s before issue 31 (now it
+/// does, at the root): rack Required 1 over 6 racks that
 /// cross 3 zones, zone Preferred 1, node Preferred 1, 60 shards x 3 on 60
 /// nodes of 1 or 2 pods, half the shards with a running primary. Planned with
 /// a 1 s time limit, as the operator does: the best plan found and its gap.
@@ -203,10 +215,98 @@ fn scenarios() -> Vec<(&'static str, Problem)> {
     ]
 }
 
+/// The operator's planning budget.
+const BUDGET: Duration = Duration::from_secs(1);
+
+fn within_budget(p: &Problem) -> Planned {
+    plan_with(
+        p,
+        &PlanOptions {
+            time_limit: Some(BUDGET),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
 fn bench(c: &mut Criterion) {
     for (name, p) in scenarios() {
         c.bench_function(name, |b| b.iter(|| plan(black_box(&p)).unwrap()));
     }
+    let family: Vec<Problem> = family::family()
+        .into_iter()
+        .map(family::uneven_racks)
+        .collect();
+    c.bench_function("uneven_family", |b| {
+        b.iter(|| {
+            for p in &family {
+                within_budget(black_box(p));
+            }
+        })
+    });
+}
+
+/// Issue 31: each instance of the uneven-rack family within the 1 s budget
+/// (median of 3 runs), whether it is proven optimal, then the family's median
+/// and worst.
+fn summary_family() {
+    println!(
+        "  uneven family (issue 31), each planned with the operator's 1 s limit, median of 3 runs:"
+    );
+    let mut times: Vec<(Duration, String)> = Vec::new();
+    let mut unproven = 0;
+    for spec in family::family() {
+        let p = family::uneven_racks(spec);
+        let mut runs: Vec<Duration> = Vec::new();
+        let mut last = None;
+        for _ in 0..3 {
+            let t = Instant::now();
+            last = Some(within_budget(&p));
+            runs.push(t.elapsed());
+        }
+        runs.sort();
+        let planned = last.unwrap();
+        let excess: u32 = planned
+            .plan
+            .violations
+            .iter()
+            .map(|v| v.members - v.max_replicas)
+            .sum();
+        let displaced = p.running.len()
+            - planned
+                .plan
+                .members
+                .iter()
+                .filter(|m| {
+                    p.running
+                        .iter()
+                        .any(|r| r.shard == m.shard && r.member == m.member && r.node == m.node)
+                })
+                .count();
+        unproven += usize::from(!planned.optimal);
+        println!(
+            "  uneven_{:<34} {:>10.3} ms  proven optimal {:<5}  unplaced {:>3}  excess {:>4}  displaced {:>4}",
+            spec.name(),
+            runs[1].as_secs_f64() * 1000.0,
+            planned.optimal,
+            planned.plan.unplaced.len(),
+            excess,
+            displaced,
+        );
+        times.push((runs[1], spec.name()));
+    }
+    times.sort();
+    let (median, worst) = (&times[times.len() / 2], &times[times.len() - 1]);
+    let met = unproven == 0 && worst.0 < BUDGET;
+    println!(
+        "  uneven_family {:>33.3} ms median, {:.3} ms worst ({}); {} of {} proven optimal [goal every one proven optimal within 1 s: {}]",
+        median.0.as_secs_f64() * 1000.0,
+        worst.0.as_secs_f64() * 1000.0,
+        worst.1,
+        times.len() - unproven,
+        times.len(),
+        if met { "met" } else { "MISSED" },
+    );
 }
 
 /// Median wall time of `runs` plans and the plan's figures, one line each.
@@ -322,4 +422,5 @@ fn main() {
     Criterion::default().configure_from_args().final_summary();
     summary();
     summary_unproven();
+    summary_family();
 }

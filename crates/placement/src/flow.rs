@@ -62,7 +62,7 @@ impl Cost {
         }
     }
 
-    fn times(self, k: i64) -> Cost {
+    pub fn times(self, k: i64) -> Cost {
         Cost {
             excess: self.excess * k,
             stay: self.stay * k,

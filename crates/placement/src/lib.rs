@@ -24,7 +24,9 @@
 //! * When some keys cross (zones and racks that span zones), a branch and
 //!   bound fixes one shard's members per cell at a time; its bound adds the
 //!   excesses of several flow relaxations that each keep a nesting subset
-//!   and count disjoint Preferred constraints.
+//!   and count disjoint Preferred constraints. Its incumbents go through a
+//!   local search (`improve`) that re-places all the members of one zone or
+//!   rack at once by a min-cost flow, so it usually stops at the root.
 //!
 //! # Text output
 //!

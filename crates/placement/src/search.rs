@@ -212,7 +212,12 @@ impl Search<'_, '_> {
         if self.best.as_ref().is_some_and(|(b, _)| *b <= score) {
             return;
         }
-        let improved = improve(self.inst, self.st, sol, self.deadline)
+        // At the root's bound nothing can do better: no local search.
+        if score <= self.root {
+            self.best = Some((score, sol.clone()));
+            return;
+        }
+        let improved = improve(self.inst, self.st, sol, self.root, self.deadline)
             .and_then(|s| evaluate(self.inst, self.st, &s, self.shards).map(|score| (score, s)))
             .filter(|(better, _)| *better < score);
         self.best = Some(improved.unwrap_or_else(|| (score, sol.clone())));

@@ -277,3 +277,105 @@ proptest! {
         prop_assert_eq!(a, plan(&p).unwrap());
     }
 }
+
+/// Issue 31 in small: zones and racks that cross (every rack in every zone,
+/// one or two nodes per cell), uneven room, a few cordoned nodes, running
+/// members; the zone, rack and node constraints each Required or Preferred.
+fn crossing_problem() -> impl Strategy<Value = Problem> {
+    (2usize..=3, 2usize..=3, 2u32..=3, 1u32..=2)
+        .prop_filter("small enough for the reference", |(z, r, s, _)| {
+            z * r <= 6 && *s <= 3
+        })
+        .prop_flat_map(|(zones, racks, shards, replicas)| {
+            let cells = zones * racks;
+            let members = (shards * (replicas + 1)) as usize;
+            (
+                Just((zones, racks, shards, replicas)),
+                // Per cell: a second node or not, each node's pods, and
+                // whether the first is cordoned (running members may stay).
+                prop::collection::vec(
+                    (
+                        prop::bool::weighted(0.2),
+                        0u64..=2,
+                        0u64..=2,
+                        prop::bool::weighted(0.15),
+                    ),
+                    cells,
+                ),
+                (
+                    prop::bool::weighted(0.8),
+                    prop::bool::weighted(0.3),
+                    prop::bool::weighted(0.5),
+                ),
+                prop::collection::vec(prop::option::weighted(0.35, 0usize..12), members),
+            )
+        })
+        .prop_map(
+            |((zones, racks, shards, replicas), cells, modes, running)| {
+                let mode = |required: bool| {
+                    if required {
+                        Mode::Required
+                    } else {
+                        Mode::Preferred
+                    }
+                };
+                let mut p = problem(shards, replicas);
+                for (c, &(second, pods_a, pods_b, cordoned)) in cells.iter().enumerate() {
+                    let (z, r) = (c / racks, c % racks);
+                    let labels = [
+                        ("zone", format!("z{z}")),
+                        ("example.com/rack", format!("k{r}")),
+                    ];
+                    let labels: Vec<(&str, &str)> =
+                        labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    p.nodes.push(node(&format!("n{c}a"), &labels, pods_a));
+                    p.nodes.last_mut().unwrap().unschedulable = cordoned;
+                    if second {
+                        p.nodes.push(node(&format!("n{c}b"), &labels, pods_b));
+                    }
+                }
+                p.constraints = vec![
+                    constraint("zone", 1, mode(modes.0)),
+                    constraint("example.com/rack", 1, mode(modes.1)),
+                    constraint("node", 1, mode(modes.2)),
+                ];
+                let m = replicas + 1;
+                for (k, at) in running.into_iter().enumerate() {
+                    if let Some(n) = at.filter(|&n| n < p.nodes.len()) {
+                        let name = p.nodes[n].name.clone();
+                        p.running
+                            .push(running_member(k as u32 / m, k as u32 % m, &name));
+                    }
+                }
+                let _ = zones;
+                p
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
+
+    /// Crossing zones and racks: the planner's optimum is the exhaustive one,
+    /// and the first incumbent (one search node: the relaxations' placements
+    /// after the local search) is well-formed and, when it says it is
+    /// optimal, is.
+    #[test]
+    fn crossing_racks_plan_matches_the_counting_reference(p in crossing_problem()) {
+        let want = brute_force_by_counts(&p);
+        let planned = plan(&p).unwrap();
+        prop_assert_eq!(check_plan(&p, &planned), want, "plan:\n{}", render_text(&p, &planned));
+        let first = plan_with(&p, &PlanOptions { search_limit: Some(1), ..Default::default() }).unwrap();
+        let got = check_plan(&p, &first.plan);
+        if first.optimal {
+            prop_assert_eq!(got, want);
+        } else {
+            // The gap covers the distance to the optimum.
+            let gap = first.gap.unwrap();
+            prop_assert!(want.0 <= got.0 + gap.unplaced);
+            if got.0 == want.0 {
+                prop_assert!(got.1 <= want.1 + gap.excess);
+            }
+        }
+    }
+}

@@ -4,6 +4,8 @@
 use placement::*;
 use std::collections::BTreeMap;
 
+pub mod family;
+
 /// A problem with no nodes yet: `shards` x (`replicas` + 1) members, no requests.
 pub fn problem(shards: u32, replicas: u32) -> Problem {
     Problem {

@@ -13,8 +13,9 @@
 //! replica says it is the primary, and several are planned only as
 //! TAKEOVERs when most primaries are lost, each taking an epoch without a
 //! vote; nothing is gained by racing them.
-//! Sent one at a time, a 40x2 cluster's 40 ADDSLOTSRANGE took 23 s (0.1-2 s
-//! each on a loaded host), and its 80 REPLICATE as long again.
+//! Sent one at a time, a 40x2 cluster's 40 ADDSLOTSRANGE took 23 s (issue
+//! 26: 0.1-2 s each on a loaded host), REPLICATE likewise; sent this way on
+//! a host that is not saturated, 0.04-0.17 s (docs/benchmarks.md).
 
 use crate::controller::Context;
 use crate::controller::events::{Events, action_reason, reason};

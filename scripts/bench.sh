@@ -3,7 +3,8 @@
 #  1. the placement planner (criterion);
 #  2. the testbed: warm `up` to Ready nodes, pod bound -> Ready;
 #  3. the operator on the testbed: apply -> Ready, RSS, API writes per resync;
-#  4. backup and restore of 1 GiB beside the raw copy of the same bytes.
+#  4. backup and restore of 1 GiB beside the raw copy of the same bytes;
+#  5. 50 clusters on a 5x10 testbed, then one big cluster (40x2) on another.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

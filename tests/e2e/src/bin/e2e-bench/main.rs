@@ -23,10 +23,15 @@
 //!   0 skips it), `--backup-only` runs it alone;
 //! - the official valkey-io/valkey-operator side by side when
 //!   `OFFICIAL_OPERATOR` names its binary (see [`official`]);
-//!   `--official-only` runs it alone.
+//!   `--official-only` runs it alone;
+//! - one big cluster (issue 26, item 6; see [`big`]): 40x2 on a testbed of
+//!   its own (5 zones x 10 nodes), last in the default run; `--big-only`
+//!   runs it alone, `--no-big` skips it, `--big-dir DIR` names its testbed
+//!   directory (default `.testbed-bench-big`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod backup;
+mod big;
 mod official;
 mod status;
 
@@ -52,6 +57,15 @@ fn main() -> Result<()> {
         .filter(|w| w[0] == "--operator-arg")
         .map(|w| w[1].clone())
         .collect();
+    let big_dir = args
+        .iter()
+        .position(|a| a == "--big-dir")
+        .and_then(|i| args.get(i + 1))
+        .map_or_else(|| root.join(".testbed-bench-big"), PathBuf::from);
+    if args.iter().any(|a| a == "--big-only") {
+        let testbed = root.join("target/release/testbed");
+        return big::run(&root, &testbed, &big_dir, &operator_args);
+    }
     if args.iter().any(|a| a == "--many-only") {
         let testbed = root.join("target/release/testbed");
         return many_clusters(&root, &testbed, many, &operator_args);
@@ -111,15 +125,17 @@ fn main() -> Result<()> {
         .args(["down", "--dir", &dir_s])
         .status();
     result?;
-    if many > 0
-        && !args.iter().any(|a| {
-            matches!(
-                a.as_str(),
-                "--status-only" | "--ready-only" | "--backup-only" | "--official-only"
-            )
-        })
-    {
+    let only = args.iter().any(|a| {
+        matches!(
+            a.as_str(),
+            "--status-only" | "--ready-only" | "--backup-only" | "--official-only"
+        )
+    });
+    if many > 0 && !only {
         many_clusters(&root, &testbed, many, &operator_args)?;
+    }
+    if !only && !args.iter().any(|a| a == "--no-big") {
+        big::run(&root, &testbed, &big_dir, &operator_args)?;
     }
     Ok(())
 }

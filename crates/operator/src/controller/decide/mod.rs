@@ -198,10 +198,32 @@ pub fn node_timeout_ms(valkey: &::valkey::model::ObservedCluster, bootstrapping:
         .iter()
         .all(|m| m.report().is_some_and(|r| r.keys == 0));
     if empty && bootstrapping {
-        config::BOOTSTRAP_NODE_TIMEOUT_MS
+        bootstrap_node_timeout_ms(valkey.members.len())
     } else {
         config::CLUSTER_NODE_TIMEOUT_MS
     }
+}
+
+/// Pings a second a bootstrapping cluster's members may send in all.
+const BOOTSTRAP_PINGS_PER_SECOND: u64 = 1000;
+
+/// The bootstrap `cluster-node-timeout` for `members` members: every
+/// member pings each peer at least every half timeout, so the cluster sends
+/// `members x (members - 1) x 2000 / timeout` pings a second (each with its
+/// slot bitmap). The shortest timeout that keeps that within
+/// [`BOOTSTRAP_PINGS_PER_SECOND`], between [`config::BOOTSTRAP_NODE_TIMEOUT_MS`]
+/// and [`config::CLUSTER_NODE_TIMEOUT_MS`]: 1 s up to 22 members, the usual
+/// 5 s from 51 on. At 1 s, 120 members sent about 28,000 pings a second and
+/// saturated a 2-core host (the operator lost its Lease).
+pub fn bootstrap_node_timeout_ms(members: usize) -> u32 {
+    let n = members as u64;
+    let needed =
+        n.saturating_mul(n.saturating_sub(1)).saturating_mul(2000) / BOOTSTRAP_PINGS_PER_SECOND;
+    let needed = u32::try_from(needed).unwrap_or(u32::MAX);
+    needed.clamp(
+        config::BOOTSTRAP_NODE_TIMEOUT_MS,
+        config::CLUSTER_NODE_TIMEOUT_MS,
+    )
 }
 
 #[cfg(test)]

@@ -373,6 +373,22 @@ fn a_failed_placement_leaves_every_member_unplanned() {
 }
 
 #[test]
+fn a_big_cluster_bootstraps_with_a_longer_node_timeout() {
+    use super::bootstrap_node_timeout_ms as t;
+    use crate::builders::config::{BOOTSTRAP_NODE_TIMEOUT_MS, CLUSTER_NODE_TIMEOUT_MS};
+    // The suites' clusters (3x1, 3x2, 4x2) keep the short one.
+    for members in [1, 2, 6, 9, 12, 22] {
+        assert_eq!(t(members), BOOTSTRAP_NODE_TIMEOUT_MS, "{members}");
+    }
+    // 40 members ping 3,120 times a second at 1 s: 3.12 s keeps 1,000.
+    assert_eq!(t(40), 3120);
+    // 120 members (40x2): the normal timeout, as steady.
+    for members in [51, 120, 1000, usize::MAX] {
+        assert_eq!(t(members), CLUSTER_NODE_TIMEOUT_MS, "{members}");
+    }
+}
+
+#[test]
 fn only_an_empty_cluster_that_was_never_ready_gets_the_short_node_timeout() {
     use crate::builders::config::{BOOTSTRAP_NODE_TIMEOUT_MS, CLUSTER_NODE_TIMEOUT_MS};
     use valkey::model::{MemberState, NodeReport, ObservedMember};

@@ -7,7 +7,7 @@
 //! `OPERATOR_BIN` runs another build's operator.
 
 use crate::{METRICS_ADDR, cluster_yaml, goal, metrics_port_free, rss_kib};
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use e2e::cluster::{Env, condition_status, wait_until};
 use e2e::rbac::OPERATOR_SA_NAMESPACE;
 use std::path::Path;
@@ -29,25 +29,7 @@ const SETTLE: Duration = Duration::from_secs(20);
 /// there), measures, and brings it down again.
 pub fn run(root: &Path, testbed: &Path, dir: &Path, operator_args: &[String]) -> Result<()> {
     let dir_s = dir.to_string_lossy().to_string();
-    let _ = Command::new(testbed)
-        .args(["down", "--dir", &dir_s])
-        .status();
-    let status = Command::new(testbed)
-        .args([
-            "up",
-            "--dir",
-            &dir_s,
-            "--zones",
-            "5",
-            "--nodes-per-zone",
-            "10",
-        ])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .context("testbed up (5 zones x 10 nodes)")?;
-    if !status.success() {
-        bail!("testbed up failed (logs in {}/logs)", dir.display());
-    }
+    super::fresh_testbed(testbed, dir, &[])?;
     let mut env = Env::for_testbed(root, dir);
     // Another build's operator (e.g. the one before a change), for a figure
     // before and after on the same bench.

@@ -187,13 +187,9 @@ fn status_only(env: &Env, operator_args: &[String]) -> Result<()> {
 
 /// Goal 4: one operator, `count` clusters of 3x1 created at once on 5 zones x
 /// 10 nodes.
-fn many_clusters(
-    root: &std::path::Path,
-    testbed: &std::path::Path,
-    count: u32,
-    operator_args: &[String],
-) -> Result<()> {
-    let dir = root.join(".testbed-bench-many");
+/// Brings up a testbed of 5 zones x 10 nodes in `dir` (with `extra` flags
+/// to `up`), after taking down whatever ran there.
+fn fresh_testbed(testbed: &std::path::Path, dir: &std::path::Path, extra: &[&str]) -> Result<()> {
     let dir_s = dir.to_string_lossy().to_string();
     let _ = Command::new(testbed)
         .args(["down", "--dir", &dir_s])
@@ -207,20 +203,30 @@ fn many_clusters(
             "5",
             "--nodes-per-zone",
             "10",
-            "--pods",
-            "16",
         ])
+        .args(extra)
         .stdout(std::process::Stdio::null())
         .status()
         .context("testbed up (5 zones x 10 nodes)")?;
     if !status.success() {
         bail!("testbed up failed (logs in {}/logs)", dir.display());
     }
+    Ok(())
+}
+
+fn many_clusters(
+    root: &std::path::Path,
+    testbed: &std::path::Path,
+    count: u32,
+    operator_args: &[String],
+) -> Result<()> {
+    let dir = root.join(".testbed-bench-many");
+    fresh_testbed(testbed, &dir, &["--pods", "16"])?;
     let env = Env::for_testbed(root, &dir);
     let result =
         e2e::exporter::load_image(&env).and_then(|_| many_figures(&env, count, operator_args));
     let _ = Command::new(testbed)
-        .args(["down", "--dir", &dir_s])
+        .args(["down", "--dir", &dir.to_string_lossy()])
         .status();
     result
 }

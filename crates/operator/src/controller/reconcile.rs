@@ -549,8 +549,9 @@ async fn logins(
     {
         act::rotation::close_default(ctx, session, &k.kube, &listed, &want).await;
     }
-    let mut users = k.users.clone();
-    if act::users::sync(ctx, session, &listed, &users, memory, events).await > 0 {
+    if act::users::sync(ctx, session, &listed, &k.users, memory, events).await > 0 {
+        // The users file is written again with what was just set.
+        let mut users = k.users.clone();
         act::users::ensure_file(
             ctx,
             cluster,

@@ -423,49 +423,19 @@ fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
     println!("operator_rolling: tag fixed: the stuck member re-created, Ready on {NEW_VERSION}");
 
     // A downgrade across a minor version is refused; nothing restarts.
-    let before = env.pod_identities(ns, NAME)?;
-    env.patch_cluster(
+    refused_without_restart(
+        env,
         ns,
-        NAME,
-        &format!(r#"{{"spec":{{"image":"{OLD_IMAGE}"}}}}"#),
+        OLD_IMAGE,
+        &["valkey.rs/allow-downgrade", NEW_VERSION],
     )?;
-    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
-        last = env.cluster(ns, NAME)?;
-        Ok(condition(&last, "Ready").is_some_and(|c| {
-            c["reason"] == "InvalidSpec"
-                && c["message"].as_str().is_some_and(|m| {
-                    m.contains("valkey.rs/allow-downgrade") && m.contains(NEW_VERSION)
-                })
-        }))
-    })
-    .with_context(|| format!("the downgrade was not refused: {}", last["status"]))?;
-    std::thread::sleep(Duration::from_secs(3));
-    let now = env.pod_identities(ns, NAME)?;
-    ensure!(
-        before
-            .iter()
-            .all(|(n, id)| now.get(n).is_some_and(|x| x.uid == id.uid)),
-        "a refused downgrade re-created pods"
-    );
     // A version older than the oldest supported is refused naming the field.
-    env.patch_cluster(ns, NAME, r#"{"spec":{"image":"valkey/valkey:7.2"}}"#)?;
-    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
-        last = env.cluster(ns, NAME)?;
-        Ok(condition(&last, "Ready").is_some_and(|c| {
-            c["reason"] == "InvalidSpec"
-                && c["message"].as_str().is_some_and(|m| {
-                    m.contains("spec.image") && m.contains("older than the oldest version")
-                })
-        }))
-    })
-    .with_context(|| format!("valkey/valkey:7.2 was not refused: {}", last["status"]))?;
-    let now = env.pod_identities(ns, NAME)?;
-    ensure!(
-        before
-            .iter()
-            .all(|(n, id)| now.get(n).is_some_and(|x| x.uid == id.uid)),
-        "a refused old version re-created pods"
-    );
+    refused_without_restart(
+        env,
+        ns,
+        "valkey/valkey:7.2",
+        &["spec.image", "older than the oldest version"],
+    )?;
     println!("operator_rolling: valkey/valkey:7.2 refused (InvalidSpec naming spec.image)");
     env.patch_cluster(
         ns,
@@ -475,6 +445,33 @@ fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
     env.wait_ready_shape(ns, &cluster_manifest(NAME, 3, 1), READY_TIMEOUT)?;
     println!(
         "operator_rolling: a downgrade to {OLD_VERSION} refused (InvalidSpec), nothing restarted"
+    );
+    Ok(())
+}
+
+/// Sets `image` and waits until Ready says InvalidSpec with every one of
+/// `words`; then no member pod may have been re-created.
+fn refused_without_restart(env: &Env, ns: &str, image: &str, words: &[&str]) -> Result<()> {
+    let before = env.pod_identities(ns, NAME)?;
+    env.patch_cluster(ns, NAME, &format!(r#"{{"spec":{{"image":"{image}"}}}}"#))?;
+    let mut last = serde_json::Value::Null;
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        last = env.cluster(ns, NAME)?;
+        Ok(condition(&last, "Ready").is_some_and(|c| {
+            c["reason"] == "InvalidSpec"
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|m| words.iter().all(|w| m.contains(w)))
+        }))
+    })
+    .with_context(|| format!("{image} was not refused: {}", last["status"]))?;
+    std::thread::sleep(Duration::from_secs(3));
+    let now = env.pod_identities(ns, NAME)?;
+    ensure!(
+        before
+            .iter()
+            .all(|(n, id)| now.get(n).is_some_and(|x| x.uid == id.uid)),
+        "refusing {image} re-created pods"
     );
     Ok(())
 }

@@ -70,7 +70,7 @@ pub fn build(backup: &ValkeyBackup, image: &str, tls_secret: Option<&str>) -> Jo
         format!("--name={name}"),
         format!(
             "--seed={}.{namespace}.svc:{}",
-            spec.cluster,
+            crate::builders::headless_service_name(&spec.cluster),
             api::constants::VALKEY_PORT
         ),
         format!("--endpoint={}", spec.s3.endpoint),
@@ -210,7 +210,7 @@ mod tests {
         let args = c.args.as_ref().unwrap();
         assert_eq!(args[0], "backup");
         assert!(
-            args.contains(&"--seed=c1.ns.svc:6379".to_string()),
+            args.contains(&"--seed=c1-headless.ns.svc:6379".to_string()),
             "{args:?}"
         );
         let env = c.env.as_ref().unwrap();

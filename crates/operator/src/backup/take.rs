@@ -20,7 +20,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,8 +43,8 @@ pub struct BackupArgs {
     /// The ValkeyBackup (names the folder in the bucket).
     #[arg(long)]
     pub name: String,
-    /// A member to ask for the cluster's shards, `host:port` (the cluster's
-    /// client Service).
+    /// Where to ask for the cluster's shards, `host:port`: the cluster's
+    /// headless Service, every member; each address is tried in turn.
     #[arg(long)]
     pub seed: String,
     #[arg(long)]
@@ -251,6 +251,55 @@ fn slots_text(slots: &[[u16; 2]]) -> String {
         .join(",")
 }
 
+/// How long one member may take to answer the shard discovery before the
+/// next is asked: a stopped or partitioned member must not stall the backup.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The cluster's shards and Valkey version, from the first of `seeds` (every
+/// member, from the headless Service) that answers within
+/// [`DISCOVERY_TIMEOUT`]; the error names what each one said.
+async fn discover(
+    seeds: &[SocketAddr],
+    opts: &ConnectOptions,
+    timeout: Duration,
+) -> Result<(Vec<valkey::parse::ClusterShard>, String), String> {
+    let quick = timeout.min(DISCOVERY_TIMEOUT);
+    let opts = ConnectOptions {
+        connect_timeout: quick,
+        command_timeout: quick,
+        ..opts.clone()
+    };
+    let mut failures = Vec::new();
+    for seed in seeds {
+        eprintln!("asking {seed} for the cluster's shards");
+        let asked = async {
+            let admin = ValkeyAdmin::connect(seed.ip(), seed.port(), &opts)
+                .await
+                .map_err(|e| e.to_string())?;
+            let shards = admin.cluster_shards().await.map_err(|e| e.to_string())?;
+            let version = admin
+                .info("server")
+                .await
+                .ok()
+                .and_then(|i| {
+                    i.get("valkey_version")
+                        .or_else(|| i.get("redis_version"))
+                        .map(str::to_string)
+                })
+                .unwrap_or_default();
+            Ok::<_, String>((shards, version))
+        };
+        match asked.await {
+            Ok(found) => return Ok(found),
+            Err(e) => {
+                eprintln!("{seed} did not answer ({e}); the next member is asked");
+                failures.push(format!("{seed}: {e}"));
+            }
+        }
+    }
+    Err(failures.join("; "))
+}
+
 async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
     let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
     let settings = S3Settings {
@@ -275,17 +324,19 @@ async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
         })?;
 
     let timeout = Duration::from_secs(args.idle_seconds.max(1));
-    let seed = tokio::net::lookup_host(&args.seed)
+    let seeds: Vec<SocketAddr> = tokio::net::lookup_host(&args.seed)
         .await
         .map_err(|e| BackupError::Resolve {
             seed: args.seed.clone(),
             detail: e.to_string(),
         })?
-        .next()
-        .ok_or_else(|| BackupError::Resolve {
+        .collect();
+    if seeds.is_empty() {
+        return Err(BackupError::Resolve {
             seed: args.seed.clone(),
             detail: "no address".into(),
-        })?;
+        });
+    }
     let login = args
         .replication_password
         .as_deref()
@@ -309,28 +360,13 @@ async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
         plaintext: Default::default(),
         own_login: None,
     };
-    let shards_error = |detail: String| BackupError::Shards {
-        seed: args.seed.clone(),
-        detail,
-    };
-    let admin = ValkeyAdmin::connect(seed.ip(), seed.port(), &opts)
-        .await
-        .map_err(|e| shards_error(e.to_string()))?;
-    let shards = admin
-        .cluster_shards()
-        .await
-        .map_err(|e| shards_error(e.to_string()))?;
-    let valkey_version = admin
-        .info("server")
-        .await
-        .ok()
-        .and_then(|i| {
-            i.get("valkey_version")
-                .or_else(|| i.get("redis_version"))
-                .map(str::to_string)
-        })
-        .unwrap_or_default();
-    drop(admin);
+    let (shards, valkey_version) =
+        discover(&seeds, &opts, timeout)
+            .await
+            .map_err(|detail| BackupError::Shards {
+                seed: args.seed.clone(),
+                detail,
+            })?;
 
     let sources = sources(&shards);
     if sources.is_empty() {
@@ -492,6 +528,31 @@ pub type Store = Arc<dyn ObjectStore>;
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A member that accepts the connection and never answers (stopped, or
+    /// behind a Service that still routes to it) costs the discovery its
+    /// short timeout, then the next address is asked; the error names each.
+    #[tokio::test]
+    async fn a_silent_seed_is_given_up_and_the_next_asked() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let seeds = [silent.local_addr().unwrap(), closed.local_addr().unwrap()];
+        drop(closed);
+        let started = std::time::Instant::now();
+        let error = discover(
+            &seeds,
+            &ConnectOptions::default(),
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(3), "{error}");
+        assert!(
+            error.contains(&seeds[0].to_string()) && error.contains(&seeds[1].to_string()),
+            "{error}"
+        );
+        drop(silent);
+    }
 
     #[test]
     fn the_termination_message_is_cut_at_a_character_boundary() {

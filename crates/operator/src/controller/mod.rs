@@ -287,9 +287,40 @@ impl Context {
         }
     }
 
+    /// Forgets cluster `key` (`namespace/name`): its memory, and which of
+    /// its Secrets this instance last wrote (the Secrets the operator names
+    /// after it, and any other the cache shows labelled with it), so a
+    /// deleted cluster leaves nothing behind.
     fn forget(&self, key: &str) {
         if let Ok(mut m) = self.memory.lock() {
             m.remove(key);
+        }
+        let Some((ns, cluster)) = key.split_once('/') else {
+            return;
+        };
+        let mut names: std::collections::HashSet<String> = [
+            api::constants::auth_secret_name(cluster),
+            api::constants::auth_applied_secret_name(cluster),
+            api::constants::tls_secret_name(cluster),
+            api::constants::tls_ca_secret_name(cluster),
+            api::constants::tls_ca_key_secret_name(cluster),
+            api::constants::users_secret_name(cluster),
+        ]
+        .into_iter()
+        .collect();
+        if let Some(stores) = self.owned_stores(ns) {
+            names.extend(
+                stores
+                    .secrets
+                    .state()
+                    .iter()
+                    .filter(|s| s.metadata.namespace.as_deref() == Some(ns))
+                    .filter(|s| s.labels().get(LABEL_CLUSTER).map(String::as_str) == Some(cluster))
+                    .map(|s| s.name_any()),
+            );
+        }
+        if let Ok(mut written) = self.secrets_written.lock() {
+            written.retain(|(n, name), _| n != ns || !names.contains(name));
         }
     }
 }
@@ -322,6 +353,11 @@ impl Context {
             owned: Mutex::new(HashMap::from([(None, owned)])),
             secrets_written: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How many Secrets carry a read-own-write guard.
+    pub(crate) fn written_secrets(&self) -> usize {
+        self.secrets_written.lock().map(|w| w.len()).unwrap_or(0)
     }
 }
 

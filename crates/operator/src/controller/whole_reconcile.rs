@@ -322,6 +322,23 @@ async fn a_cache_behind_the_operators_own_write_is_not_trusted() {
     );
 }
 
+/// A deleted cluster leaves none of its Secrets' read-own-write guards
+/// behind (what the operator wrote at bootstrap, before any cache read).
+#[tokio::test]
+async fn a_forgotten_cluster_leaves_no_guard_behind() {
+    let mut h = Harness::new(cluster(three_by_one(), json!({})));
+    h.reconcile().await;
+    h.ctx.secret_seen(NS, "c-auth", Some("999".into()));
+    h.ctx.secret_seen(NS, "other-auth", Some("5".into()));
+    assert!(h.ctx.written_secrets() >= 2);
+    h.ctx.forget(&format!("{NS}/{NAME}"));
+    assert_eq!(
+        h.ctx.written_secrets(),
+        1,
+        "only the other cluster's guard stays"
+    );
+}
+
 /// A password rotation, its first step: the user changes the password
 /// Secret; the record keeps the password the members run and names the new
 /// one as the target, and every member's template carries the new
@@ -480,11 +497,16 @@ fn start_member(h: &Harness, server: &std::path::Path, ip: &str) -> Member {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let config = h.fake.get("configmaps", NS, "c-config").unwrap();
-    std::fs::write(
-        dir.join("valkey.conf"),
-        config["data"]["valkey.conf"].as_str().unwrap(),
-    )
-    .unwrap();
+    // `dir /data` is checked as the file is read, before the arguments
+    // below: this machine need not have /data.
+    let conf: String = config["data"]["valkey.conf"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("dir "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(dir.join("valkey.conf"), conf).unwrap();
     std::fs::write(
         dir.join("users.acl"),
         secret_text(h, "c-users", "users.acl"),

@@ -149,9 +149,12 @@ fn balancer_address(env: &Env, ns: &str, (s, m): (u64, u64)) -> Result<String> {
 }
 
 /// `judge.py --client CLIENT fill` from outside seeded with `seed` only:
-/// retried (the members pick a reissued certificate up within a minute),
-/// then checked: keys of every shard written and read back, and the client
-/// learnt exactly the `external` addresses.
+/// retried (the members pick a reissued certificate up within a minute,
+/// and a change of the announced addresses reaches every member's view of
+/// the others by gossip, so a client that connects right after it may
+/// learn a topology that is a moment behind), until keys of every shard
+/// are written and read back and the client learnt exactly the `external`
+/// addresses.
 fn fill_from_outside(
     env: &Env,
     client: &str,
@@ -175,6 +178,18 @@ fn fill_from_outside(
             ],
         ) {
             Ok(v) => {
+                let nodes: BTreeSet<String> = v["nodes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|n| n.as_str().map(str::to_string))
+                    .collect();
+                if &nodes != external {
+                    last = format!(
+                        "the client learnt {nodes:?}, want the external addresses {external:?}"
+                    );
+                    return Ok(false);
+                }
                 result = v;
                 Ok(true)
             }
@@ -189,16 +204,9 @@ fn fill_from_outside(
         result["missing_or_wrong"] == 0 && result["primaries"] == shards,
         "{client}: fill via {seed}: {result}"
     );
-    let nodes: BTreeSet<String> = result["nodes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|n| n.as_str().map(str::to_string))
-        .collect();
-    ensure!(
-        &nodes == external,
-        "{client}: the client learnt {nodes:?}, want the external addresses {external:?}"
-    );
+    if !last.is_empty() {
+        eprintln!("external_access: {client} via {seed}: retried after: {last}");
+    }
     Ok(result)
 }
 

@@ -359,6 +359,13 @@ impl Context {
     pub(crate) fn written_secrets(&self) -> usize {
         self.secrets_written.lock().map(|w| w.len()).unwrap_or(0)
     }
+
+    /// Whether Secret `name` of `ns` carries a read-own-write guard.
+    pub(crate) fn guards(&self, ns: &str, name: &str) -> bool {
+        self.secrets_written
+            .lock()
+            .is_ok_and(|w| w.contains_key(&(ns.to_string(), name.to_string())))
+    }
 }
 
 /// Strips what the controller never reads, to keep the caches small.

@@ -51,8 +51,30 @@ fn refill<K>(writer: &mut Writer<K>, fake: &FakeApi, resource: &str)
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned,
 {
+    refill_where(writer, fake, resource, |_| true);
+}
+
+/// An owned-object cache: as the operator's watches, it holds only what
+/// carries the label `valkey.rs/cluster`.
+fn refill_owned<K>(writer: &mut Writer<K>, fake: &FakeApi, resource: &str)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned,
+{
+    refill_where(writer, fake, resource, |o| {
+        o["metadata"]["labels"][api::constants::LABEL_CLUSTER].is_string()
+    });
+}
+
+fn refill_where<K>(
+    writer: &mut Writer<K>,
+    fake: &FakeApi,
+    resource: &str,
+    keep: impl Fn(&Value) -> bool,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned,
+{
     writer.apply_watcher_event(&watcher::Event::Init);
-    for object in fake.all(resource) {
+    for object in fake.all(resource).into_iter().filter(|o| keep(o)) {
         let k: K = serde_json::from_value(object).unwrap();
         writer.apply_watcher_event(&watcher::Event::InitApply(k));
     }
@@ -131,12 +153,12 @@ impl Harness {
         let (w, f) = (&mut self.writers, &self.fake);
         refill(&mut w.nodes, f, "nodes");
         refill(&mut w.pods, f, "pods");
-        refill(&mut w.statefulsets, f, "statefulsets");
-        refill(&mut w.services, f, "services");
-        refill(&mut w.config_maps, f, "configmaps");
-        refill(&mut w.pdbs, f, "poddisruptionbudgets");
-        refill(&mut w.network_policies, f, "networkpolicies");
-        refill(&mut w.secrets, f, "secrets");
+        refill_owned(&mut w.statefulsets, f, "statefulsets");
+        refill_owned(&mut w.services, f, "services");
+        refill_owned(&mut w.config_maps, f, "configmaps");
+        refill_owned(&mut w.pdbs, f, "poddisruptionbudgets");
+        refill_owned(&mut w.network_policies, f, "networkpolicies");
+        refill_owned(&mut w.secrets, f, "secrets");
     }
 
     fn cluster(&self) -> ValkeyCluster {
@@ -337,6 +359,31 @@ async fn a_forgotten_cluster_leaves_no_guard_behind() {
         1,
         "only the other cluster's guard stays"
     );
+}
+
+/// A user's password Secret (named in `spec.users`) carries no cluster
+/// label, so it is never in the cache: read live, and no guard is kept for
+/// it (the guards of the operator's own Secrets stay).
+#[tokio::test]
+async fn a_user_named_secret_keeps_no_guard() {
+    let mut spec = three_by_one();
+    spec["users"] = json!([{"name": "app", "passwordSecret": {"name": "app-pw"},
+                            "permissions": "+@read"}]);
+    let mut h = Harness::new(cluster(spec, json!({})));
+    h.fake.put(
+        "secrets",
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "app-pw", "namespace": NS},
+               "data": {"password": "c2VjcmV0LXBhc3N3b3Jk"}}),
+    );
+    let (_, calls) = h.reconcile().await;
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.method == Method::GET && c.name == "app-pw"),
+        "{calls:?}"
+    );
+    assert!(!h.ctx.guards(NS, "app-pw"));
 }
 
 /// A password rotation, its first step: the user changes the password

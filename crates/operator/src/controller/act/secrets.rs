@@ -2,8 +2,9 @@
 //! user steps share.
 
 use crate::controller::{Context, Error};
-use api::constants::FIELD_MANAGER;
+use api::constants::{FIELD_MANAGER, LABEL_CLUSTER};
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
 /// The Secret `name`, or `None` when it does not exist: from the
@@ -21,10 +22,17 @@ pub async fn read(ctx: &Context, api: &Api<Secret>, name: &str) -> Result<Option
     })?;
     // Whatever the cache says, it must reach this version before it is
     // read again (it may lag behind a write of this instance or another's).
-    let version = live
+    // A Secret without the cluster label (one the user named) is never in
+    // the cache: nothing to guard, nothing to keep.
+    let cacheable = live
         .as_ref()
-        .and_then(|s| s.metadata.resource_version.clone());
-    ctx.secret_seen(ns, name, version);
+        .is_none_or(|s| s.labels().contains_key(LABEL_CLUSTER));
+    if cacheable {
+        let version = live
+            .as_ref()
+            .and_then(|s| s.metadata.resource_version.clone());
+        ctx.secret_seen(ns, name, version);
+    }
     Ok(live)
 }
 

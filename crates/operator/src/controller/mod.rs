@@ -355,11 +355,6 @@ impl Context {
         }
     }
 
-    /// How many Secrets carry a read-own-write guard.
-    pub(crate) fn written_secrets(&self) -> usize {
-        self.secrets_written.lock().map(|w| w.len()).unwrap_or(0)
-    }
-
     /// Whether Secret `name` of `ns` carries a read-own-write guard.
     pub(crate) fn guards(&self, ns: &str, name: &str) -> bool {
         self.secrets_written

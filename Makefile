@@ -5,6 +5,9 @@ CARGO ?= cargo
 # Everything is built with the release profile, so tests, the testbed and the
 # operator share one set of compiled dependencies.
 CARGO_PROFILE := --release
+# `target` is a link to a target directory in the build cache, keyed by the
+# toolchain (scripts/target-dir.sh), so a fresh clone compiles only what changed.
+TARGET_DIR := $(shell bash scripts/target-dir.sh)
 TESTBED := target/release/testbed
 OPERATOR := target/release/valkey-operator
 # The image `make image` builds is $(IMAGE_NAME):<crate version>, the reference
@@ -13,13 +16,20 @@ IMAGE_NAME ?= valkey-operator
 DEMO_DIR ?= .testbed
 E2E_DIR ?= .testbed-e2e
 
-.PHONY: setup build test lint fmt unit crd crd-check docs-check manifests manifests-check version-check chart-check image image-check e2e e2e-upgrade e2e-topology chaos-seeds demo demo-down bench clean
+.PHONY: setup setup-demo build build-demo test lint fmt unit crd crd-check docs-check manifests manifests-check version-check chart-check image image-check e2e e2e-upgrade e2e-topology chaos-seeds demo demo-down bench clean
 
 setup:
 	bash scripts/setup.sh
 
+# What `make demo` runs, and nothing that only the tests need.
+setup-demo:
+	bash scripts/setup.sh demo
+
 build: setup
 	$(CARGO) build $(CARGO_PROFILE) --workspace --bins
+
+build-demo: setup-demo
+	$(CARGO) build $(CARGO_PROFILE) -p operator -p testbed --bins
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -90,8 +100,9 @@ image-check: image
 unit: build
 	$(CARGO) test $(CARGO_PROFILE) --workspace --exclude e2e
 
-# e2e suites on a testbed of their own (3 zones x 3 nodes), brought up and down here.
-# operator_incluster installs the image `make image` writes.
+# e2e suites, E2E_JOBS (default 2) at a time, each worker on a testbed of its
+# own (3 zones x 3 nodes), brought up and down by scripts/e2e.sh; E2E_TEST="a b"
+# picks suites. operator_incluster installs the image `make image` writes.
 e2e: build image
 	bash scripts/e2e.sh $(E2E_DIR)
 
@@ -106,8 +117,7 @@ e2e-upgrade: build image
 # primary kill and rebalance, node loss and move back; then the seeded chaos
 # run (CHAOS_SEED=N reproduces one).
 e2e-topology: build
-	E2E_TEST=topology_live bash scripts/e2e.sh $(E2E_DIR)
-	E2E_TEST=topology_chaos bash scripts/e2e.sh $(E2E_DIR)
+	E2E_TEST="topology_live topology_chaos" bash scripts/e2e.sh $(E2E_DIR)
 
 # The chaos run over many seeds, each on a fresh testbed (about 5 min a seed;
 # a nightly job; `make test` runs one fresh seed, printed so CHAOS_SEED=N repeats it).
@@ -119,11 +129,15 @@ chaos-seeds: build
 	  CHAOS_SEED=$$s E2E_TEST=topology_chaos bash scripts/e2e.sh $(E2E_DIR) || { echo "chaos seed $$s failed"; exit 1; }; \
 	done
 
-test: lint crd-check docs-check manifests-check version-check chart-check image-check unit e2e
+# Every check, each step timed; a table of the steps and of every e2e suite
+# closes the run (docs/testing.md has the budget).
+test:
+	bash scripts/test.sh
 
 # The operator runs in-cluster: its image loaded into the testbed, installed
 # with the Helm chart (release valkey-operator, namespace valkey-system).
-demo: image
+demo: build-demo
+	IMAGE_NAME=$(IMAGE_NAME) python3 scripts/image/build.py
 	bash scripts/demo.sh $(DEMO_DIR)
 
 # `down` stops the testbed and every pod (the in-cluster operator with it).

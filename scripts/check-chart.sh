@@ -16,7 +16,7 @@
 #   - contradictory values are refused (both monitors; a ServiceMonitor
 #     without the metrics Service; an unknown key).
 # That the dashboard and alerts name only exported metrics is the operator
-# crate's test (crates/operator/tests/monitoring.rs).
+# crate's test (crates/operator/tests/integration/monitoring.rs).
 # Exits 1 at the first failure, naming it. Needs helm (make setup builds it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

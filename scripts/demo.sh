@@ -20,6 +20,10 @@ image=$root/target/image/valkey-operator-$version.oci.tar
 [[ -f $image ]] || { echo "$image is missing: make image builds it" >&2; exit 1; }
 
 "$tb" up --dir "$dir" | tail -n 1 > "$dir.env" || { echo "testbed up failed; logs in $dir/logs" >&2; exit 1; }
+# The testbed's kubectl (v1.36.3, the server's version), Helm and the
+# project's own binaries (valkey-operator) first on PATH for whoever sources
+# the file: the guides run them by name.
+echo "export PATH=\"$root/target/release:$(dirname "$kubectl"):$(dirname "$helm"):\$PATH\"" >> "$dir.env"
 # shellcheck disable=SC1090
 source "$dir.env"
 
@@ -44,4 +48,10 @@ echo "waiting for valkeycluster/demo to become Ready..."
 echo
 "$kubectl" get valkeyclusters,pods -o wide
 echo
-echo "The testbed keeps running: source $dir.env to use kubectl; make demo-down stops it."
+cat <<EOF
+The testbed keeps running; make demo-down stops it. To use it from a shell:
+
+  source $dir.env      # KUBECONFIG, and PATH: the testbed's kubectl $("$kubectl" version --client -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])' 2>/dev/null), helm, valkey-operator
+  kubectl get valkeyclusters
+  valkey-operator topology --cluster demo --namespace default
+EOF

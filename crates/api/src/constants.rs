@@ -26,6 +26,12 @@ pub const ROLE_REPLICA: &str = "replica";
 /// Every label key with this prefix belongs to the operator; `spec.podLabels`
 /// may not use it.
 pub const LABEL_PREFIX: &str = "valkey.rs/";
+
+/// The selector of a cluster's member pods, as `status.selector` gives it
+/// to the scale subresource (`valkey.rs/cluster=<name>,valkey.rs/member`).
+pub fn member_selector(cluster: &str) -> String {
+    format!("{LABEL_CLUSTER}={cluster},{LABEL_MEMBER}")
+}
 /// Annotation on a ValkeyCluster: `"true"` pauses its reconciles (for
 /// maintenance); the status says so with the condition `Paused`.
 pub const ANNOTATION_PAUSED: &str = "valkey.rs/paused";

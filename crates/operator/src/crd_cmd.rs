@@ -18,6 +18,14 @@ pub enum CrdError {
     Write(#[from] std::io::Error),
 }
 
+impl CrdError {
+    /// The reader went away (`valkey-operator crd | head`): not an error
+    /// worth a message, as for any filter.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CrdError::Write(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
 /// Which CustomResourceDefinition to print.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum CrdKind {
@@ -88,6 +96,13 @@ pub enum ReferenceError {
     Encode(#[from] serde_json::Error),
     #[error("writing the reference: {0}")]
     Write(#[from] std::io::Error),
+}
+
+impl ReferenceError {
+    /// As [`CrdError::is_broken_pipe`].
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, ReferenceError::Write(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
 }
 
 /// The Markdown reference of `kind`, generated from the same CRD `crd` prints.

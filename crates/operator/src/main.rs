@@ -103,6 +103,7 @@ fn main() -> ExitCode {
         }
         Command::Crd(args) => match crd_cmd::write(args.kind, &mut std::io::stdout().lock()) {
             Ok(()) => ExitCode::SUCCESS,
+            Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::from(1)
@@ -111,6 +112,7 @@ fn main() -> ExitCode {
         Command::CrdReference(args) => {
             match crd_cmd::write_reference(args.kind, &mut std::io::stdout().lock()) {
                 Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");
                     ExitCode::from(1)

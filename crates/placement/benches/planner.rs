@@ -14,7 +14,7 @@
 //! * `uneven_family`: issue 31's 16 crossing instances (3 zones x 20 nodes,
 //!   zone and node Required 1, rack Preferred 1 over 3-7 racks of unequal
 //!   sizes crossing every zone, tight or loose room spread unevenly, 50-333
-//!   shards x 3, with and without running members; `tests/common/family.rs`),
+//!   shards x 3, with and without running members; `tests/integration/common/family.rs`),
 //!   planned one after the other. Target: every one proven optimal within
 //!   the operator's 1 s limit; the summary prints each, the median and the
 //!   worst.
@@ -23,7 +23,7 @@
 //! of a few runs and the plan's figures) is printed at the end.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/common/family.rs"]
+#[path = "../tests/integration/common/family.rs"]
 mod family;
 
 use criterion::{Criterion, criterion_group};

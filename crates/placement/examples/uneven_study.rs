@@ -5,7 +5,7 @@
 //! --example uneven_study [long seconds]`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/common/family.rs"]
+#[path = "../tests/integration/common/family.rs"]
 mod family;
 
 use placement::*;

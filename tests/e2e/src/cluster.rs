@@ -233,6 +233,16 @@ impl Env {
         let name = format!("{prefix}-{}", std::process::id() % 100_000);
         let _ = self.kubectl(&["delete", "namespace", &name, "--wait=true", "--timeout=60s"]);
         self.kubectl(&["create", "namespace", &name])?;
+        // The API server's own Pod Security admission judges every pod the
+        // suite makes (member pods, backup Jobs, anything a test adds):
+        // one beyond `restricted` is refused, and the suite sees it fail.
+        self.kubectl(&[
+            "label",
+            "namespace",
+            &name,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        ])?;
         // Pods are refused until the controller-manager made the default ServiceAccount.
         wait_until(Duration::from_secs(30), Duration::from_millis(250), || {
             Ok(self

@@ -131,6 +131,14 @@ pub fn validate_pod_template(
         } else if !volume_names.insert(&v.name) {
             errors.push(err(field, format!("{:?} is listed twice", v.name)));
         }
+        for source in volume_sources(v) {
+            if !RESTRICTED_VOLUME_SOURCES.contains(&source.as_str()) {
+                errors.push(err(
+                    format!("{AT}.spec.volumes[{i}].{source}"),
+                    super::rules::cel::VOLUME_TYPES_RESTRICTED_MESSAGE,
+                ));
+            }
+        }
     }
 
     let mut names: BTreeSet<String> = BTreeSet::new();
@@ -155,6 +163,13 @@ pub fn validate_pod_template(
             }
         }
         for (j, p) in c.ports.iter().flatten().enumerate() {
+            if p.host_port.is_some_and(|h| h != 0) {
+                errors.push(err(
+                    format!("{at}.ports[{j}].hostPort"),
+                    "host ports are refused: member pods keep to the restricted Pod Security \
+                     Standard (reach the container through its pod address or a Service)",
+                ));
+            }
             let owned = [VALKEY_PORT, CLUSTER_BUS_PORT, EXPORTER_PORT];
             if owned.iter().any(|o| i32::from(*o) == p.container_port) {
                 errors.push(err(
@@ -269,14 +284,28 @@ fn check_valkey_overlay(c: &Container, at: &str, errors: &mut Vec<FieldError>) {
                 format!("{at}.env[{j}].name"),
                 format!("{} is set by the operator", e.name),
             ));
+        } else if LOADER_ENV.contains(&e.name.as_str()) {
+            errors.push(err(
+                format!("{at}.env[{j}].name"),
+                format!(
+                    "{} would load other code into valkey-server (modules go in spec.modules)",
+                    e.name
+                ),
+            ));
         }
+    }
+    if c.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
+        // A ConfigMap or Secret could carry LD_PRELOAD, which no check here sees.
+        errors.push(err(
+            format!("{at}.envFrom"),
+            "the valkey container takes env by name only (env), so that what reaches \
+             valkey-server can be checked",
+        ));
     }
     for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
         let path = m.mount_path.trim_end_matches('/');
-        if OWNED_MOUNT_PATHS
-            .iter()
-            .any(|p| path == *p || path.starts_with(&format!("{p}/")))
-        {
+        let under = |p: &str| path == p || path.starts_with(&format!("{p}/"));
+        if OWNED_MOUNT_PATHS.iter().any(|p| under(p)) {
             errors.push(err(
                 format!("{at}.volumeMounts[{j}].mountPath"),
                 format!(
@@ -284,7 +313,55 @@ fn check_valkey_overlay(c: &Container, at: &str, errors: &mut Vec<FieldError>) {
                     m.mount_path
                 ),
             ));
+        } else if path.is_empty()
+            || path.split('/').any(|part| part == "..")
+            || SYSTEM_PATHS.iter().any(|p| under(p))
+        {
+            errors.push(err(
+                format!("{at}.volumeMounts[{j}].mountPath"),
+                format!(
+                    "{} would replace the image's own files (its binaries, libraries or \
+                     configuration); mount elsewhere, e.g. under /mnt",
+                    m.mount_path
+                ),
+            ));
         }
+    }
+}
+
+/// Environment variables that make the dynamic loader run other code in
+/// the Valkey container.
+const LOADER_ENV: &[&str] = &["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"];
+
+/// Where the Valkey image keeps what valkey-server runs and reads: a mount
+/// over one of these replaces the server (or its libraries) with the
+/// tenant's files.
+const SYSTEM_PATHS: &[&str] = &[
+    "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc", "/opt", "/proc",
+    "/sys", "/dev",
+];
+
+/// The volume sources the `restricted` Pod Security Standard allows.
+const RESTRICTED_VOLUME_SOURCES: &[&str] = &[
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
+/// The sources a volume names (its fields but `name`), as the API spells them.
+fn volume_sources(v: &Volume) -> Vec<String> {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::Object(fields)) => fields
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k != "name")
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -416,6 +493,53 @@ mod tests {
                 "{field} not in {errs:?}"
             );
         }
+    }
+
+    #[test]
+    fn what_would_take_a_member_pod_out_of_restricted_is_refused_naming_the_field() {
+        let errs = errors(serde_json::json!({
+            "podSecurityContext": {"supplementalGroups": [5, 0]},
+            "podTemplate": {"spec": {
+                "containers": [
+                    {"name": "valkey",
+                     "env": [{"name": "LD_PRELOAD", "value": "/shared/evil.so"}],
+                     "envFrom": [{"configMapRef": {"name": "x"}}],
+                     "volumeMounts": [
+                         {"name": "shared", "mountPath": "/usr/local/bin"},
+                         {"name": "shared", "mountPath": "/"},
+                         {"name": "shared", "mountPath": "/shared/../usr"}
+                     ]},
+                    {"name": "spy", "image": "s:1",
+                     "ports": [{"containerPort": 8080, "hostPort": 8080}],
+                     "securityContext": {"runAsGroup": 0},
+                     "volumeMounts": [{"name": "runtime", "mountPath": "/run/containerd"}]}
+                ],
+                "volumes": [
+                    {"name": "runtime", "hostPath": {"path": "/run/containerd"}},
+                    {"name": "shared", "emptyDir": {}}
+                ]
+            }}
+        }));
+        for field in [
+            "spec.podSecurityContext.supplementalGroups[1]",
+            "spec.podTemplate.spec.containers[0].env[0].name",
+            "spec.podTemplate.spec.containers[0].envFrom",
+            "spec.podTemplate.spec.containers[0].volumeMounts[0].mountPath",
+            "spec.podTemplate.spec.containers[0].volumeMounts[1].mountPath",
+            "spec.podTemplate.spec.containers[0].volumeMounts[2].mountPath",
+            "spec.podTemplate.spec.containers[1].ports[0].hostPort",
+            "spec.podTemplate.spec.containers[1].securityContext.runAsGroup",
+            "spec.podTemplate.spec.volumes[0].hostPath",
+        ] {
+            assert!(
+                errs.iter().any(|e| e.starts_with(field)),
+                "{field} not in {errs:?}"
+            );
+        }
+        assert!(
+            !errs.iter().any(|e| e.contains("volumes[1]")),
+            "an emptyDir is restricted: {errs:?}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - [`extensions`]: `spec.podTemplate` and `spec.modules`, checked;
 //! - [`security`]: the restricted security contexts of member pods;
 //! - [`rules`]: the CEL rules, `FieldError` and name syntax every module shares;
+//! - [`schema`]: how the CRD schema carries the Kubernetes types it embeds;
 //! - [`validation`]: the same rules in Rust, producing a [`ValidatedCluster`].
 
 pub mod backup;
@@ -15,6 +16,7 @@ pub mod defaults;
 pub mod extensions;
 pub mod rules;
 pub mod schedule;
+pub mod schema;
 pub mod security;
 pub mod spec;
 pub mod status;

@@ -313,6 +313,32 @@ pub mod cel {
     pub const VOLUMES_NOT_OWNED_MESSAGE: &str =
         "volumes config, users, tls and data belong to the operator";
 
+    /// spec.image: a tag that names a Valkey release older than 9.0 (7.2 to
+    /// 8.x, with or without a suffix such as `-alpine`) is refused, as
+    /// `versions::unsupported` refuses it; tags that name no version
+    /// (`latest`, a digest, a build of one's own) pass.
+    pub const IMAGE_SUPPORTED: &str =
+        "!self.matches(':(8([.][0-9]+){0,2}|7|7[.]([2-9]|[1-9][0-9]+)([.][0-9]+)?)(-[^/:@]*)?$')";
+    pub const IMAGE_SUPPORTED_MESSAGE: &str = "Valkey images older than 9.0 are not supported \
+         (the members run with shutdown-on-sigterm failover and atomic slot migration, both \
+         9.0 or later; tested: 9.0.0 and 9.1.2)";
+
+    /// podTemplate.spec.volumes: only the volume types the `restricted` Pod
+    /// Security Standard allows (configMap, csi, downwardAPI, emptyDir,
+    /// ephemeral, persistentVolumeClaim, projected, secret). A hostPath
+    /// (the node's container runtime socket, say) would make a member pod
+    /// root on its node.
+    pub const VOLUME_TYPES_RESTRICTED: &str = "self.all(v, !has(v.hostPath) && !has(v.nfs) && \
+         !has(v.iscsi) && !has(v.rbd) && !has(v.cephfs) && !has(v.glusterfs) && \
+         !has(v.gitRepo) && !has(v.flexVolume) && !has(v.fc) && !has(v.cinder) && \
+         !has(v.awsElasticBlockStore) && !has(v.gcePersistentDisk) && !has(v.azureDisk) && \
+         !has(v.azureFile) && !has(v.vsphereVolume) && !has(v.quobyte) && !has(v.flocker) && \
+         !has(v.photonPersistentDisk) && !has(v.portworxVolume) && !has(v.scaleIO) && \
+         !has(v.storageos) && !has(v.image))";
+    pub const VOLUME_TYPES_RESTRICTED_MESSAGE: &str = "member pods keep to the restricted Pod \
+         Security Standard: volumes may be configMap, csi, downwardAPI, emptyDir, ephemeral, \
+         persistentVolumeClaim, projected or secret";
+
     /// modules: one entry per module name.
     pub const MODULES_UNIQUE: &str = "self.all(m, self.filter(n, n.name == m.name).size() == 1)";
     pub const MODULES_UNIQUE_MESSAGE: &str = "two modules have the same name";

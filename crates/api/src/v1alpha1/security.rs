@@ -376,6 +376,34 @@ fn beyond_restricted_at(
             );
         }
     }
+    // Group 0 is not in the `restricted` profile, and it is root's group:
+    // with it a container reads and writes what the node's root group may
+    // (a runtime socket on a volume, files of other pods on shared storage).
+    if c.run_as_group == Some(0) {
+        refuse(
+            format!("{container_at}.runAsGroup"),
+            "0 (root's group) is refused".into(),
+        );
+    }
+    for (field, value) in [
+        ("runAsGroup", pod_sc.run_as_group),
+        ("fsGroup", pod_sc.fs_group),
+    ] {
+        if value == Some(0) {
+            refuse(
+                format!("{POD}.{field}"),
+                "0 (root's group) is refused".into(),
+            );
+        }
+    }
+    for (i, g) in pod_sc.supplemental_groups.iter().flatten().enumerate() {
+        if *g == 0 {
+            refuse(
+                format!("{POD}.supplementalGroups[{i}]"),
+                "0 (root's group) is refused".into(),
+            );
+        }
+    }
     for (i, sysctl) in pod_sc.sysctls.iter().flatten().enumerate() {
         if !RESTRICTED_SYSCTLS.contains(&sysctl.name.as_str()) {
             refuse(

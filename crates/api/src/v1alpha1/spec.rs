@@ -37,7 +37,8 @@ use std::collections::BTreeMap;
     // spec, since one number cannot name both.
     scale(
         spec_replicas_path = ".spec.shards",
-        status_replicas_path = ".status.readyShards"
+        status_replicas_path = ".status.readyShards",
+        label_selector_path = ".status.selector"
     ),
     printcolumn(
         name = "Ready",
@@ -106,7 +107,10 @@ pub struct ValkeyClusterSpec {
     /// atomic slot migration and `shutdown-on-sigterm failover`). Changing it
     /// rolls the members one at a time, replicas first.
     #[serde(default = "defaults::image")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new(cel::IMAGE_SUPPORTED)
+        .message(cel::IMAGE_SUPPORTED_MESSAGE)
+        .reason(Reason::FieldValueInvalid))]
     pub image: String,
 
     /// When the kubelet pulls the image: Always, IfNotPresent or Never.
@@ -122,6 +126,7 @@ pub struct ValkeyClusterSpec {
     /// counts `requests` (or `limits` where no request is given) against each
     /// node's allocatable room.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub resources: Option<ResourceRequirements>,
 
     /// Extra valkey.conf directives, e.g. `maxmemory-policy: allkeys-lru`.
@@ -236,6 +241,7 @@ pub struct ValkeyClusterSpec {
     /// sysctls, or Windows hostProcess) unless the operator runs with
     /// --allow-privileged-security-context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub pod_security_context: Option<PodSecurityContext>,
 
     /// Security context of the Valkey container. By default no privilege
@@ -247,6 +253,7 @@ pub struct ValkeyClusterSpec {
     /// NET_BIND_SERVICE, procMount Default, and the pod-level limits above)
     /// unless the operator runs with --allow-privileged-security-context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub security_context: Option<SecurityContext>,
 
     /// A Prometheus exporter beside Valkey in every member pod (off unless
@@ -399,6 +406,7 @@ pub struct PodSpecOverlay {
             .message(cel::INIT_CONTAINERS_NOT_OWNED_MESSAGE)
             .reason(Reason::FieldValueForbidden),
     )]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub init_containers: Vec<Container>,
 
     /// Containers merged by name: `valkey` merges into the operator's Valkey
@@ -417,20 +425,30 @@ pub struct PodSpecOverlay {
             .message(cel::EXPORTER_NOT_OWNED_MESSAGE)
             .reason(Reason::FieldValueForbidden),
     )]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub containers: Vec<Container>,
 
     /// Volumes added to member pods (the operator's own, `config`, `users`,
-    /// `tls` and `data`, cannot be replaced).
+    /// `tls` and `data`, cannot be replaced), of the types the `restricted`
+    /// Pod Security Standard allows: configMap, csi, downwardAPI, emptyDir,
+    /// ephemeral, persistentVolumeClaim, projected, secret.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
-    #[x_kube(validation = Rule::new(cel::VOLUMES_NOT_OWNED)
-        .message(cel::VOLUMES_NOT_OWNED_MESSAGE)
-        .reason(Reason::FieldValueForbidden))]
+    #[x_kube(
+        validation = Rule::new(cel::VOLUMES_NOT_OWNED)
+            .message(cel::VOLUMES_NOT_OWNED_MESSAGE)
+            .reason(Reason::FieldValueForbidden),
+        validation = Rule::new(cel::VOLUME_TYPES_RESTRICTED)
+            .message(cel::VOLUME_TYPES_RESTRICTED_MESSAGE)
+            .reason(Reason::FieldValueForbidden),
+    )]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub volumes: Vec<Volume>,
 
     /// Tolerations added to those of `spec.scheduling` (the placement
     /// planner counts both).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub tolerations: Vec<Toleration>,
 
     /// Node labels added to `spec.scheduling.nodeSelector` (a key set in
@@ -467,12 +485,14 @@ pub struct MemberNetworkPolicy {
     /// members and the operator may always.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub clients_from: Vec<NetworkPolicyPeer>,
 
     /// Who may scrape the exporter's port (`spec.exporter`), likewise. Empty:
     /// any source.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub metrics_from: Vec<NetworkPolicyPeer>,
 }
 
@@ -489,6 +509,7 @@ pub struct Exporter {
     /// whole. The placement planner counts these requests together with the
     /// Valkey container's against each node's allocatable room.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub resources: Option<ResourceRequirements>,
 }
 
@@ -570,11 +591,13 @@ pub struct Scheduling {
     /// Taints member pods tolerate. A node with an untolerated NoSchedule or
     /// NoExecute taint takes no new member.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub tolerations: Vec<Toleration>,
 
     /// Extra affinity rules, merged with the rules the operator derives from
     /// its placement plan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::schema::upstream_docs)]
     pub affinity: Option<Affinity>,
 
     /// PriorityClass of member pods.
@@ -800,6 +823,44 @@ pub struct ExternalAccess {
     /// load balancer).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+
+    /// The client addresses (CIDRs) a LoadBalancer admits
+    /// (`loadBalancerSourceRanges` of every per-member Service); empty:
+    /// the load balancer's default, often any address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub load_balancer_source_ranges: Vec<String>,
+
+    /// `externalTrafficPolicy` of every per-member Service. Cluster (the
+    /// default) keeps a member reachable through its old node while clients
+    /// follow a move; Local keeps the clients' source addresses (which
+    /// `loadBalancerSourceRanges` and NetworkPolicies then see) at the price
+    /// of the connections that land on a node the member just left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_traffic_policy: Option<ExternalTrafficPolicy>,
+
+    /// External access is refused while `spec.auth` is off: a balancer or a
+    /// node port with no password is a server anyone who reaches it may
+    /// read, write and flush. True accepts that (a private network, say).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_unauthenticated: bool,
+}
+
+/// `spec.externalAccess.externalTrafficPolicy`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum ExternalTrafficPolicy {
+    Cluster,
+    Local,
+}
+
+impl ExternalTrafficPolicy {
+    /// The name Kubernetes uses in a Service's `spec.externalTrafficPolicy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cluster => "Cluster",
+            Self::Local => "Local",
+        }
+    }
 }
 
 /// The Service type of `spec.externalAccess`.

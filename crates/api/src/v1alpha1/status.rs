@@ -72,6 +72,13 @@ pub struct ValkeyClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_action: Option<String>,
 
+    /// The label selector of the member pods (`valkey.rs/cluster=<name>,
+    /// valkey.rs/member`), in the string form the scale subresource's
+    /// labelSelectorPath names, so that a HorizontalPodAutoscaler can read
+    /// the members' metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+
     /// A human-readable summary of the cluster's state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

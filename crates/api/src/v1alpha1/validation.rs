@@ -534,6 +534,9 @@ fn validate_spec(
     };
     let tls = validate_tls(name, &spec.tls, errors);
     let users = validate_users(&spec.users, errors);
+    if let Some(access) = &spec.external_access {
+        validate_external_access(access, spec.auth.enabled, errors);
+    }
     if spec.termination_grace_period_seconds < defaults::MIN_TERMINATION_GRACE_PERIOD_SECONDS {
         errors.add(
             "spec.terminationGracePeriodSeconds",
@@ -743,6 +746,27 @@ fn with_pod_template_requests(
 /// named in the status instead of failing every apply): each names a pod
 /// selector, a namespace selector, or else an IP block alone; selectors
 /// are valid; CIDRs parse.
+/// `spec.externalAccess`: never open to the world without a password
+/// unless the user says so, and source ranges that are CIDRs.
+fn validate_external_access(access: &ExternalAccess, auth_enabled: bool, errors: &mut Errors) {
+    if !auth_enabled && !access.allow_unauthenticated {
+        errors.add(
+            "spec.externalAccess.allowUnauthenticated",
+            "external access is refused while spec.auth.enabled is false: anyone who reaches \
+             the balancer or node port could read, write and flush every key; turn auth on, or \
+             set allowUnauthenticated: true to accept that",
+        );
+    }
+    for (i, range) in access.load_balancer_source_ranges.iter().enumerate() {
+        if !is_cidr(range) {
+            errors.add(
+                format!("spec.externalAccess.loadBalancerSourceRanges[{i}]"),
+                format!("{range:?} is not a CIDR such as 203.0.113.0/24"),
+            );
+        }
+    }
+}
+
 fn validate_peers(
     field: &str,
     peers: &[NetworkPolicyPeer],

@@ -1,7 +1,7 @@
 //! The Valkey versions the operator supports, read from `spec.image`'s tag.
 //!
 //! An image whose tag names a version (`valkey/valkey:9.1.2`, `:9.1`, `:9`,
-//! `:8.1-alpine`) must name one at or after [`OLDEST_SUPPORTED`]; a tag that
+//! `:9.0-alpine`) must name one at or after [`OLDEST_SUPPORTED`]; a tag that
 //! names none (`latest`, a digest, a build of one's own) is taken on trust.
 //! Downgrades are judged against the version the members run
 //! ([`downgrade_refusal`]): Valkey cannot load an RDB file a newer major or
@@ -31,9 +31,12 @@ impl fmt::Display for TagVersion {
     }
 }
 
-/// The oldest Valkey the operator supports (major, minor): 8.0, the first
-/// with the cluster and ACL behaviour it relies on.
-pub const OLDEST_SUPPORTED: (u32, u32) = (8, 0);
+/// The oldest Valkey the operator supports (major, minor): 9.0, the oldest
+/// the e2e suites run ([`TESTED`]) and the first with what every member is
+/// given: `shutdown-on-sigterm failover` (a primary hands its slots over
+/// before it stops) and atomic slot migration (shard scaling). An 8.x
+/// server would not start with the members' config.
+pub const OLDEST_SUPPORTED: (u32, u32) = (9, 0);
 
 /// The versions the e2e suites run (docs/operator.md and docs/guide/upgrades.md, Upgrades).
 pub const TESTED: &[&str] = &["9.0.0", "9.1.2"];
@@ -169,16 +172,20 @@ mod tests {
     }
 
     #[test]
-    fn versions_before_8_0_are_refused_and_unversioned_tags_pass() {
-        assert!(unsupported("valkey/valkey:7.2.5").is_some_and(|m| m.contains("8.0")));
+    fn versions_before_9_0_are_refused_and_unversioned_tags_pass() {
+        assert!(unsupported("valkey/valkey:7.2.5").is_some_and(|m| m.contains("9.0")));
         assert!(unsupported("valkey/valkey:7").is_some());
+        assert!(unsupported("valkey/valkey:8.1.4").is_some());
+        assert!(unsupported("valkey/valkey:8").is_some());
+        assert!(unsupported("valkey/valkey:8.1-alpine").is_some());
         // Not a Valkey release at all: the pull fails instead.
         assert_eq!(unsupported("valkey/valkey:0.0.0-missing"), None);
         assert_eq!(unsupported("valkey/valkey:6.2"), None);
         for ok in [
-            "valkey/valkey:8",
-            "valkey/valkey:8.0",
+            "valkey/valkey:9",
+            "valkey/valkey:9.0",
             "valkey/valkey:9.0.0",
+            "valkey/valkey:10.0",
             "valkey/valkey:latest",
             "mine/valkey:custom",
         ] {

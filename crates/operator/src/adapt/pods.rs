@@ -71,6 +71,62 @@ pub fn pod_index(pod: &Pod) -> Option<u32> {
     })
 }
 
+/// Whether `pod` carries a label of the operator's (`valkey.rs/...`): a
+/// member, a move's new copy, a backup Job's pod. The caches keep those
+/// whole; every other pod is kept only as [`compact_foreign`] makes it.
+pub fn is_ours(pod: &Pod) -> bool {
+    pod.metadata.labels.as_ref().is_some_and(|l| {
+        l.keys()
+            .any(|k| k.starts_with(api::constants::LABEL_PREFIX))
+    })
+}
+
+/// A pod of somebody else's cut to what the planner reads of it: where it
+/// runs, whether it still runs, whether it is going, and its effective
+/// request (stored as pod-level `spec.resources.requests`, which
+/// [`effective_request`] reads first). In a cluster of 20,000 pods of other
+/// teams the operator then keeps a few hundred bytes a pod, not their whole
+/// specs. A pod whose request does not parse keeps its containers, so the
+/// planner still names the field that is wrong.
+pub fn compact_foreign(pod: &mut Pod) {
+    let Ok(request) = effective_request(pod) else {
+        pod.metadata.managed_fields = None;
+        return;
+    };
+    let old = std::mem::take(pod);
+    let node_name = old.spec.and_then(|s| s.node_name);
+    let phase = old.status.and_then(|s| s.phase);
+    pod.metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        name: old.metadata.name,
+        namespace: old.metadata.namespace,
+        uid: old.metadata.uid,
+        resource_version: old.metadata.resource_version,
+        deletion_timestamp: old.metadata.deletion_timestamp,
+        ..Default::default()
+    };
+    pod.spec = Some(PodSpec {
+        node_name,
+        resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                (
+                    "cpu".to_string(),
+                    Quantity(format!("{}m", request.cpu_millis)),
+                ),
+                (
+                    "memory".to_string(),
+                    Quantity(request.memory_bytes.to_string()),
+                ),
+            ])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    pod.status = phase.map(|phase| k8s_openapi::api::core::v1::PodStatus {
+        phase: Some(phase),
+        ..Default::default()
+    });
+}
+
 /// Pods in phase Succeeded or Failed hold no resources.
 pub fn is_finished(pod: &Pod) -> bool {
     matches!(
@@ -427,6 +483,47 @@ mod tests {
                 .used_by_others
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_foreign_pod_is_kept_as_its_node_phase_and_request_only() {
+        let mut p = pod(
+            "metadata: {name: web-1, namespace: other, labels: {app: web},
+                   annotations: {note: long}}
+             spec:
+               nodeName: n1
+               overhead: {cpu: 10m}
+               initContainers:
+                 - {name: big-init, resources: {requests: {cpu: '2', memory: 64Mi}}}
+               containers:
+                 - {name: a, image: web:1, env: [{name: A, value: x}],
+                    resources: {requests: {cpu: 250m, memory: 128Mi}}}
+             status: {phase: Running, podIP: 10.0.0.1}",
+        );
+        assert!(!is_ours(&p));
+        let before = effective_request(&p).unwrap();
+        compact_foreign(&mut p);
+        assert_eq!(effective_request(&p).unwrap(), before);
+        assert_eq!(p.metadata.name.as_deref(), Some("web-1"));
+        assert_eq!(p.metadata.labels, None);
+        assert_eq!(p.metadata.annotations, None);
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert!(spec.containers.is_empty() && spec.init_containers.is_none());
+        assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
+        assert_eq!(p.status.as_ref().unwrap().pod_ip, None);
+        let member = pod("metadata: {name: c-0-0-0, labels: {valkey.rs/cluster: c}}");
+        assert!(is_ours(&member));
+    }
+
+    #[test]
+    fn a_foreign_pod_whose_request_does_not_parse_keeps_its_containers() {
+        let mut p = pod("metadata: {name: bad}
+             spec:
+               containers:
+                 - {name: a, resources: {requests: {cpu: lots}}}");
+        compact_foreign(&mut p);
+        assert_eq!(p.spec.unwrap().containers.len(), 1);
     }
 
     #[test]

@@ -229,15 +229,22 @@ fn job_state(
     JobState::Running
 }
 
-/// The termination message of the backup pod of `name` in `ns`, from the
-/// operator's pod cache.
-fn pod_message(ctx: &Context, ns: &str, name: &str) -> Option<String> {
+/// The termination message of the backup Job's own pod, from the
+/// operator's pod cache: a pod of `ns` labelled for backup `name` whose
+/// controller is the Job `job` (by uid). Another pod carrying the same
+/// label (a tenant's, or one left from an earlier Job of the same name)
+/// never decides the backup's outcome.
+fn pod_message(ctx: &Context, ns: &str, name: &str, job: &Job) -> Option<String> {
+    let job_uid = job.metadata.uid.as_deref()?;
     ctx.pods
         .state()
         .iter()
         .filter(|p: &&Arc<Pod>| {
             p.namespace().as_deref() == Some(ns)
                 && p.labels().get(LABEL_BACKUP).map(String::as_str) == Some(name)
+                && p.owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && o.kind == "Job" && o.uid == job_uid)
         })
         .find_map(|p| {
             p.status
@@ -280,7 +287,7 @@ async fn check_bucket(backup: &ValkeyBackup, secret: &Secret) -> Result<(), Stri
             spec.credentials_secret
         )
     })?;
-    let store = super::store::s3(&settings)
+    let store = super::store::s3_for_operator(&settings)
         .map_err(|e| format!("building the S3 client for {}: {e}", spec.endpoint))?;
     let folder = api::v1alpha1::backup_folder(
         &spec.prefix,
@@ -295,8 +302,10 @@ async fn check_bucket(backup: &ValkeyBackup, secret: &Secret) -> Result<(), Stri
     match listed {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(format!(
-            "bucket {} at {} cannot be listed (wrong credentials or no such bucket?): {e}",
-            spec.bucket, spec.endpoint
+            "bucket {} at {} cannot be listed (wrong credentials or no such bucket?): {}",
+            spec.bucket,
+            spec.endpoint,
+            super::store::store_error(&e)
         )),
         Err(_) => Err(format!(
             "bucket {} at {}: no answer within 15 s",
@@ -304,9 +313,6 @@ async fn check_bucket(backup: &ValkeyBackup, secret: &Secret) -> Result<(), Stri
         )),
     }
 }
-
-/// The largest manifest read back (a manifest of 1000 shards is ~300 KB).
-const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The outcome of a succeeded Job whose runtime kept no termination message
 /// (the testbed's keeps none): the manifest read back from the bucket, which
@@ -319,7 +325,7 @@ async fn outcome_from_bucket(ctx: &Context, backup: &ValkeyBackup) -> Option<Str
         .await
         .ok()??;
     let settings = s3_settings(backup, &secret)?;
-    let store = super::store::s3(&settings).ok()?;
+    let store = super::store::s3_for_operator(&settings).ok()?;
     let path = format!(
         "{}/{}",
         api::v1alpha1::backup_folder(&spec.prefix, &ns, &backup.name_any()),
@@ -329,7 +335,7 @@ async fn outcome_from_bucket(ctx: &Context, backup: &ValkeyBackup) -> Option<Str
     let read = async {
         use object_store::ObjectStoreExt as _;
         let meta = store.head(&path).await.ok()?;
-        if meta.size > MAX_MANIFEST_BYTES {
+        if meta.size > super::manifest::MAX_MANIFEST_BYTES as u64 {
             return None;
         }
         store.get(&path).await.ok()?.bytes().await.ok()
@@ -409,6 +415,10 @@ pub fn cleanup_step(
         (P::Delete, false, false) => Cleanup::DeleteObjects,
     }
 }
+
+/// How long one try at deleting a backup's objects may hold a worker; a
+/// store that does not finish is tried again later (see [`DELETE_PATIENCE`]).
+const DELETE_TRY: Duration = Duration::from_secs(20);
 
 /// A deleted ValkeyBackup: its objects go (unless `Retain`), then it does.
 /// A store that stays unreachable is retried for [`DELETE_PATIENCE`]; a
@@ -493,17 +503,19 @@ async fn clean_up(backup: &ValkeyBackup, ctx: &Context) -> Result<Action, Backup
                         backup.spec.s3.credentials_secret
                     ),
                 )),
-                Some(settings) => match super::store::s3(&settings) {
+                Some(settings) => match super::store::s3_for_operator(&settings) {
                     Err(e) => Err((false, format!("building the S3 client: {e}"))),
                     Ok(store) => match tokio::time::timeout(
-                        Duration::from_secs(60),
+                        DELETE_TRY,
                         super::store::delete_folder(&store, &folder),
                     )
                     .await
                     {
                         Ok(Ok(n)) => Ok(n),
-                        Ok(Err(e)) => Err((true, e.to_string())),
-                        Err(_) => Err((true, "no answer within 60 s".to_string())),
+                        Ok(Err(e)) => Err((true, super::store::store_error(&e))),
+                        Err(_) => {
+                            Err((true, format!("no answer within {} s", DELETE_TRY.as_secs())))
+                        }
                     },
                 },
             };
@@ -638,7 +650,7 @@ async fn take(
         job: None,
     };
     if let Some(j) = job.as_ref() {
-        let mut state = job_state(j, pod_message(&ctx, &ns, &name), now);
+        let mut state = job_state(j, pod_message(&ctx, &ns, &name, j), now);
         if let JobState::Succeeded {
             outcome: o @ None, ..
         } = &mut state

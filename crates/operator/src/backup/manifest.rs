@@ -10,6 +10,10 @@ pub const FORMAT_VERSION: u32 = 1;
 /// The object name of the manifest in a backup's folder.
 pub const MANIFEST: &str = "manifest.json";
 
+/// The largest manifest the operator reads back (a manifest of 1000 shards
+/// is ~300 KB).
+pub const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
+
 /// The object name of shard `index`'s RDB in a backup's folder.
 pub fn shard_object(index: usize) -> String {
     format!("shard-{index}.rdb")

@@ -38,6 +38,7 @@ use api::v1alpha1::{
     BackupPhase, CONDITION_READY, CONDITION_RESTORED, RestoreStatus, ValkeyBackup,
     ValkeyClusterStatus,
 };
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -141,7 +142,8 @@ pub struct ObjectSeen {
 }
 
 /// Checks the manifest against the cluster: as many shards as `shards`, and
-/// each object (`objects`, by shard; `None`: missing) of the size the
+/// each object (`objects`, by shard; `None`: missing; an empty list checks
+/// the manifest alone) of the size the
 /// manifest says and not written after it. The SHA-256 itself is checked
 /// by the member that loads the object. Returns each shard's slots as text
 /// (pure).
@@ -239,11 +241,12 @@ pub fn slot_map(record: &RestoreStatus) -> Option<BTreeMap<ShardIndex, SlotSet>>
         .collect()
 }
 
-/// Bounds every request of the gate.
+/// Bounds the whole of the gate's work on the store (the manifest and
+/// every shard's object): a slow store holds one worker this long at most.
 const STORE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The largest manifest read (a manifest of 1000 shards is ~300 KB).
-const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
+/// Shard objects asked about at once.
+const HEADS_AT_ONCE: usize = 16;
 
 /// Decides whether the restore of `vc` may go on: the record when there is
 /// one, else the backup checked (and the record made from it).
@@ -332,7 +335,7 @@ async fn read_backup(
             s3.credentials_secret
         )));
     };
-    let store = super::store::s3(&super::store::S3Settings {
+    let store = super::store::s3_for_operator(&super::store::S3Settings {
         endpoint: s3.endpoint.clone(),
         bucket: s3.bucket.clone(),
         region: s3.region.clone(),
@@ -343,9 +346,10 @@ async fn read_backup(
     let folder = api::v1alpha1::backup_folder(&s3.prefix, ns, &name);
     let path = |object: &str| object_store::path::Path::from(format!("{folder}/{object}"));
     let manifest_path = path(super::manifest::MANIFEST);
+    let deadline = tokio::time::Instant::now() + STORE_TIMEOUT;
     let read = async {
         let meta = store.head(&manifest_path).await?;
-        if meta.size > MAX_MANIFEST_BYTES {
+        if meta.size > super::manifest::MAX_MANIFEST_BYTES as u64 {
             return Err(object_store::Error::Generic {
                 store: "S3",
                 source: format!("the manifest is {} bytes", meta.size).into(),
@@ -354,24 +358,51 @@ async fn read_backup(
         let bytes = store.get(&manifest_path).await?.bytes().await?;
         Ok((meta.last_modified, bytes))
     };
-    let (written, bytes) = tokio::time::timeout(STORE_TIMEOUT, read)
+    let no_answer = || unreadable(format!("no answer from {} within 15 s", s3.endpoint));
+    let (written, bytes) = tokio::time::timeout_at(deadline, read)
         .await
-        .map_err(|_| unreadable(format!("no answer from {} within 15 s", s3.endpoint)))?
-        .map_err(|e| unreadable(format!("reading {manifest_path}: {e}")))?;
+        .map_err(|_| no_answer())?
+        .map_err(|e| {
+            unreadable(format!(
+                "reading {manifest_path}: {}",
+                super::store::store_error(&e)
+            ))
+        })?;
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| unreadable(format!("{manifest_path} is not a manifest: {e}")))?;
+    // What the manifest alone decides (its format, the shard count) before
+    // a single object is asked about: no objects, no object checks.
+    check_manifest(&name, &manifest, shards, &[])?;
+    let locations: Vec<object_store::path::Path> = manifest
+        .shards
+        .iter()
+        .map(|shard| path(&shard.object))
+        .collect();
+    let heads = futures::stream::iter(locations)
+        .map(|location| {
+            let store = store.clone();
+            async move { store.head(&location).await }
+        })
+        .buffered(HEADS_AT_ONCE)
+        .collect::<Vec<_>>();
+    let heads = tokio::time::timeout_at(deadline, heads)
+        .await
+        .map_err(|_| no_answer())?;
     let mut objects = Vec::new();
-    for shard in &manifest.shards {
-        let head = tokio::time::timeout(STORE_TIMEOUT, store.head(&path(&shard.object)))
-            .await
-            .map_err(|_| unreadable(format!("no answer from {} within 15 s", s3.endpoint)))?;
+    for (shard, head) in manifest.shards.iter().zip(heads) {
         objects.push(match head {
             Ok(meta) => Some(ObjectSeen {
                 size: meta.size,
                 rewritten: meta.last_modified > written,
             }),
             Err(object_store::Error::NotFound { .. }) => None,
-            Err(e) => return Err(unreadable(format!("reading {}: {e}", shard.object))),
+            Err(e) => {
+                return Err(unreadable(format!(
+                    "reading {}: {}",
+                    shard.object,
+                    super::store::store_error(&e)
+                )));
+            }
         });
     }
     let shard_slots = check_manifest(&name, &manifest, shards, &objects)?;

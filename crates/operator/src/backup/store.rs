@@ -4,9 +4,14 @@
 //! signs with the rustls/ring stack the operator already links (no OpenSSL,
 //! no second TLS provider). It is maintained by the Apache Arrow project.
 
-use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
+use object_store::client::{
+    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpResponseBody, HttpService, ReqwestConnector,
+};
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Where and how to reach the bucket.
 #[derive(Clone)]
@@ -31,7 +36,11 @@ impl std::fmt::Debug for S3Settings {
 /// An S3 client for the bucket: path-style requests (what S3-compatible
 /// stores all take), plain HTTP allowed when the endpoint says `http://`.
 pub fn s3(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
-    let store = AmazonS3Builder::new()
+    Ok(Arc::new(builder(settings).build()?))
+}
+
+fn builder(settings: &S3Settings) -> AmazonS3Builder {
+    AmazonS3Builder::new()
         .with_endpoint(&settings.endpoint)
         .with_bucket_name(&settings.bucket)
         .with_region(settings.region.as_deref().unwrap_or("us-east-1"))
@@ -44,8 +53,125 @@ pub fn s3(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, object_store::E
         // restore checks), and on 2 cores the second SHA-256 of every part
         // cost a sixth of the throughput.
         .with_unsigned_payload(true)
+}
+
+/// The largest response body the operator process reads from a store: the
+/// manifest's own cap ([`super::manifest::MAX_MANIFEST_BYTES`]) and a little
+/// more. Error bodies (which the library reads whole) are held to it too, so
+/// an endpoint that answers with an endless body costs the operator at most
+/// this much, not its memory limit.
+pub const OPERATOR_BODY_CAP: usize = super::manifest::MAX_MANIFEST_BYTES + 64 * 1024;
+
+/// How long one request of the operator process may take, body included.
+pub const OPERATOR_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// [`s3`] for the calls the operator process itself makes on a store a
+/// tenant names (the bucket check, the manifest, the restore check, the
+/// deletion of a backup's objects): every response body capped at
+/// [`OPERATOR_BODY_CAP`], a connection within 3 s, a request within
+/// [`OPERATOR_REQUEST_TIMEOUT`], one retry at most. The backup and restore
+/// Jobs, which move the data, use [`s3`] in the tenant's own namespace.
+pub fn s3_for_operator(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+    let store = builder(settings)
+        .with_client_options(
+            ClientOptions::new()
+                .with_timeout(OPERATOR_REQUEST_TIMEOUT)
+                .with_connect_timeout(Duration::from_secs(3)),
+        )
+        .with_retry(RetryConfig {
+            backoff: BackoffConfig::default(),
+            max_retries: 1,
+            retry_timeout: OPERATOR_REQUEST_TIMEOUT,
+        })
+        .with_http_connector(Capped {
+            cap: OPERATOR_BODY_CAP,
+        })
         .build()?;
     Ok(Arc::new(store))
+}
+
+/// An [`HttpConnector`] whose responses' bodies fail past `cap` bytes.
+#[derive(Debug, Clone, Copy)]
+struct Capped {
+    cap: usize,
+}
+
+impl HttpConnector for Capped {
+    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+        let inner = ReqwestConnector::default().connect(options)?;
+        Ok(HttpClient::new(CappedService {
+            inner,
+            cap: self.cap,
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct CappedService {
+    inner: HttpClient,
+    cap: usize,
+}
+
+#[async_trait::async_trait]
+impl HttpService for CappedService {
+    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        use http_body_util::BodyExt as _;
+        let response = self.inner.execute(req).await?;
+        let (parts, body) = response.into_parts();
+        let cap = self.cap;
+        let body = http_body_util::Limited::new(body, cap).map_err(move |e| {
+            HttpError::new(HttpErrorKind::Decode, BodyTooLarge { cap, source: e })
+        });
+        Ok(HttpResponse::from_parts(parts, HttpResponseBody::new(body)))
+    }
+}
+
+/// A store answered with a body past the operator's cap.
+#[derive(Debug, thiserror::Error)]
+#[error("the store's answer is larger than {cap} bytes: {source}")]
+struct BodyTooLarge {
+    cap: usize,
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// What the operator says of a failed store call, in a backup's status
+/// and events: whether the store was reached, and its HTTP status when it
+/// answered; never the body of an answer, an address or the difference
+/// between a refused connection and one that timed out. A tenant names the
+/// endpoint: the operator must not become a way to read or map what else
+/// its own network reaches. The whole error goes to the operator's log.
+pub fn store_error(e: &object_store::Error) -> String {
+    tracing::debug!(error = %e, "object store call failed");
+    match e {
+        object_store::Error::NotFound { .. } => return "not found".into(),
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => {
+            return "access denied (check the credentials and the bucket's policy)".into();
+        }
+        _ => {}
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(http) = err.downcast_ref::<HttpError>() {
+            return match http.kind() {
+                HttpErrorKind::Decode => {
+                    "the store's answer could not be read (not S3, or larger than the operator reads)"
+                        .into()
+                }
+                _ => "the store could not be reached, or did not answer in time".into(),
+            };
+        }
+        source = err.source();
+    }
+    let text = e.to_string();
+    match text
+        .split_once("status code: ")
+        .and_then(|(_, rest)| rest.get(..3))
+        .filter(|code| code.bytes().all(|b| b.is_ascii_digit()))
+    {
+        Some(code) => format!("the store answered HTTP {code}"),
+        None => "the store's answer was not understood".into(),
+    }
 }
 
 /// Deletes every object under `folder` (a backup's `<prefix>/<ns>/<name>`;

@@ -10,7 +10,7 @@ use super::{
 };
 use api::ValidatedCluster;
 use api::constants::{CLUSTER_BUS_PORT, VALKEY_PORT};
-use api::v1alpha1::ExternalAccess;
+use api::v1alpha1::{ExternalAccess, ExternalAccessType};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -75,7 +75,8 @@ pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
 /// Cluster: with NodePort the member announces the node its pod runs on,
 /// and after the pod moved the old node still forwards to it until clients
 /// have followed the new announcement (Local would drop them meanwhile);
-/// Valkey does not need the clients' source addresses.
+/// Valkey does not need the clients' source addresses
+/// (`spec.externalAccess.externalTrafficPolicy: Local` when the user wants them).
 pub fn external(
     c: &ValidatedCluster,
     owner: &OwnerReference,
@@ -97,7 +98,15 @@ pub fn external(
             type_: Some(access.type_.as_str().into()),
             selector: Some(selector),
             publish_not_ready_addresses: Some(true),
-            external_traffic_policy: Some("Cluster".into()),
+            external_traffic_policy: Some(
+                access
+                    .external_traffic_policy
+                    .map_or("Cluster", |p| p.as_str())
+                    .into(),
+            ),
+            load_balancer_source_ranges: (access.type_ == ExternalAccessType::LoadBalancer
+                && !access.load_balancer_source_ranges.is_empty())
+            .then(|| access.load_balancer_source_ranges.clone()),
             ports: Some(vec![port("client", VALKEY_PORT)]),
             ..Default::default()
         }),
@@ -136,8 +145,40 @@ mod tests {
         c.external_access = Some(ExternalAccess {
             type_,
             annotations: [("lb.example/pool".to_string(), "edge".to_string())].into(),
+            load_balancer_source_ranges: Vec::new(),
+            external_traffic_policy: None,
+            allow_unauthenticated: false,
         });
         c
+    }
+
+    #[test]
+    fn source_ranges_and_the_traffic_policy_reach_every_external_service() {
+        let mut c = with_external(ExternalAccessType::LoadBalancer);
+        let access = c.external_access.as_mut().unwrap();
+        access.load_balancer_source_ranges = vec!["203.0.113.0/24".into()];
+        access.external_traffic_policy = Some(api::v1alpha1::ExternalTrafficPolicy::Local);
+        let access = access.clone();
+        let spec = external(&c, &owner(), &access, (0, 1), "cache-0-1-0")
+            .spec
+            .unwrap();
+        assert_eq!(spec.external_traffic_policy.as_deref(), Some("Local"));
+        assert_eq!(
+            spec.load_balancer_source_ranges,
+            Some(vec!["203.0.113.0/24".to_string()])
+        );
+        let node_port = ExternalAccess {
+            type_: ExternalAccessType::NodePort,
+            ..access
+        };
+        let spec = external(&c, &owner(), &node_port, (0, 1), "p")
+            .spec
+            .unwrap();
+        assert_eq!(spec.external_traffic_policy.as_deref(), Some("Local"));
+        assert_eq!(
+            spec.load_balancer_source_ranges, None,
+            "a NodePort has no balancer"
+        );
     }
 
     #[test]

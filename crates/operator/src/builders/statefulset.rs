@@ -367,7 +367,10 @@ fn restore_member(
             .filter(|v| !v.is_empty())
     };
     let dbfilename = setting("dbfilename").unwrap_or_else(|| "dump.rdb".into());
-    let persistent = c.persistence.is_some();
+    // A volume that Valkey writes nothing to (AOF and RDB off) is emptied by
+    // the start script like an emptyDir ([`command`]): the restored file is
+    // staged as there.
+    let persistent = crate::builders::config::durable(c);
     let aof = persistent && setting("appendonly").is_none_or(|v| v.eq_ignore_ascii_case("yes"));
     let mut args = vec![
         "restore".to_string(),
@@ -409,21 +412,26 @@ fn restore_member(
             ..Default::default()
         }),
     };
-    spec.init_containers = Some(vec![Container {
-        name: crate::backup::restore::CONTAINER.into(),
-        image: Some(restore.image.clone()),
-        args: Some(args),
-        env: Some(vec![key("AWS_ACCESS_KEY_ID"), key("AWS_SECRET_ACCESS_KEY")]),
-        volume_mounts: Some(vec![VolumeMount {
-            name: DATA_VOLUME.into(),
-            mount_path: DATA_DIR.into(),
+    // First, before the overlay's own init containers (which stay): the data
+    // is in place before anything of the user's runs.
+    spec.init_containers.get_or_insert_with(Vec::new).insert(
+        0,
+        Container {
+            name: crate::backup::restore::CONTAINER.into(),
+            image: Some(restore.image.clone()),
+            args: Some(args),
+            env: Some(vec![key("AWS_ACCESS_KEY_ID"), key("AWS_SECRET_ACCESS_KEY")]),
+            volume_mounts: Some(vec![VolumeMount {
+                name: DATA_VOLUME.into(),
+                mount_path: DATA_DIR.into(),
+                ..Default::default()
+            }]),
+            // The Valkey container's: the file is Valkey's to read and replace.
+            security_context: Some(c.security_context.clone()),
+            termination_message_policy: Some("FallbackToLogsOnError".into()),
             ..Default::default()
-        }]),
-        // The Valkey container's: the file is Valkey's to read and replace.
-        security_context: Some(c.security_context.clone()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Default::default()
-    }]);
+        },
+    );
     if !persistent {
         let keep = format!(
             "for f in /data/* /data/.[!.]*; do [ \"$f\" = /data/{RESTORE_STAGING} ] || rm -rf \"$f\"; done; \
@@ -857,8 +865,14 @@ fn forget_identity_script_tls() -> String {
     )
 }
 
+/// The valkey container's command. Only a member whose data survives its
+/// restart ([`crate::builders::config::durable`]: a volume, and AOF or RDB
+/// writing to it) starts as it is; every other one, a volume with AOF and
+/// RDB off included, forgets its identity first ([`FORGET_IDENTITY_SCRIPT`]):
+/// such a primary restarted at once would otherwise come back with its slots
+/// and no data, and its replicas would full-sync the empty set.
 fn command(c: &ValidatedCluster) -> Vec<String> {
-    if c.persistence.is_some() {
+    if crate::builders::config::durable(c) {
         vec!["valkey-server".into()]
     } else {
         vec![
@@ -956,6 +970,27 @@ mod restore_tests {
             "no secret in the spec"
         );
         assert!(pod(&member(&c, 1, 1)).init_containers.is_none());
+        // The overlay's init containers stay, after the restore's.
+        let mut with_init = c.clone();
+        with_init.pod_template.init_containers = vec![Container {
+            name: "warm".into(),
+            image: Some("w:1".into()),
+            ..Default::default()
+        }];
+        let names: Vec<String> = pod(&member(&with_init, 1, 0))
+            .init_containers
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, [crate::backup::restore::CONTAINER, "warm"]);
+        assert_eq!(
+            pod(&member(&with_init, 1, 1))
+                .init_containers
+                .unwrap()
+                .len(),
+            1
+        );
         // The same restart hash as without the restore: dropping the init
         // container after the restore restarts nothing.
         assert_eq!(hash(&first), hash(&member(&plain, 1, 0)));
@@ -1301,6 +1336,19 @@ mod tests {
         let s = build(&p, &placed("n1"));
         let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
         assert_eq!(container.command, Some(vec!["valkey-server".to_string()]));
+    }
+
+    #[test]
+    fn a_volume_that_valkey_writes_nothing_to_starts_as_a_new_node_too() {
+        let mut c =
+            crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
+        c.config.insert("appendonly".into(), "no".into());
+        c.config.insert("save".into(), "".into());
+        let s = build(&c, &placed("n1"));
+        let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
+        let command = container.command.clone().unwrap();
+        assert_eq!(command[0], "sh");
+        assert_eq!(command[2], FORGET_IDENTITY_SCRIPT);
     }
 
     struct ScriptRun {

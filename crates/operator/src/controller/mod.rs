@@ -106,18 +106,44 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Why `image` may not run under `--allowed-images`, or `None` when it
-    /// may.
-    pub fn image_refused(&self, image: &str) -> Option<String> {
+    /// Why `image` (the value of `field`) may not run under
+    /// `--allowed-images`, or `None` when it may.
+    pub fn image_refused(&self, field: &str, image: &str) -> Option<String> {
         if self.allowed_images.is_empty()
             || self.allowed_images.iter().any(|p| wildcard_match(p, image))
         {
             return None;
         }
         Some(format!(
-            "spec.image: {image:?} matches none of the images this operator allows ({})",
+            "{field}: {image:?} matches none of the images this operator allows ({})",
             self.allowed_images.join(", ")
         ))
+    }
+
+    /// Why one of the images a member pod would run may not run under
+    /// `--allowed-images`: `spec.image` and every image `spec.podTemplate`
+    /// adds (sidecars and init containers run in the member's pod, beside
+    /// its data and its password). The exporter and the restore container
+    /// run the operator's own image, which the operator chose itself.
+    pub fn images_refused(&self, cluster: &api::ValidatedCluster) -> Option<String> {
+        let t = &cluster.pod_template;
+        let added = |at: &'static str, list: &[k8s_openapi::api::core::v1::Container]| {
+            // Named by container name: the validated lists are not the
+            // spec's (the `valkey` overlay is no sidecar).
+            list.iter()
+                .filter_map(move |c| {
+                    let image = c.image.as_deref()?;
+                    Some((
+                        format!("spec.podTemplate.spec.{at}[{}].image", c.name),
+                        image.to_string(),
+                    ))
+                })
+                .collect::<Vec<_>>()
+        };
+        std::iter::once(("spec.image".to_string(), cluster.image.clone()))
+            .chain(added("initContainers", &t.init_containers))
+            .chain(added("containers", &t.sidecars))
+            .find_map(|(field, image)| self.image_refused(&field, &image))
     }
 }
 
@@ -366,13 +392,30 @@ impl Context {
 /// Strips what the controller never reads, to keep the caches small.
 fn slim_node(node: &mut Node) {
     node.managed_fields_mut().clear();
+    // Annotations of nodes carry whole JSON documents (CSI, CNI, cloud
+    // agents); the planner reads labels, taints, allocatable, conditions
+    // and addresses.
+    node.metadata.annotations = None;
     if let Some(status) = node.status.as_mut() {
         status.images = None;
+        status.node_info = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+        status.config = None;
+        status.features = None;
+        status.runtime_handlers = None;
+        status.daemon_endpoints = None;
     }
 }
 
+/// The operator's own pods (members, backup Jobs) are kept whole; every
+/// other pod of the cluster only as the compact record the planner reads
+/// (node, phase, effective request): see [`adapt::pods::compact_foreign`].
 fn slim_pod(pod: &mut Pod) {
     pod.managed_fields_mut().clear();
+    if !adapt::pods::is_ours(pod) {
+        adapt::pods::compact_foreign(pod);
+    }
 }
 
 /// Events a shared store's subscribers may fall behind by before its watch
@@ -888,14 +931,49 @@ mod image_tests {
     #[test]
     fn an_image_outside_the_allowed_patterns_is_refused_with_the_field_named() {
         let open = Settings::default();
-        assert_eq!(open.image_refused("anything:1"), None);
+        assert_eq!(open.image_refused("spec.image", "anything:1"), None);
         let strict = Settings {
             allowed_images: vec!["valkey/valkey:*".into()],
             ..Settings::default()
         };
-        assert_eq!(strict.image_refused("valkey/valkey:9.1.2"), None);
-        let why = strict.image_refused("evil/server:1").unwrap();
+        assert_eq!(
+            strict.image_refused("spec.image", "valkey/valkey:9.1.2"),
+            None
+        );
+        let why = strict.image_refused("spec.image", "evil/server:1").unwrap();
         assert!(why.starts_with("spec.image: "), "{why}");
+    }
+
+    #[test]
+    fn sidecar_and_init_images_are_held_to_the_allowed_patterns_too() {
+        use k8s_openapi::api::core::v1::Container;
+        let strict = Settings {
+            allowed_images: vec!["valkey/valkey:*".into(), "team/*".into()],
+            ..Settings::default()
+        };
+        let mut c = crate::builders::test_support::cluster("c", 1, 1);
+        c.image = "valkey/valkey:9.1.2".into();
+        assert_eq!(strict.images_refused(&c), None);
+        let image = |i: &str| Container {
+            name: i.split(['/', ':']).nth(1).unwrap_or_default().into(),
+            image: Some(i.into()),
+            ..Default::default()
+        };
+        c.pod_template.sidecars = vec![image("team/logs:1")];
+        assert_eq!(strict.images_refused(&c), None);
+        c.pod_template.init_containers = vec![image("team/init:1"), image("evil/init:1")];
+        let why = strict.images_refused(&c).unwrap();
+        assert!(
+            why.starts_with("spec.podTemplate.spec.initContainers[init].image: \"evil/init:1\""),
+            "{why}"
+        );
+        c.pod_template.init_containers.clear();
+        c.pod_template.sidecars.push(image("evil/sidecar:1"));
+        let why = strict.images_refused(&c).unwrap();
+        assert!(
+            why.starts_with("spec.podTemplate.spec.containers[sidecar].image: "),
+            "{why}"
+        );
     }
 }
 

@@ -170,7 +170,7 @@ async fn pause(io: &Io<'_>, memory: &mut Memory) -> Result<Action, Error> {
 fn validate(vc: &ValkeyCluster, settings: &Settings) -> Result<ValidatedCluster, String> {
     let cluster =
         api::v1alpha1::validate_with(vc, &settings.validation).map_err(|e| e.to_string())?;
-    if let Some(why) = settings.image_refused(&cluster.image) {
+    if let Some(why) = settings.images_refused(&cluster) {
         return Err(why);
     }
     if let Some(why) = downgrade_refused(vc, &cluster.image) {

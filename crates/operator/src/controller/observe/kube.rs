@@ -14,7 +14,7 @@ use api::ValidatedCluster;
 use api::constants::LABEL_CLUSTER;
 use api::constants::member_name;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
@@ -54,6 +54,11 @@ pub struct KubeView {
     /// Nodes a member pod is bound to that have no Node object, with how long
     /// the operator has seen them gone (filled by the reconcile from its memory).
     pub missing_nodes: BTreeMap<String, std::time::Duration>,
+    /// Members whose StatefulSet exists and whose pod does not, with why the
+    /// StatefulSet controller could not create it: the message of its latest
+    /// `FailedCreate` event (a PriorityClass, a quota, Pod Security, an
+    /// admission webhook), in the API server's own words.
+    pub pods_not_created: BTreeMap<(u32, u32), String>,
 }
 
 impl KubeView {
@@ -85,6 +90,67 @@ where
         source,
     })?;
     Ok(list.items.into_iter().map(|o| (o.name_any(), o)).collect())
+}
+
+/// Why the StatefulSet controller could not create the pods of members
+/// that have none: one list of the namespace's `FailedCreate` events of
+/// StatefulSets, only while some member has a StatefulSet and no pod (never
+/// for a cluster whose pods are all there). A list the operator may not make
+/// or that fails leaves the reasons unknown (the status then says the member
+/// does not answer, as before); it never fails the reconcile.
+async fn pods_not_created(
+    ctx: &Context,
+    cluster: &ValidatedCluster,
+    statefulsets: &BTreeMap<String, StatefulSet>,
+    members: &BTreeMap<(u32, u32), Pod>,
+) -> BTreeMap<(u32, u32), String> {
+    let missing: BTreeMap<String, (u32, u32)> = crate::controller::facts::desired_members(cluster)
+        .filter(|key| !members.contains_key(key))
+        .map(|(s, m)| (member_name(&cluster.name, s, m), (s, m)))
+        .filter(|(sts, _)| statefulsets.contains_key(sts))
+        .collect();
+    if missing.is_empty() {
+        return BTreeMap::new();
+    }
+    let api: Api<Event> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let lp = ListParams::default()
+        .fields("involvedObject.kind=StatefulSet,reason=FailedCreate")
+        .limit(500);
+    let events = match api.list(&lp).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::debug!(namespace = %cluster.namespace, error = %e, "listing FailedCreate events");
+            return BTreeMap::new();
+        }
+    };
+    failed_creates(&missing, &events)
+}
+
+/// The latest `FailedCreate` message of each StatefulSet in `missing` (pure).
+pub fn failed_creates(
+    missing: &BTreeMap<String, (u32, u32)>,
+    events: &[Event],
+) -> BTreeMap<(u32, u32), String> {
+    let when = |e: &Event| {
+        e.last_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .or(e.event_time.as_ref().map(|t| t.0))
+            .or(e.first_timestamp.as_ref().map(|t| t.0))
+    };
+    let mut latest: BTreeMap<(u32, u32), &Event> = BTreeMap::new();
+    for e in events {
+        let Some(key) = e.involved_object.name.as_ref().and_then(|n| missing.get(n)) else {
+            continue;
+        };
+        if latest.get(key).is_none_or(|old| when(old) <= when(e)) {
+            latest.insert(*key, e);
+        }
+    }
+    latest
+        .into_iter()
+        .filter_map(|(key, e)| Some((key, e.message.clone()?)))
+        .collect()
 }
 
 /// A cluster's member pods, sorted by what they are.
@@ -218,6 +284,7 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
     let nodes = ctx.nodes.state();
     let all_pods = ctx.pods.state();
     let sorted = sort_members(cluster, &statefulsets, &all_pods);
+    let pods_not_created = pods_not_created(ctx, cluster, &statefulsets, &sorted.members).await;
     Ok(KubeView {
         nodes,
         all_pods,
@@ -231,6 +298,7 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
         network_policies,
         pvcs,
         missing_nodes: BTreeMap::new(),
+        pods_not_created,
     })
 }
 
@@ -327,6 +395,36 @@ mod tests {
         let got: Vec<String> = owned_by(&store, "a", "web").into_keys().collect();
         assert_eq!(got, vec!["web".to_string(), "web-0-0".to_string()]);
         assert!(owned_by(&store, "c", "web").is_empty());
+    }
+
+    #[test]
+    fn a_missing_pod_is_explained_by_its_statefulsets_latest_failed_create() {
+        use k8s_openapi::api::core::v1::ObjectReference;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let event = |sts: &str, at: &str, message: &str| Event {
+            involved_object: ObjectReference {
+                kind: Some("StatefulSet".into()),
+                name: Some(sts.into()),
+                ..Default::default()
+            },
+            last_timestamp: Some(Time(at.parse().unwrap())),
+            message: Some(message.into()),
+            reason: Some("FailedCreate".into()),
+            ..Default::default()
+        };
+        let missing: BTreeMap<String, (u32, u32)> = [("up-0-0".to_string(), (0, 0))].into();
+        let events = [
+            event("up-0-0", "2026-01-01T00:00:05Z", "quota exceeded"),
+            event(
+                "up-0-0",
+                "2026-01-01T00:00:09Z",
+                "no PriorityClass with name valkey-high",
+            ),
+            event("other-0-0", "2026-01-01T00:00:10Z", "not ours"),
+        ];
+        let why = failed_creates(&missing, &events);
+        assert_eq!(why.len(), 1);
+        assert_eq!(why[&(0, 0)], "no PriorityClass with name valkey-high");
     }
 
     fn names(pods: &BTreeMap<(u32, u32), Pod>) -> Vec<String> {

@@ -108,6 +108,34 @@ fn last_words(c: &k8s_openapi::api::core::v1::ContainerStatus) -> Option<String>
 }
 
 impl PodFacts {
+    /// The scheduler's word on a pod it found no node for (its PodScheduled
+    /// condition False, reason Unschedulable), or `None`.
+    pub fn unschedulable(pod: &Pod) -> Option<String> {
+        if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty())
+        {
+            return None;
+        }
+        pod.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+            .map(|c| {
+                c.message
+                    .clone()
+                    .unwrap_or_else(|| "no reason given".into())
+            })
+    }
+
     /// Reads the facts off a pod.
     pub fn of(pod: &Pod) -> PodFacts {
         let annotations = pod.metadata.annotations.as_ref();

@@ -58,8 +58,10 @@ impl<'a> Target<'a> {
 pub async fn write_status(
     ctx: &Context,
     t: &Target<'_>,
-    new: ValkeyClusterStatus,
+    mut new: ValkeyClusterStatus,
 ) -> Result<(), Error> {
+    // Whatever the status says, the scale subresource reads the selector here.
+    new.selector = Some(api::constants::member_selector(&t.name));
     if t.old == Some(&new) {
         return Ok(());
     }
@@ -257,10 +259,42 @@ fn volumes_pending(f: &Facts<'_>) -> Option<String> {
     (!lines.is_empty()).then(|| lines.join("; "))
 }
 
+/// The members whose pod is missing, as (reason, message), in the API
+/// server's and the scheduler's own words: `MemberPodNotCreated` when the
+/// StatefulSet controller could not create it (a PriorityClass, a quota,
+/// Pod Security, a webhook), `MemberNotScheduled` when the scheduler found no
+/// node for it.
+fn pods_missing(f: &Facts<'_>) -> Option<(String, String)> {
+    let (cluster, view) = (f.cluster, f.kube);
+    let not_created: Vec<String> = view
+        .pods_not_created
+        .iter()
+        .map(|((s, m), why)| format!("member {s}/{m}: its pod cannot be created: {why}"))
+        .collect();
+    if !not_created.is_empty() {
+        return Some(("MemberPodNotCreated".into(), not_created.join("; ")));
+    }
+    let unscheduled: Vec<String> = desired_members(cluster)
+        .filter_map(|(s, m)| {
+            let pod = view.members.get(&(s, m))?;
+            let why = PodFacts::unschedulable(pod)?;
+            Some(format!(
+                "member {s}/{m}: pod {} is not scheduled: {why}",
+                pod.metadata.name.as_deref().unwrap_or_default()
+            ))
+        })
+        .collect();
+    (!unscheduled.is_empty()).then(|| ("MemberNotScheduled".into(), unscheduled.join("; ")))
+}
+
 /// The members whose pod cannot start, as (reason, message): `ImagePullFailed`
 /// when an image cannot be pulled (the rolling update stops there until
-/// `spec.image` names one that can), else `MemberCannotStart`.
+/// `spec.image` names one that can), else `MemberCannotStart`; before those,
+/// a pod that is missing ([`pods_missing`]).
 fn start_failed(f: &Facts<'_>) -> Option<(String, String)> {
+    if let Some(missing) = pods_missing(f) {
+        return Some(missing);
+    }
     let failures: Vec<(u32, u32, crate::controller::observe::pods::StartFailure)> =
         desired_members(f.cluster)
             .filter_map(|(s, m)| {
@@ -343,10 +377,27 @@ pub fn readiness(old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus) -
             "Ready",
             format!("{}: {}", now.reason, now.message),
         )]
+    } else if let Some(reason) = POD_MISSING_REASONS.iter().find(|r| **r == now.reason)
+        && old
+            .and_then(|s| s.condition(CONDITION_READY))
+            .is_none_or(|c| c.reason != now.reason || c.message != now.message)
+    {
+        // A cluster that was never Ready says once, in an event too, why a
+        // member's pod is missing.
+        vec![Note::warning(reason, "Ready", &now.message)]
     } else {
         Vec::new()
     }
 }
+
+/// Ready reasons that say why a member's pod is missing or cannot start; each
+/// is also an event when it first appears (or its message changes).
+pub const POD_MISSING_REASONS: &[&str] = &[
+    "MemberPodNotCreated",
+    "MemberNotScheduled",
+    "MemberCannotStart",
+    "ImagePullFailed",
+];
 
 /// The primaries that changed since the last reconcile that saw one
 /// (Valkey's own failovers included); `primaries` is updated.

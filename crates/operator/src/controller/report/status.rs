@@ -405,6 +405,8 @@ pub fn build(
             .or_else(|| old.and_then(|s| s.last_action.clone())),
         message: obs.message,
         restore: old.and_then(|s| s.restore.clone()),
+        // Set by `write_status`, whatever the status: the scale subresource's.
+        selector: None,
     }
 }
 

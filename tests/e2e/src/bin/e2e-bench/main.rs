@@ -24,6 +24,10 @@
 //! - the official valkey-io/valkey-operator side by side when
 //!   `OFFICIAL_OPERATOR` names its binary (see [`official`]);
 //!   `--official-only` runs it alone;
+//! - the operator beside other teams' objects (issue 39, see [`foreign`]):
+//!   RSS and apply -> Ready before and after 3,000 Pending pods and 500
+//!   Secrets and ConfigMaps of other namespaces (`--foreign-pods N`);
+//!   `--foreign-only` runs it alone;
 //! - one big cluster (issue 26, item 6; see [`big`]): 40x2 on a testbed of
 //!   its own (5 zones x 10 nodes), last in the default run; `--big-only`
 //!   runs it alone, `--no-big` skips it, `--big-dir DIR` names its testbed
@@ -32,6 +36,7 @@
 
 mod backup;
 mod big;
+mod foreign;
 mod official;
 mod status;
 
@@ -102,7 +107,16 @@ fn main() -> Result<()> {
         .map(|n| n.parse::<f64>().context("--backup-gib GIB"))
         .transpose()?
         .unwrap_or(1.0);
-    let result = if args.iter().any(|a| a == "--status-only") {
+    let foreign_pods = args
+        .iter()
+        .position(|a| a == "--foreign-pods")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse::<usize>().context("--foreign-pods N"))
+        .transpose()?
+        .unwrap_or(3000);
+    let result = if args.iter().any(|a| a == "--foreign-only") {
+        foreign::figures(&env, &operator_args, foreign_pods)
+    } else if args.iter().any(|a| a == "--status-only") {
         status_only(&env, &operator_args)
     } else if args.iter().any(|a| a == "--ready-only") {
         ready_only(&env, &operator_args)
@@ -120,6 +134,7 @@ fn main() -> Result<()> {
                 }
             })
             .and_then(|()| official_bench(&env, &operator_args))
+            .and_then(|()| foreign::figures(&env, &operator_args, foreign_pods))
     };
     let _ = Command::new(&testbed)
         .args(["down", "--dir", &dir_s])
@@ -128,7 +143,11 @@ fn main() -> Result<()> {
     let only = args.iter().any(|a| {
         matches!(
             a.as_str(),
-            "--status-only" | "--ready-only" | "--backup-only" | "--official-only"
+            "--status-only"
+                | "--ready-only"
+                | "--backup-only"
+                | "--official-only"
+                | "--foreign-only"
         )
     });
     if many > 0 && !only {

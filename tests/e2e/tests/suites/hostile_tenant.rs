@@ -9,6 +9,13 @@
 //!   normal time (under 60 s; 10-20 s is usual);
 //! - the operator's resident memory stays under the chart's 128Mi limit.
 //!
+//! Beside it, two ValkeyBackups of the healthy cluster name object stores of
+//! the tenant's own (servers in this test, on the host where the operator
+//! runs): one answers every request with `403` and a body without end, the
+//! other accepts and never answers. The operator checks each one's bucket
+//! itself: both backups fail, with messages that carry nothing the store
+//! sent, while the healing above runs in normal time and the RSS bound holds.
+//!
 //! The hostile image is built here from the e2e crate's `hostile-valkey`
 //! binary (scripts/image/build.py with `--path-in-image`, so the member's
 //! `valkey-server` command runs it) and loaded into the testbed under a name
@@ -208,6 +215,112 @@ fn delete_clusters(env: &Env, ns: &str) -> Result<Duration> {
     Ok(started.elapsed())
 }
 
+/// A hostile object store on the host (where the operator runs in this
+/// suite): every connection gets `403 Forbidden` and a chunked body without
+/// end (`endless`), or is accepted and never answered (`stall`). Counts the
+/// connections and the most bytes one took; stops when `stop` is set (each
+/// connection within a second of it), so the loop is bounded by the test.
+struct HostileStore {
+    port: u16,
+    connections: Arc<std::sync::atomic::AtomicU64>,
+    most_bytes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// What the endless body repeats: its text must never reach a status.
+const HOSTILE_BODY: &str = "HOSTILE-STORE-BODY ";
+
+impl HostileStore {
+    fn start(endless: bool, stop: Arc<AtomicBool>) -> Result<HostileStore> {
+        use std::io::{Read, Write};
+        use std::sync::atomic::AtomicU64;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let connections = Arc::new(AtomicU64::new(0));
+        let most_bytes = Arc::new(AtomicU64::new(0));
+        let (count, most) = (connections.clone(), most_bytes.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                };
+                count.fetch_add(1, Ordering::Relaxed);
+                let (stop, most) = (stop.clone(), most.clone());
+                std::thread::spawn(move || {
+                    let _ = conn.set_nonblocking(false);
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+                    let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
+                    let mut request = [0u8; 8192];
+                    let _ = conn.read(&mut request);
+                    if !endless {
+                        while !stop.load(Ordering::Relaxed) {
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                        return;
+                    }
+                    let head = "HTTP/1.1 403 Forbidden\r\nContent-Type: application/xml\r\nTransfer-Encoding: chunked\r\n\r\n";
+                    if conn.write_all(head.as_bytes()).is_err() {
+                        return;
+                    }
+                    let chunk = HOSTILE_BODY.repeat(64 * 1024 / HOSTILE_BODY.len());
+                    let frame = format!("{:x}\r\n{chunk}\r\n", chunk.len());
+                    let mut sent = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        match conn.write_all(frame.as_bytes()) {
+                            Ok(()) => sent += frame.len() as u64,
+                            Err(e)
+                                if e.kind() == std::io::ErrorKind::WouldBlock
+                                    || e.kind() == std::io::ErrorKind::TimedOut =>
+                            {
+                                continue;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    most.fetch_max(sent, Ordering::Relaxed);
+                });
+            }
+        });
+        Ok(HostileStore {
+            port,
+            connections,
+            most_bytes,
+        })
+    }
+}
+
+/// A ValkeyBackup of the healthy cluster whose store is `store`.
+fn hostile_backup(env: &Env, ns: &str, name: &str, store: &HostileStore) -> Result<()> {
+    env.apply(
+        ns,
+        &format!(
+            "apiVersion: valkey.rs/v1alpha1\nkind: ValkeyBackup\nmetadata: {{name: {name}}}\nspec:\n  cluster: {HEALTHY}\n  s3:\n    endpoint: \"http://127.0.0.1:{}\"\n    bucket: b\n    credentialsSecret: hostile-s3\n",
+            store.port
+        ),
+    )
+}
+
+/// Both hostile backups reach a final phase (Failed), each with a message
+/// that says what happened without what the store sent.
+fn wait_hostile_backups_failed(env: &Env, ns: &str) -> Result<()> {
+    for name in ["endless-store", "stalled-store"] {
+        let mut status = serde_json::Value::Null;
+        wait_until(Duration::from_secs(120), Duration::from_secs(1), || {
+            status = env.kubectl_json(&["get", "valkeybackup", name, "-n", ns])?["status"].clone();
+            Ok(status["phase"] == "Failed")
+        })
+        .with_context(|| format!("backup {name} did not fail: {status}"))?;
+        let message = status["message"].as_str().unwrap_or_default();
+        ensure!(
+            !message.contains(HOSTILE_BODY.trim()),
+            "{name}: the store's body reached the status: {message}"
+        );
+        println!("hostile_tenant: backup {name} Failed: {message}");
+    }
+    Ok(())
+}
+
 fn scenario(env: &Env, ns: &str, operator_pid: u32) -> Result<()> {
     let started = Instant::now();
     load_hostile_image(env)?;
@@ -226,6 +339,17 @@ fn scenario(env: &Env, ns: &str, operator_pid: u32) -> Result<()> {
         .image(HOSTILE_IMAGE)
         .persistence("64Mi", "Delete");
     env.apply(ns, &hostile.yaml())?;
+    // A tenant's backups whose object store answers without end, or never:
+    // the operator itself checks the bucket of each.
+    let stop_stores = Arc::new(AtomicBool::new(false));
+    let endless = HostileStore::start(true, stop_stores.clone())?;
+    let stalled = HostileStore::start(false, stop_stores.clone())?;
+    env.apply(
+        ns,
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: hostile-s3}\nstringData:\n  AWS_ACCESS_KEY_ID: k\n  AWS_SECRET_ACCESS_KEY: s\n",
+    )?;
+    hostile_backup(env, ns, "endless-store", &endless)?;
+    hostile_backup(env, ns, "stalled-store", &stalled)?;
     let attacked = Instant::now();
     wait_operator_attacked(env, ns)?;
     println!(
@@ -264,6 +388,21 @@ fn scenario(env: &Env, ns: &str, operator_pid: u32) -> Result<()> {
         "healing took {healed:?}, limit {HEAL_LIMIT:?}"
     );
 
+    wait_hostile_backups_failed(env, ns)?;
+    stop_stores.store(true, Ordering::Relaxed);
+    let seen = |s: &HostileStore| s.connections.load(Ordering::Relaxed);
+    ensure!(
+        seen(&endless) > 0 && seen(&stalled) > 0,
+        "the operator never asked the hostile stores ({} and {} connections)",
+        seen(&endless),
+        seen(&stalled)
+    );
+    println!(
+        "hostile_tenant: the hostile stores: endless {} connection(s), at most {:.1} MiB sent on one before the operator hung up; stalled {} connection(s)",
+        seen(&endless),
+        endless.most_bytes.load(Ordering::Relaxed) as f64 / 1048576.0,
+        seen(&stalled)
+    );
     let samples = sampler.finish()?;
     let max = samples.iter().copied().max().unwrap_or_default();
     println!(

@@ -324,6 +324,83 @@ fn privileged_sidecar_refused(env: &Env, ns: &str) -> Result<()> {
         "pods made for a refused spec: {pods}"
     );
     env.kubectl(&["delete", "valkeycluster", "priv", "-n", ns, "--wait=false"])?;
+    beyond_restricted_refused(env, ns)
+}
+
+/// What would take a member pod out of Pod Security `restricted` through
+/// the overlay: a hostPath volume is refused by the API server itself
+/// (admission, the field named); a host port, group 0 and LD_PRELOAD on the
+/// valkey container by the operator (InvalidSpec, each field named), and
+/// no pod is made for any of them.
+fn beyond_restricted_refused(env: &Env, ns: &str) -> Result<()> {
+    let host_path = cluster_manifest("hostpath", 1, 0).extra_spec(
+        "  podTemplate:\n    spec:\n      volumes:\n      - {name: sock, hostPath: {path: /run/containerd}}\n      containers:\n      - {name: spy, image: busybox:1, volumeMounts: [{name: sock, mountPath: /sock}]}\n",
+    );
+    let refused = env.apply(ns, &host_path.yaml());
+    let message = format!(
+        "{:#}",
+        refused.err().context("a hostPath volume was admitted")?
+    );
+    ensure!(
+        message.contains("spec.podTemplate.spec.volumes") && message.contains("restricted"),
+        "a hostPath volume refused without the field named: {message}"
+    );
+    println!(
+        "extensions: a hostPath volume refused at admission: {}",
+        message.lines().last().unwrap_or_default()
+    );
+
+    let m = cluster_manifest("beyond", 1, 0).extra_spec(
+        "  podSecurityContext:\n    supplementalGroups: [0]\n  podTemplate:\n    spec:\n      containers:\n      - {name: valkey, env: [{name: LD_PRELOAD, value: /x.so}]}\n      - {name: spy, image: busybox:1, ports: [{containerPort: 8080, hostPort: 8080}], securityContext: {runAsGroup: 0}}\n",
+    );
+    env.apply(ns, &m.yaml())?;
+    let fields = [
+        "spec.podSecurityContext.supplementalGroups[0]",
+        "spec.podTemplate.spec.containers[0].env[0].name",
+        "spec.podTemplate.spec.containers[1].ports[0].hostPort",
+        "spec.podTemplate.spec.containers[1].securityContext.runAsGroup",
+    ];
+    let mut last = serde_json::Value::Null;
+    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        last = env.cluster(ns, "beyond")?;
+        Ok(e2e::cluster::condition(&last, "Ready").is_some_and(|c| {
+            c["reason"] == "InvalidSpec"
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|m| fields.iter().all(|f| m.contains(f)))
+        }))
+    })
+    .with_context(|| {
+        format!(
+            "the overlay beyond restricted was not refused field by field: {}",
+            last["status"]
+        )
+    })?;
+    let pods = env.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        "valkey.rs/cluster=beyond",
+        "-o",
+        "name",
+    ])?;
+    ensure!(
+        pods.trim().is_empty(),
+        "pods made for a refused spec: {pods}"
+    );
+    println!(
+        "extensions: host port, group 0 and LD_PRELOAD refused (InvalidSpec naming each field), no pod made"
+    );
+    env.kubectl(&[
+        "delete",
+        "valkeycluster",
+        "beyond",
+        "-n",
+        ns,
+        "--wait=false",
+    ])?;
     Ok(())
 }
 

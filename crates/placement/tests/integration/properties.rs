@@ -4,8 +4,7 @@
 //! exhaustive search, its plans are well-formed, and it is deterministic.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-use common::*;
+use crate::common::*;
 use placement::*;
 use proptest::prelude::*;
 use std::collections::BTreeMap;

@@ -2,8 +2,7 @@
 //! text map.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-use common::*;
+use crate::common::*;
 use placement::*;
 use std::collections::BTreeMap;
 

@@ -176,6 +176,56 @@ fn run(env: &Env, ns: &str) -> Result<()> {
         "operator_scale: all steps in {:.1}s",
         started.elapsed().as_secs_f64()
     );
+    autoscaler_reads_the_scale_subresource(env, ns)?;
+    Ok(())
+}
+
+/// A HorizontalPodAutoscaler (autoscaling/v2) on the ValkeyCluster: the
+/// controller-manager reads its scale subresource, and with
+/// `labelSelectorPath` (`status.selector`) it finds the member pods. Without
+/// a selector its conditions say `InvalidSelector` or that the scale has no
+/// selector. The testbed has no metrics API, so the metric itself fails,
+/// which is the next thing the autoscaler says once the target is good.
+fn autoscaler_reads_the_scale_subresource(env: &Env, ns: &str) -> Result<()> {
+    let scale = env.kubectl_json(&[
+        "get",
+        "--raw",
+        &format!("/apis/valkey.rs/v1alpha1/namespaces/{ns}/valkeyclusters/{NAME}/scale"),
+    ])?;
+    let selector = scale["status"]["selector"].as_str().unwrap_or_default();
+    ensure!(
+        selector == format!("valkey.rs/cluster={NAME},valkey.rs/member"),
+        "the scale subresource names no member selector: {scale}"
+    );
+    env.apply(
+        ns,
+        &format!(
+            "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {{name: {NAME}}}\nspec:\n  scaleTargetRef: {{apiVersion: valkey.rs/v1alpha1, kind: ValkeyCluster, name: {NAME}}}\n  minReplicas: 3\n  maxReplicas: 4\n  metrics:\n    - type: Resource\n      resource: {{name: cpu, target: {{type: Utilization, averageUtilization: 80}}}}\n"
+        ),
+    )?;
+    let mut conditions = serde_json::Value::Null;
+    wait_until(Duration::from_secs(90), Duration::from_secs(1), || {
+        let hpa = env.kubectl_json(&["get", "hpa", NAME, "-n", ns])?;
+        conditions = hpa["status"]["conditions"].clone();
+        // The target was read (AbleToScale) and the metric was tried
+        // (ScalingActive says how it went).
+        let has = |t: &str| {
+            conditions
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == t))
+        };
+        Ok(has("AbleToScale") && has("ScalingActive"))
+    })
+    .with_context(|| format!("the autoscaler never judged its target: {conditions}"))?;
+    let text = conditions.to_string();
+    ensure!(
+        !text.contains("InvalidSelector") && !text.to_ascii_lowercase().contains("selector"),
+        "the autoscaler could not use the scale subresource's selector: {text}"
+    );
+    println!(
+        "operator_scale: a HorizontalPodAutoscaler reads the scale subresource (selector {selector}): {text}"
+    );
+    env.kubectl(&["delete", "hpa", NAME, "-n", ns])?;
     Ok(())
 }
 

@@ -1,12 +1,11 @@
 //! The SVG picture (`plan --output svg`): pinned by snapshots, one drawn as
 //! boxes (3 zones x 3 nodes, with a Preferred violation and an unplaced
 //! member) and one drawn as the shard x zone grid (100 shards on 90 nodes).
-//! `UPDATE_SNAPSHOTS=1 cargo test -p placement --test svg` rewrites them;
+//! `UPDATE_SNAPSHOTS=1 cargo test -p placement --test integration svg::` rewrites them;
 //! look at the pictures before committing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-use common::*;
+use crate::common::*;
 use placement::*;
 use std::path::PathBuf;
 

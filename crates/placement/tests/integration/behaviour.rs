@@ -3,8 +3,7 @@
 //! the objective's order, keys that do not nest, reasons, determinism.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-use common::*;
+use crate::common::*;
 use placement::*;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

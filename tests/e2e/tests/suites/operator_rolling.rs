@@ -15,9 +15,9 @@
 //!     every slot is served, Ready says `ImagePullFailed` naming the image;
 //!     the good tag again resumes it (the stuck member is re-created); a
 //!     downgrade to 9.0.0 is refused (`InvalidSpec`, naming
-//!     `valkey.rs/allow-downgrade`) and restarts nothing; so is
-//!     `valkey/valkey:7.2`, older than the oldest supported version
-//!     (`InvalidSpec` naming `spec.image`).
+//!     `valkey.rs/allow-downgrade`) and restarts nothing; `valkey/valkey:7.2`
+//!     and `8.1`, older than the oldest supported version (9.0), are refused
+//!     by the API server naming `spec.image`, and restart nothing either.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
@@ -429,14 +429,35 @@ fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
         OLD_IMAGE,
         &["valkey.rs/allow-downgrade", NEW_VERSION],
     )?;
-    // A version older than the oldest supported is refused naming the field.
-    refused_without_restart(
-        env,
-        ns,
+    // A version older than the oldest supported (9.0) is refused by the API
+    // server itself, naming the field: nothing reaches the operator.
+    let before = env.pod_identities(ns, NAME)?;
+    for old in [
         "valkey/valkey:7.2",
-        &["spec.image", "older than the oldest version"],
-    )?;
-    println!("operator_rolling: valkey/valkey:7.2 refused (InvalidSpec naming spec.image)");
+        "valkey/valkey:8.1",
+        "valkey/valkey:8.1.4-alpine",
+    ] {
+        let refused = env.patch_cluster(ns, NAME, &format!(r#"{{"spec":{{"image":"{old}"}}}}"#));
+        let message = format!(
+            "{:#}",
+            refused.err().context(format!("{old} was admitted"))?
+        );
+        ensure!(
+            message.contains("spec.image") && message.contains("older than 9.0"),
+            "{old} refused without naming spec.image and the oldest version: {message}"
+        );
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let now = env.pod_identities(ns, NAME)?;
+    ensure!(
+        before
+            .iter()
+            .all(|(n, id)| now.get(n).is_some_and(|x| x.uid == id.uid)),
+        "a refused image re-created pods"
+    );
+    println!(
+        "operator_rolling: valkey/valkey:7.2, 8.1 and 8.1.4-alpine refused at admission naming spec.image"
+    );
     env.patch_cluster(
         ns,
         NAME,

@@ -13,6 +13,12 @@
 //! valkey-server, then `SHUTDOWN NOSAVE NOW` sent by a client to the member
 //! promoted after the first. After each the cluster is Ready again with its
 //! exact shape, and the crashed member is a replica.
+//!
+//! A fourth cluster (1x1) has `spec.persistence` with AOF and RDB off: its
+//! volume keeps nothing of the data, so its members start as members without
+//! persistence do (they forget their identity first); before, such a primary
+//! restarted at once came back with its slots and no data, and its replica
+//! full-synced the empty set.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
@@ -128,8 +134,28 @@ fn crash(env: &Env, ns: &str, name: &str, shards: u32, pw: &str, how: &str) -> R
 }
 
 fn scenario(env: &Env, ns: &str, shards: u32) -> Result<()> {
-    let name = format!("small{shards}");
-    let took = env.create_cluster(ns, &cluster_manifest(&name, shards, 1), READY_TIMEOUT)?;
+    scenario_of(env, ns, &format!("small{shards}"), shards, false)
+}
+
+/// `shards` x 1 under a `WAIT 1` writer, two crashes of shard 0's primary.
+/// `volume_without_writes`: with `spec.persistence` but AOF and RDB off
+/// (`appendonly: "no"`, `save: ""`): a volume nothing is written to, whose
+/// members must start as members without persistence do.
+fn scenario_of(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    shards: u32,
+    volume_without_writes: bool,
+) -> Result<()> {
+    let name = name.to_string();
+    let mut manifest = cluster_manifest(&name, shards, 1);
+    if volume_without_writes {
+        manifest = manifest
+            .persistence("64Mi", "Delete")
+            .extra_spec("  config:\n    appendonly: \"no\"\n    save: \"\"\n");
+    }
+    let took = env.create_cluster(ns, &manifest, READY_TIMEOUT)?;
     println!(
         "safety_small_clusters: {name} ({shards}x1) Ready {:.1}s after apply",
         took.as_secs_f64()
@@ -157,14 +183,15 @@ fn a_crashed_primary_without_persistence_loses_no_acknowledged_write_at_any_shar
     let Some(suite) = Suite::start("safety_small_clusters", "small", "e2e-small") else {
         return;
     };
-    suite.run(&["small1", "small2", "small3"], |env, ns| {
-        // The three clusters side by side: each fault waits on Valkey's
-        // timeouts, not on the cores.
+    suite.run(&["small1", "small2", "small3", "novolwrites"], |env, ns| {
+        // The clusters side by side: each fault waits on Valkey's timeouts,
+        // not on the cores. The fourth has a volume with AOF and RDB off.
         let results: Vec<Result<()>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = [1, 2, 3]
+            let mut handles: Vec<_> = [1, 2, 3]
                 .map(|shards| scope.spawn(move || scenario(env, ns, shards)))
                 .into_iter()
                 .collect();
+            handles.push(scope.spawn(move || scenario_of(env, ns, "novolwrites", 1, true)));
             handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(|_| bail!("scenario panicked")))

@@ -81,13 +81,17 @@ run_piece() {
 }
 declare -A pids
 for p in "${pieces[@]}"; do
-  run_piece "$p" >"$logs/$p.log" 2>&1 &
+  (
+    t0=$(date +%s)
+    run_piece "$p"
+    echo "$p ready in $(($(date +%s) - t0)) s"
+  ) >"$logs/$p.log" 2>&1 &
   pids[$p]=$!
 done
 failed=()
 for p in "${pieces[@]}"; do
   if wait "${pids[$p]}"; then
-    log "$p: $(tail -n 1 "$logs/$p.log")"
+    log "$(tail -n 1 "$logs/$p.log")"
   else
     failed+=("$p")
     log "$p FAILED; its log ($logs/$p.log):"

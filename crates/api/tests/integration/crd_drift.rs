@@ -2,7 +2,7 @@
 
 #[test]
 fn committed_crd_matches_the_rust_types() {
-    let committed = include_str!("../../../deploy/crd/valkeycluster.yaml");
+    let committed = include_str!("../../../../deploy/crd/valkeycluster.yaml");
     let generated = api::crd_yaml().unwrap();
     assert!(
         committed == generated,
@@ -13,7 +13,7 @@ fn committed_crd_matches_the_rust_types() {
 
 #[test]
 fn committed_backup_crd_matches_the_rust_types() {
-    let committed = include_str!("../../../deploy/crd/valkeybackup.yaml");
+    let committed = include_str!("../../../../deploy/crd/valkeybackup.yaml");
     let generated = api::backup_crd_yaml().unwrap();
     assert!(
         committed == generated,
@@ -24,7 +24,7 @@ fn committed_backup_crd_matches_the_rust_types() {
 
 #[test]
 fn committed_schedule_crd_matches_the_rust_types() {
-    let committed = include_str!("../../../deploy/crd/valkeybackupschedule.yaml");
+    let committed = include_str!("../../../../deploy/crd/valkeybackupschedule.yaml");
     let generated = api::schedule_crd_yaml().unwrap();
     assert!(
         committed == generated,

@@ -10,7 +10,7 @@ fn check(text: &str) -> api::ValidatedCluster {
 
 #[test]
 fn the_demo_cluster_is_3_shards_of_3_members_one_per_zone_and_node() {
-    let v = check(include_str!("../../../examples/cluster.yaml"));
+    let v = check(include_str!("../../../../examples/cluster.yaml"));
     assert_eq!((v.name.as_str(), v.shards, v.replicas), ("demo", 3, 2));
     let keys: Vec<(&str, u32)> = v
         .spread
@@ -28,5 +28,5 @@ fn the_demo_cluster_is_3_shards_of_3_members_one_per_zone_and_node() {
 
 #[test]
 fn the_preferred_example_is_valid() {
-    check(include_str!("../../../examples/cluster-preferred.yaml"));
+    check(include_str!("../../../../examples/cluster-preferred.yaml"));
 }

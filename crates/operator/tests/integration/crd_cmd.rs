@@ -13,9 +13,9 @@ fn crd(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-const CLUSTER: &str = include_str!("../../../deploy/crd/valkeycluster.yaml");
-const BACKUP: &str = include_str!("../../../deploy/crd/valkeybackup.yaml");
-const SCHEDULE: &str = include_str!("../../../deploy/crd/valkeybackupschedule.yaml");
+const CLUSTER: &str = include_str!("../../../../deploy/crd/valkeycluster.yaml");
+const BACKUP: &str = include_str!("../../../../deploy/crd/valkeybackup.yaml");
+const SCHEDULE: &str = include_str!("../../../../deploy/crd/valkeybackupschedule.yaml");
 
 #[test]
 fn crd_kind_schedule_prints_the_committed_schedule_crd() {

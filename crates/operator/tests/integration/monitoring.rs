@@ -14,8 +14,8 @@ use std::time::Duration;
 use valkey::parse::{ClusterInfo, Info};
 
 const DASHBOARD: &str =
-    include_str!("../../../deploy/helm/valkey-operator/dashboards/valkey-operator.json");
-const ALERTS: &str = include_str!("../../../deploy/helm/valkey-operator/files/alerts.yaml");
+    include_str!("../../../../deploy/helm/valkey-operator/dashboards/valkey-operator.json");
+const ALERTS: &str = include_str!("../../../../deploy/helm/valkey-operator/files/alerts.yaml");
 
 /// The operator's metrics with one sample in every family (a family
 /// without samples is not encoded at all).
@@ -47,10 +47,10 @@ fn with_every_family() -> Metrics {
 /// replies of valkey-server 9.1.2): between them every family it has.
 fn exporter_expositions() -> Vec<String> {
     let cluster =
-        ClusterInfo::parse(include_str!("../src/exporter/testdata/cluster-info.txt")).unwrap();
+        ClusterInfo::parse(include_str!("../../src/exporter/testdata/cluster-info.txt")).unwrap();
     [
-        include_str!("../src/exporter/testdata/info-replica.txt"),
-        include_str!("../src/exporter/testdata/info-primary.txt"),
+        include_str!("../../src/exporter/testdata/info-replica.txt"),
+        include_str!("../../src/exporter/testdata/info-primary.txt"),
     ]
     .iter()
     .map(|info| {

@@ -107,7 +107,7 @@ async fn pods_not_created(
     let missing: BTreeMap<String, (u32, u32)> = crate::controller::facts::desired_members(cluster)
         .filter(|key| !members.contains_key(key))
         .map(|(s, m)| (member_name(&cluster.name, s, m), (s, m)))
-        .filter(|(sts, _)| statefulsets.contains_key(sts))
+        .filter(|(sts, _)| statefulsets.get(sts).is_some_and(short_of_pods))
         .collect();
     if missing.is_empty() {
         return BTreeMap::new();
@@ -124,6 +124,17 @@ async fn pods_not_created(
         }
     };
     failed_creates(&missing, &events)
+}
+
+/// Whether the StatefulSet controller has seen `sts`'s current spec and
+/// still counts fewer pods than it wants: it tried and could not create one
+/// (while a pod is only on its way, the controller already counts it).
+fn short_of_pods(sts: &StatefulSet) -> bool {
+    let Some(status) = sts.status.as_ref() else {
+        return false;
+    };
+    let wanted = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    status.observed_generation >= sts.metadata.generation && status.replicas < wanted
 }
 
 /// The latest `FailedCreate` message of each StatefulSet in `missing` (pure).

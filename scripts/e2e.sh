@@ -28,8 +28,10 @@ logs=$base-logs
 rm -rf "$logs"
 mkdir -p "$logs"
 
-# The test binary (compiles nothing after `make build`).
-bin=$(cd "$root" && cargo test --release -p e2e --test suites --no-run --message-format=json 2>"$logs/build.log" |
+# The test binary (compiles nothing after `make build`: the whole workspace
+# is named, as the build step names it, so every dependency has the same
+# features; `-p e2e` alone would unify them differently and compile again).
+bin=$(cd "$root" && cargo test --release --workspace --no-run --message-format=json 2>"$logs/build.log" |
   python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

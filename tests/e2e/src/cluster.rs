@@ -230,19 +230,32 @@ impl Env {
 
     /// A fresh namespace, deleted when the guard drops.
     pub fn namespace(&self, prefix: &str) -> Result<Namespace> {
+        self.make_namespace(prefix, true)
+    }
+
+    /// [`Env::namespace`] without Pod Security enforcement: for the testbed's
+    /// own suites, whose pods are plain test pods (a root busybox, a
+    /// hand-written StatefulSet), not the operator's.
+    pub fn namespace_for_any_pod(&self, prefix: &str) -> Result<Namespace> {
+        self.make_namespace(prefix, false)
+    }
+
+    fn make_namespace(&self, prefix: &str, restricted: bool) -> Result<Namespace> {
         let name = format!("{prefix}-{}", std::process::id() % 100_000);
         let _ = self.kubectl(&["delete", "namespace", &name, "--wait=true", "--timeout=60s"]);
         self.kubectl(&["create", "namespace", &name])?;
         // The API server's own Pod Security admission judges every pod the
         // suite makes (member pods, backup Jobs, anything a test adds):
         // one beyond `restricted` is refused, and the suite sees it fail.
-        self.kubectl(&[
-            "label",
-            "namespace",
-            &name,
-            "pod-security.kubernetes.io/enforce=restricted",
-            "pod-security.kubernetes.io/enforce-version=latest",
-        ])?;
+        if restricted {
+            self.kubectl(&[
+                "label",
+                "namespace",
+                &name,
+                "pod-security.kubernetes.io/enforce=restricted",
+                "pod-security.kubernetes.io/enforce-version=latest",
+            ])?;
+        }
         // Pods are refused until the controller-manager made the default ServiceAccount.
         wait_until(Duration::from_secs(30), Duration::from_millis(250), || {
             Ok(self

@@ -72,9 +72,12 @@ pub const OPERATOR_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`OPERATOR_REQUEST_TIMEOUT`], one retry at most. The backup and restore
 /// Jobs, which move the data, use [`s3`] in the tenant's own namespace.
 pub fn s3_for_operator(settings: &S3Settings) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+    // The options replace the builder's whole (its `allow_http` included),
+    // so they say it again.
     let store = builder(settings)
         .with_client_options(
             ClientOptions::new()
+                .with_allow_http(settings.endpoint.starts_with("http://"))
                 .with_timeout(OPERATOR_REQUEST_TIMEOUT)
                 .with_connect_timeout(Duration::from_secs(3)),
         )
@@ -196,4 +199,108 @@ pub async fn delete_folder(
         .try_for_each(|_| futures::future::ready(Ok(())))
         .await?;
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A one-connection-at-a-time HTTP server on 127.0.0.1 that answers
+    /// every request with `head` and then `body` (repeated `repeat` times);
+    /// returns its endpoint. It serves `requests` connections, then stops.
+    fn server(head: &'static str, body: &'static str, repeat: usize, requests: usize) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for _ in 0..requests {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    return;
+                };
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(head.as_bytes());
+                for _ in 0..repeat {
+                    if conn.write_all(body.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        format!("http://127.0.0.1:{port}")
+    }
+
+    fn settings(endpoint: String) -> S3Settings {
+        S3Settings {
+            endpoint,
+            bucket: "b".into(),
+            region: None,
+            access_key_id: "k".into(),
+            secret_access_key: "s".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_operators_client_reaches_a_plain_http_store() {
+        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>b</Name><Prefix>x/</Prefix><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated></ListBucketResult>";
+        let head = Box::leak(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_boxed_str(),
+        );
+        let store = s3_for_operator(&settings(server(head, body, 1, 2))).unwrap();
+        let listed = store
+            .list_with_delimiter(Some(&object_store::path::Path::from("x")))
+            .await;
+        assert!(listed.is_ok(), "{listed:?}");
+    }
+
+    #[tokio::test]
+    async fn an_endless_error_body_is_cut_at_the_cap_and_named_without_its_text() {
+        // 403 with 64 KiB chunks for longer than the cap (and then some).
+        let chunk: &'static str =
+            Box::leak(format!("{:x}\r\n{}\r\n", 65536, "E".repeat(65536)).into_boxed_str());
+        let endpoint = server(
+            "HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n",
+            chunk,
+            OPERATOR_BODY_CAP / 65536 + 64,
+            4,
+        );
+        let store = s3_for_operator(&settings(endpoint)).unwrap();
+        let started = std::time::Instant::now();
+        let err = store
+            .list_with_delimiter(Some(&object_store::path::Path::from("x")))
+            .await
+            .unwrap_err();
+        let said = store_error(&err);
+        assert!(said.contains("could not be read"), "{said} ({err})");
+        assert!(!said.contains("EEEE"), "{said}");
+        assert!(
+            started.elapsed() < OPERATOR_REQUEST_TIMEOUT * 3,
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_store_that_refuses_connections_is_named_as_unreachable_only() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let store = s3_for_operator(&settings(format!("http://127.0.0.1:{port}"))).unwrap();
+        let err = store
+            .list_with_delimiter(Some(&object_store::path::Path::from("x")))
+            .await
+            .unwrap_err();
+        let said = store_error(&err);
+        assert_eq!(
+            said,
+            "the store could not be reached, or did not answer in time"
+        );
+    }
 }

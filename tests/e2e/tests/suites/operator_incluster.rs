@@ -218,9 +218,20 @@ fn client_pod_yaml(name: &str, target: &str, password: &str, keys: u32) -> Strin
         "metadata": {"name": name},
         "spec": {
             "restartPolicy": "Never",
+            // Within Pod Security `restricted`, which the suite's namespace
+            // enforces (as every e2e namespace does).
+            "securityContext": {
+                "runAsNonRoot": true,
+                "runAsUser": 999,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "containers": [{
                 "name": "client",
                 "image": "valkey/valkey:9.1",
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]},
+                },
                 "command": ["sh", "-c", script],
                 "env": [
                     {"name": "TARGET", "value": target},

@@ -187,11 +187,11 @@ fn run(env: &Env, ns: &str) -> Result<()> {
 /// selector. The testbed has no metrics API, so the metric itself fails,
 /// which is the next thing the autoscaler says once the target is good.
 fn autoscaler_reads_the_scale_subresource(env: &Env, ns: &str) -> Result<()> {
-    let scale = env.kubectl_json(&[
+    let scale: serde_json::Value = serde_json::from_str(&env.kubectl(&[
         "get",
         "--raw",
         &format!("/apis/valkey.rs/v1alpha1/namespaces/{ns}/valkeyclusters/{NAME}/scale"),
-    ])?;
+    ])?)?;
     let selector = scale["status"]["selector"].as_str().unwrap_or_default();
     ensure!(
         selector == format!("valkey.rs/cluster={NAME},valkey.rs/member"),

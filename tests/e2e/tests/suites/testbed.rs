@@ -426,7 +426,7 @@ fn testbed_runs_real_valkey_pods_on_a_real_control_plane_and_its_faults_cut_what
     tb.ok(&["down"]).unwrap();
 
     up_gives_nine_ready_labelled_nodes_on_the_pinned_release(&tb, start).unwrap();
-    let ns = tb.env.namespace("testbed").unwrap();
+    let ns = tb.env.namespace_for_any_pod("testbed").unwrap();
     let kv = statefulset_spreads_one_valkey_per_zone_and_every_pod_answers(&tb, &ns.name, start)
         .unwrap();
     image_tags_run_their_own_valkey_version_and_a_missing_tag_never_runs(&tb, &ns.name, start)

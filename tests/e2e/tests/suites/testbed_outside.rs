@@ -126,7 +126,7 @@ fn outside_clients_reach_node_ports_and_load_balancers_and_no_pod_or_cluster_ip(
     let Some(env) = Env::or_skip("testbed_outside") else {
         return;
     };
-    let ns = env.namespace("outside").unwrap();
+    let ns = env.namespace_for_any_pod("outside").unwrap();
     if let Err(e) = scenario(&env, &ns.name) {
         let agent =
             std::fs::read_to_string(env.testbed_dir.join("logs/agent.log")).unwrap_or_default();

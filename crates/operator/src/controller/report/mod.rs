@@ -367,6 +367,14 @@ pub fn readiness(old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus) -
         return Vec::new();
     };
     let is = now.status == "True";
+    let old_ready = old.and_then(|s| s.condition(CONDITION_READY));
+    if let Some(reason) = POD_MISSING_REASONS.iter().find(|r| **r == now.reason)
+        && old_ready.is_none_or(|c| c.reason != now.reason || c.message != now.message)
+    {
+        // Why a member's pod is missing or cannot start, in an event too,
+        // once (and again when the message changes).
+        return vec![Note::warning(reason, "Ready", &now.message)];
+    }
     if was == Some(is) {
         Vec::new()
     } else if is {
@@ -377,14 +385,6 @@ pub fn readiness(old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus) -
             "Ready",
             format!("{}: {}", now.reason, now.message),
         )]
-    } else if let Some(reason) = POD_MISSING_REASONS.iter().find(|r| **r == now.reason)
-        && old
-            .and_then(|s| s.condition(CONDITION_READY))
-            .is_none_or(|c| c.reason != now.reason || c.message != now.message)
-    {
-        // A cluster that was never Ready says once, in an event too, why a
-        // member's pod is missing.
-        vec![Note::warning(reason, "Ready", &now.message)]
     } else {
         Vec::new()
     }

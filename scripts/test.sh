@@ -18,7 +18,7 @@ started=$(date +%s)
 MAKE=${MAKE:-make}
 
 print_table() {
-  local total=$(($(date +%s) - started))
+  local total=$(($(date +%s) - started)) step secs rc s i
   printf '\n%-34s %8s  %s\n' "step" "seconds" "result"
   while IFS=$'\t' read -r step secs rc; do
     printf '%-34s %8s  %s\n' "$step" "$secs" "$([[ $rc == 0 ]] && echo ok || echo "FAILED ($rc)")"
@@ -47,8 +47,9 @@ step() {
   printf '%s\t%s\t%s\n' "$name" "$(($(date +%s) - t0))" "$rc" >> "$table"
   if ((rc != 0)); then
     echo "==================== $name failed ($rc)"
+    local failed=$rc
     print_table
-    exit "$rc"
+    exit "$failed"
   fi
 }
 

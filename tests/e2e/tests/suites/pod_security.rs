@@ -128,6 +128,7 @@ spec:
         })
         .with_context(|| format!("a snapshot on the claim as uid 1001: {last}"))?;
         pod_that_cannot_be_created_is_explained(env, ns_name)?;
+        external_access_without_auth_is_refused(env, ns_name)?;
         Ok(())
     });
 }
@@ -203,5 +204,49 @@ fn pod_that_cannot_be_created_is_explained(env: &Env, ns: &str) -> Result<()> {
     let ready = env.wait_ready_shape(ns, &m, Duration::from_secs(180));
     let _ = env.kubectl(&["delete", "priorityclass", &class]);
     ready.context("the cluster did not come up once its PriorityClass existed")?;
+    Ok(())
+}
+
+/// External access with auth off would be a server anyone who reaches the
+/// balancer may read, write and flush: refused (InvalidSpec naming
+/// `spec.externalAccess.allowUnauthenticated`), no member Service made.
+fn external_access_without_auth_is_refused(env: &Env, ns: &str) -> Result<()> {
+    let m = cluster_manifest("open", 1, 0)
+        .extra_spec("  auth:\n    enabled: false\n  externalAccess:\n    type: NodePort\n");
+    env.apply(ns, &m.yaml())?;
+    let mut last = serde_json::Value::Null;
+    wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
+        last = env.cluster(ns, "open")?;
+        Ok(e2e::cluster::condition(&last, "Ready").is_some_and(|c| {
+            c["reason"] == "InvalidSpec"
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("spec.externalAccess.allowUnauthenticated"))
+        }))
+    })
+    .with_context(|| {
+        format!(
+            "external access without auth was not refused: {}",
+            last["status"]
+        )
+    })?;
+    let services = env.kubectl(&[
+        "get",
+        "services",
+        "-n",
+        ns,
+        "-l",
+        "valkey.rs/cluster=open",
+        "-o",
+        "name",
+    ])?;
+    ensure!(
+        services.trim().is_empty(),
+        "Services made for a refused spec: {services}"
+    );
+    println!(
+        "pod_security: external access with auth off refused (InvalidSpec naming spec.externalAccess.allowUnauthenticated)"
+    );
+    env.kubectl(&["delete", "valkeycluster", "open", "-n", ns, "--wait=false"])?;
     Ok(())
 }

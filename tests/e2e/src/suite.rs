@@ -93,6 +93,48 @@ pub fn finish_load(load: &mut Load, what: &str) -> Result<Value> {
 }
 
 impl Env {
+    /// Applies `yaml` (a cluster named `name`) in `ns` and waits until its
+    /// Ready condition says `InvalidSpec` with every one of `fields` in its
+    /// message; then no pod and no Service may carry the cluster's label,
+    /// and the cluster is deleted. What a refused spec leaves: nothing.
+    pub fn refused_naming(&self, ns: &str, name: &str, yaml: &str, fields: &[&str]) -> Result<()> {
+        self.apply(ns, yaml)?;
+        let mut last = Value::Null;
+        wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
+            last = self.cluster(ns, name)?;
+            Ok(crate::cluster::condition(&last, "Ready").is_some_and(|c| {
+                c["status"] == "False"
+                    && c["reason"] == "InvalidSpec"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| fields.iter().all(|f| m.contains(f)))
+            }))
+        })
+        .with_context(|| {
+            format!(
+                "{name} was not refused naming {fields:?}: {}",
+                last["status"]
+            )
+        })?;
+        let selector = format!("valkey.rs/cluster={name}");
+        let made = self.kubectl(&[
+            "get",
+            "pods,services",
+            "-n",
+            ns,
+            "-l",
+            &selector,
+            "-o",
+            "name",
+        ])?;
+        ensure!(
+            made.trim().is_empty(),
+            "objects made for the refused {name}: {made}"
+        );
+        self.kubectl(&["delete", "valkeycluster", name, "-n", ns, "--wait=false"])?;
+        Ok(())
+    }
+
     /// Applies `m` in `ns`, waits until it is Ready for its generation and
     /// has exactly the shape it asks for ([`Env::check_shape`]). Returns the
     /// time from apply to Ready and checked.

@@ -292,38 +292,12 @@ fn privileged_sidecar_refused(env: &Env, ns: &str) -> Result<()> {
     let m = cluster_manifest("priv", 1, 0).extra_spec(
         "  podTemplate:\n    spec:\n      containers:\n      - {name: shell, image: busybox:1, securityContext: {privileged: true}}\n",
     );
-    env.apply(ns, &m.yaml())?;
-    let field = "spec.podTemplate.spec.containers[0].securityContext.privileged";
-    let mut last = serde_json::Value::Null;
-    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
-        last = env.cluster(ns, "priv")?;
-        Ok(last["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| {
-                c["type"] == "Ready"
-                    && c["status"] == "False"
-                    && c["reason"] == "InvalidSpec"
-                    && c["message"].as_str().is_some_and(|m| m.contains(field))
-            }))
-    })
-    .with_context(|| format!("a privileged sidecar was not refused: {}", last["status"]))?;
-    let pods = env.kubectl(&[
-        "get",
-        "pods",
-        "-n",
+    env.refused_naming(
         ns,
-        "-l",
-        "valkey.rs/cluster=priv",
-        "-o",
-        "name",
-    ])?;
-    ensure!(
-        pods.trim().is_empty(),
-        "pods made for a refused spec: {pods}"
-    );
-    env.kubectl(&["delete", "valkeycluster", "priv", "-n", ns, "--wait=false"])?;
+        "priv",
+        &m.yaml(),
+        &["spec.podTemplate.spec.containers[0].securityContext.privileged"],
+    )?;
     beyond_restricted_refused(env, ns)
 }
 
@@ -353,54 +327,20 @@ fn beyond_restricted_refused(env: &Env, ns: &str) -> Result<()> {
     let m = cluster_manifest("beyond", 1, 0).extra_spec(
         "  podSecurityContext:\n    supplementalGroups: [0]\n  podTemplate:\n    spec:\n      containers:\n      - {name: valkey, env: [{name: LD_PRELOAD, value: /x.so}]}\n      - {name: spy, image: busybox:1, ports: [{containerPort: 8080, hostPort: 8080}], securityContext: {runAsGroup: 0}}\n",
     );
-    env.apply(ns, &m.yaml())?;
-    let fields = [
-        "spec.podSecurityContext.supplementalGroups[0]",
-        "spec.podTemplate.spec.containers[0].env[0].name",
-        "spec.podTemplate.spec.containers[1].ports[0].hostPort",
-        "spec.podTemplate.spec.containers[1].securityContext.runAsGroup",
-    ];
-    let mut last = serde_json::Value::Null;
-    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
-        last = env.cluster(ns, "beyond")?;
-        Ok(e2e::cluster::condition(&last, "Ready").is_some_and(|c| {
-            c["reason"] == "InvalidSpec"
-                && c["message"]
-                    .as_str()
-                    .is_some_and(|m| fields.iter().all(|f| m.contains(f)))
-        }))
-    })
-    .with_context(|| {
-        format!(
-            "the overlay beyond restricted was not refused field by field: {}",
-            last["status"]
-        )
-    })?;
-    let pods = env.kubectl(&[
-        "get",
-        "pods",
-        "-n",
+    env.refused_naming(
         ns,
-        "-l",
-        "valkey.rs/cluster=beyond",
-        "-o",
-        "name",
-    ])?;
-    ensure!(
-        pods.trim().is_empty(),
-        "pods made for a refused spec: {pods}"
-    );
+        "beyond",
+        &m.yaml(),
+        &[
+            "spec.podSecurityContext.supplementalGroups[0]",
+            "spec.podTemplate.spec.containers[0].env[0].name",
+            "spec.podTemplate.spec.containers[1].ports[0].hostPort",
+            "spec.podTemplate.spec.containers[1].securityContext.runAsGroup",
+        ],
+    )?;
     println!(
         "extensions: host port, group 0 and LD_PRELOAD refused (InvalidSpec naming each field), no pod made"
     );
-    env.kubectl(&[
-        "delete",
-        "valkeycluster",
-        "beyond",
-        "-n",
-        ns,
-        "--wait=false",
-    ])?;
     Ok(())
 }
 

@@ -213,40 +213,14 @@ fn pod_that_cannot_be_created_is_explained(env: &Env, ns: &str) -> Result<()> {
 fn external_access_without_auth_is_refused(env: &Env, ns: &str) -> Result<()> {
     let m = cluster_manifest("open", 1, 0)
         .extra_spec("  auth:\n    enabled: false\n  externalAccess:\n    type: NodePort\n");
-    env.apply(ns, &m.yaml())?;
-    let mut last = serde_json::Value::Null;
-    wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
-        last = env.cluster(ns, "open")?;
-        Ok(e2e::cluster::condition(&last, "Ready").is_some_and(|c| {
-            c["reason"] == "InvalidSpec"
-                && c["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("spec.externalAccess.allowUnauthenticated"))
-        }))
-    })
-    .with_context(|| {
-        format!(
-            "external access without auth was not refused: {}",
-            last["status"]
-        )
-    })?;
-    let services = env.kubectl(&[
-        "get",
-        "services",
-        "-n",
+    env.refused_naming(
         ns,
-        "-l",
-        "valkey.rs/cluster=open",
-        "-o",
-        "name",
-    ])?;
-    ensure!(
-        services.trim().is_empty(),
-        "Services made for a refused spec: {services}"
-    );
+        "open",
+        &m.yaml(),
+        &["spec.externalAccess.allowUnauthenticated"],
+    )?;
     println!(
         "pod_security: external access with auth off refused (InvalidSpec naming spec.externalAccess.allowUnauthenticated)"
     );
-    env.kubectl(&["delete", "valkeycluster", "open", "-n", ns, "--wait=false"])?;
     Ok(())
 }

@@ -272,7 +272,7 @@ fn pods_missing(f: &Facts<'_>) -> Option<(String, String)> {
         .map(|((s, m), why)| format!("member {s}/{m}: its pod cannot be created: {why}"))
         .collect();
     if !not_created.is_empty() {
-        return Some(("MemberPodNotCreated".into(), not_created.join("; ")));
+        return Some((POD_NOT_CREATED.into(), not_created.join("; ")));
     }
     let unscheduled: Vec<String> = desired_members(cluster)
         .filter_map(|(s, m)| {
@@ -284,7 +284,7 @@ fn pods_missing(f: &Facts<'_>) -> Option<(String, String)> {
             ))
         })
         .collect();
-    (!unscheduled.is_empty()).then(|| ("MemberNotScheduled".into(), unscheduled.join("; ")))
+    (!unscheduled.is_empty()).then(|| (POD_NOT_SCHEDULED.into(), unscheduled.join("; ")))
 }
 
 /// The members whose pod cannot start, as (reason, message): `ImagePullFailed`
@@ -327,9 +327,9 @@ fn start_failed(f: &Facts<'_>) -> Option<(String, String)> {
     };
     Some((
         if pull {
-            "ImagePullFailed"
+            IMAGE_PULL_FAILED
         } else {
-            "MemberCannotStart"
+            CANNOT_START
         }
         .to_string(),
         format!("{}{tail}", lines.join("; ")),
@@ -393,11 +393,20 @@ pub fn readiness(old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus) -
 /// Ready reasons that say why a member's pod is missing or cannot start; each
 /// is also an event when it first appears (or its message changes).
 pub const POD_MISSING_REASONS: &[&str] = &[
-    "MemberPodNotCreated",
-    "MemberNotScheduled",
-    "MemberCannotStart",
-    "ImagePullFailed",
+    POD_NOT_CREATED,
+    POD_NOT_SCHEDULED,
+    CANNOT_START,
+    IMAGE_PULL_FAILED,
 ];
+
+/// The StatefulSet controller could not create a member's pod.
+pub const POD_NOT_CREATED: &str = "MemberPodNotCreated";
+/// The scheduler found no node for a member's pod.
+pub const POD_NOT_SCHEDULED: &str = "MemberNotScheduled";
+/// A member's container will not start by itself.
+pub const CANNOT_START: &str = "MemberCannotStart";
+/// A member's image cannot be pulled.
+pub const IMAGE_PULL_FAILED: &str = "ImagePullFailed";
 
 /// The primaries that changed since the last reconcile that saw one
 /// (Valkey's own failovers included); `primaries` is updated.

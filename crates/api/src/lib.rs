@@ -13,7 +13,7 @@ pub use v1alpha1::{
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
+use kube_core::CustomResourceExt;
 
 /// The CustomResourceDefinition of every served version.
 pub fn crd() -> CustomResourceDefinition {

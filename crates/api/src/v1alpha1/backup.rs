@@ -6,13 +6,15 @@
 //! backup whose manifest is missing was never complete.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{CustomResource, KubeSchema};
+use kube_derive::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 /// A backup of a ValkeyCluster, taken once.
 // Two printer columns are strings: `type_ = "string"` repeats by design.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[kube(crates(kube_core = "::kube_core", kube = "::kube_derive"))]
 #[kube(
     group = "valkey.rs",
     version = "v1alpha1",
@@ -71,6 +73,7 @@ pub enum BackupDeletionPolicy {
 
 /// An S3-compatible bucket and the key prefix the backup's objects go under.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct S3Location {
     /// URL of the S3 API, e.g. `https://s3.eu-west-1.amazonaws.com` or
@@ -122,6 +125,7 @@ impl BackupPhase {
 
 /// What the operator observed of the backup.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyBackupStatus {
     /// Pending, Running, Completed or Failed.

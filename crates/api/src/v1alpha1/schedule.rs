@@ -9,7 +9,7 @@
 
 use super::backup::{BackupDeletionPolicy, S3Location};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{CustomResource, KubeSchema};
+use kube_derive::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 /// Label on a scheduled ValkeyBackup: the ValkeyBackupSchedule that made it.
@@ -24,6 +24,8 @@ pub const MAX_SCHEDULE_NAME: usize = 63 - "-backup".len() - "-YYYYMMDDHHMM".len(
 // Three printer columns are strings: `type_ = "string"` repeats by design.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[kube(crates(kube_core = "::kube_core", kube = "::kube_derive"))]
 #[kube(
     group = "valkey.rs",
     version = "v1alpha1",
@@ -100,6 +102,7 @@ fn default_keep() -> u32 {
 
 /// What the operator observed of the schedule.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyBackupScheduleStatus {
     /// The last run: when a backup was due (made or skipped).

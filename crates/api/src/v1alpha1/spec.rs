@@ -15,13 +15,18 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::{CustomResource, KubeSchema};
+use kube_derive::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// A sharded Valkey cluster: `shards` primaries, each with `replicas` replicas,
 /// placed over nodes, zones and regions by `replicaSpreadConstraints`.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[kube(
+    crates(kube_core = "::kube_core", kube = "::kube_derive"),
+    attr = "x_kube(crates(kube_core = \"::kube_core\"))"
+)]
 #[kube(
     group = "valkey.rs",
     version = "v1alpha1",
@@ -319,6 +324,7 @@ pub struct ValkeyClusterSpec {
 
 /// Where a new cluster's data comes from.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreSpec {
     /// Name of a ValkeyBackup in this namespace.
@@ -328,6 +334,7 @@ pub struct RestoreSpec {
 
 /// A Valkey module every member loads at start.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct Module {
     /// The module's name, as MODULE LIST reports it (the name the module
@@ -366,6 +373,7 @@ pub struct PodTemplateOverlay {
 
 /// Labels and annotations of the pod template overlay.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct PodTemplateMetadata {
     /// Labels added to member pods. Keys under `valkey.rs/` belong to the
@@ -395,6 +403,7 @@ impl PodTemplateMetadata {
 /// own fields (`spec.scheduling`, `spec.podSecurityContext`,
 /// `spec.terminationGracePeriodSeconds`, `spec.imagePullSecrets`).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct PodSpecOverlay {
     /// Init containers, run in order before the members' containers, after
@@ -534,6 +543,7 @@ impl ImagePullPolicy {
 
 /// Persistent storage of each member.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[x_kube(
     validation = Rule::new(cel::STORAGE_CLASS_IMMUTABLE)
         .message(cel::STORAGE_CLASS_IMMUTABLE_MESSAGE)
@@ -607,6 +617,7 @@ pub struct Scheduling {
 
 /// At most `maxReplicas` members of one shard per domain of `topologyKey`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaSpreadConstraint {
     /// Node label whose values are the failure domains: `node`

@@ -4,7 +4,7 @@
 //! condition types and reasons here are a contract for users, alerts and tests.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::KubeSchema;
+use kube_derive::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 /// Condition type: every shard serves its slots and every member is in sync.
@@ -34,6 +34,7 @@ pub const CONDITION_RESTORED: &str = "Restored";
 
 /// Observed state of a ValkeyCluster.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterStatus {
     /// The metadata.generation of the spec this status describes.

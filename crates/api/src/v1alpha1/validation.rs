@@ -1247,7 +1247,7 @@ fn validate_spread(spec: &ValkeyClusterSpec, errors: &mut Errors) -> Vec<Resolve
 mod tests {
     use super::super::spec::*;
     use super::*;
-    use kube::api::ObjectMeta;
+    use kube_core::ObjectMeta;
 
     fn cluster(spec: ValkeyClusterSpec) -> ValkeyCluster {
         ValkeyCluster {

@@ -7,7 +7,7 @@
 //!    an online replica is preferred (its snapshot costs the primary nothing),
 //!    the primary otherwise (a fork; its writes go on);
 //! 3. each shard's RDB is streamed over the replication protocol
-//!    (`valkey::replication`) into a multipart upload, hashed on the way;
+//!    (`valkey_client::replication`) into a multipart upload, hashed on the way;
 //! 4. `manifest.json` is written last: a backup without one is not complete.
 //!
 //! The outcome goes to stdout and to the termination message the controller
@@ -24,9 +24,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use valkey::client::{Admin, ConnectOptions, ValkeyAdmin};
 use valkey::parse::{NodeHealth, Role};
-use valkey::replication::{self, RdbSink};
+use valkey_client::client::{Admin, ConnectOptions, ValkeyAdmin};
+use valkey_client::replication::{self, RdbSink};
 
 /// Where the Job's container tells the controller how it ended.
 pub const TERMINATION_LOG: &str = "/dev/termination-log";

@@ -19,9 +19,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
-use valkey::client::{Admin, ConnectOptions, ValkeyAdmin};
 use valkey::model::{MemberAddr, MemberState};
 use valkey::parse::{ReplicationInfo, Role, RoleReply};
+use valkey_client::client::{Admin, ConnectOptions, ValkeyAdmin};
 
 /// What a member said about its replication, reduced to what the status
 /// shows: its role, whom it follows and whether its link is up; `None`
@@ -103,7 +103,7 @@ impl Pulse {
 
     /// The members that did not answer the pulse in the last [`SILENT_FOR`]:
     /// the reconcile gives them a short deadline
-    /// ([`valkey::client::SILENT_DEADLINE`]) instead of the full timeouts.
+    /// ([`valkey_client::client::SILENT_DEADLINE`]) instead of the full timeouts.
     pub fn silent(&self) -> BTreeSet<MemberAddr> {
         let now = Instant::now();
         self.silent

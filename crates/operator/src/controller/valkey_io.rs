@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 use valkey::actions::Action;
-use valkey::client::{self, ConnectOptions, Connections, ExecuteOptions, Login, Target};
 use valkey::model::ObservedCluster;
+use valkey_client::client::{self, ConnectOptions, Connections, ExecuteOptions, Login, Target};
 
 /// How long to wait for Valkey.
 #[derive(Debug, Clone, Copy)]
@@ -56,9 +56,9 @@ pub fn connect_options(
         previous_password: previous_password.map(str::to_string),
         tls_identity: None,
         plaintext: if switching {
-            valkey::client::Plaintext::First
+            valkey_client::client::Plaintext::First
         } else {
-            valkey::client::Plaintext::Never
+            valkey_client::client::Plaintext::Never
         },
     }
 }

@@ -656,14 +656,14 @@ async fn a_failover_is_seen_and_reported() {
     assert_eq!(member_status(&h, 0, 0)["role"], "primary");
     assert_eq!(member_status(&h, 0, 1)["role"], "replica");
 
-    let opts = valkey::client::ConnectOptions {
+    let opts = valkey_client::client::ConnectOptions {
         password: Some(secret_text(&h, "c-auth", "password")),
         ..Default::default()
     };
-    let replica = valkey::client::ValkeyAdmin::connect(ips[1].parse().unwrap(), 6379, &opts)
+    let replica = valkey_client::client::ValkeyAdmin::connect(ips[1].parse().unwrap(), 6379, &opts)
         .await
         .unwrap();
-    use valkey::client::Admin as _;
+    use valkey_client::client::Admin as _;
     replica
         .cluster_failover(valkey::actions::FailoverMode::Default)
         .await

@@ -37,8 +37,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
-use valkey::client::{Admin, ClientError, ConnectOptions, ValkeyAdmin};
 use valkey::parse::{ClusterInfo, ParseError};
+use valkey_client::client::{Admin, ClientError, ConnectOptions, ValkeyAdmin};
 
 /// Arguments of `valkey-operator exporter`.
 #[derive(Debug, Clone, clap::Args)]
@@ -145,7 +145,7 @@ impl Scraper {
             tls_identity: None,
             // A member whose cluster is being switched to TLS serves
             // plaintext until the operator switches every member at once.
-            plaintext: valkey::client::Plaintext::After,
+            plaintext: valkey_client::client::Plaintext::After,
             own_login: None,
         };
         Ok(ValkeyAdmin::connect(self.addr.ip(), self.addr.port(), &opts).await?)

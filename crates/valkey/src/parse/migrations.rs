@@ -4,10 +4,10 @@
 //! message. Finished jobs stay listed for a while with state success, failed or
 //! cancelled.
 
+use super::Reply;
 use super::value::{int, items, kind, pairs, text};
 use super::{NodeId, ParseError};
 use crate::slots::{SlotRange, SlotSet};
-use redis::Value;
 use serde::Serialize;
 
 /// Which side of a migration the answering node is.
@@ -73,7 +73,7 @@ fn err(path: String, reason: impl Into<String>) -> ParseError {
 }
 
 /// Parses a CLUSTER GETSLOTMIGRATIONS reply (RESP2 or RESP3).
-pub fn parse_slot_migrations(reply: &Value) -> Result<Vec<SlotMigration>, ParseError> {
+pub fn parse_slot_migrations(reply: &Reply) -> Result<Vec<SlotMigration>, ParseError> {
     let jobs = items(reply).ok_or_else(|| {
         err(
             "reply".to_string(),
@@ -86,7 +86,7 @@ pub fn parse_slot_migrations(reply: &Value) -> Result<Vec<SlotMigration>, ParseE
         .collect()
 }
 
-fn parse_job(value: &Value, path: &str) -> Result<SlotMigration, ParseError> {
+fn parse_job(value: &Reply, path: &str) -> Result<SlotMigration, ParseError> {
     let fields = pairs(value).ok_or_else(|| {
         err(
             path.to_string(),
@@ -145,11 +145,11 @@ fn parse_job(value: &Value, path: &str) -> Result<SlotMigration, ParseError> {
 mod tests {
     use super::*;
 
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
+    fn bulk(s: &str) -> Reply {
+        Reply::BulkString(s.as_bytes().to_vec())
     }
 
-    fn job(state: &str, ranges: &str) -> Vec<(Value, Value)> {
+    fn job(state: &str, ranges: &str) -> Vec<(Reply, Reply)> {
         vec![
             (
                 bulk("name"),
@@ -165,23 +165,23 @@ mod tests {
                 bulk("source_node"),
                 bulk("c1c15d512c42d114ec7d1752ff4fb59311542412"),
             ),
-            (bulk("create_time"), Value::Int(1796229525)),
+            (bulk("create_time"), Reply::Int(1796229525)),
             (bulk("state"), bulk(state)),
             (bulk("message"), bulk("")),
-            (bulk("cow_size"), Value::Int(0)),
-            (bulk("remaining_repl_size"), Value::Int(0)),
+            (bulk("cow_size"), Reply::Int(0)),
+            (bulk("remaining_repl_size"), Reply::Int(0)),
         ]
     }
 
     #[test]
     fn running_and_finished_jobs_parse_in_both_protocols() {
-        let resp2 = Value::Array(vec![Value::Array(
+        let resp2 = Reply::Array(vec![Reply::Array(
             job("snapshotting", "1001-1100 2000-2000")
                 .into_iter()
                 .flat_map(|(k, v)| [k, v])
                 .collect(),
         )]);
-        let resp3 = Value::Array(vec![Value::Map(job("success", "0-1000"))]);
+        let resp3 = Reply::Array(vec![Reply::Map(job("success", "0-1000"))]);
         let running = parse_slot_migrations(&resp2).unwrap();
         assert_eq!(
             running[0].state,
@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn a_job_with_bad_ranges_names_the_field() {
-        let reply = Value::Array(vec![Value::Map(job("failed", "9-3"))]);
+        let reply = Reply::Array(vec![Reply::Map(job("failed", "9-3"))]);
         match parse_slot_migrations(&reply) {
             Err(ParseError::SlotMigrations { path, .. }) => assert_eq!(path, "job[0].slot_ranges"),
             other => panic!("unexpected {other:?}"),
@@ -210,7 +210,7 @@ mod tests {
         fields.retain(|(k, _)| k != &bulk("source_node"));
         fields.push((bulk("target_node"), bulk("")));
         fields.retain(|(k, v)| !(k == &bulk("target_node") && v != &bulk("")));
-        let parsed = parse_slot_migrations(&Value::Array(vec![Value::Map(fields)])).unwrap();
+        let parsed = parse_slot_migrations(&Reply::Array(vec![Reply::Map(fields)])).unwrap();
         assert_eq!(parsed[0].source, None);
         assert_eq!(parsed[0].target, None);
     }
@@ -220,7 +220,7 @@ mod tests {
         let mut fields = job("success", "0-1");
         fields.retain(|(k, _)| k != &bulk("source_node"));
         fields.push((bulk("source_node"), bulk("xyz")));
-        match parse_slot_migrations(&Value::Array(vec![Value::Map(fields)])) {
+        match parse_slot_migrations(&Reply::Array(vec![Reply::Map(fields)])) {
             Err(ParseError::SlotMigrations { path, .. }) => assert_eq!(path, "job[0].source_node"),
             other => panic!("unexpected {other:?}"),
         }
@@ -229,7 +229,7 @@ mod tests {
     #[test]
     fn no_jobs_is_an_empty_list() {
         assert!(
-            parse_slot_migrations(&Value::Array(vec![]))
+            parse_slot_migrations(&Reply::Array(vec![]))
                 .unwrap()
                 .is_empty()
         );

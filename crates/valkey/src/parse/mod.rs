@@ -12,6 +12,7 @@ mod nodes;
 mod role;
 mod shards;
 mod value;
+pub use value::Reply;
 
 pub use cluster_info::ClusterInfo;
 pub use info::{Info, PrimaryLink, ReplicaEntry, ReplicationInfo};

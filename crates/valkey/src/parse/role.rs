@@ -2,8 +2,8 @@
 //! `[slave, primary-ip, primary-port, state, offset]`.
 
 use super::ParseError;
+use super::Reply;
 use super::value::{int, items, kind, text};
-use redis::Value;
 use serde::Serialize;
 
 /// A parsed ROLE reply.
@@ -30,7 +30,7 @@ impl RoleReply {
     }
 
     /// Parses the reply.
-    pub fn parse(reply: &Value) -> Result<RoleReply, ParseError> {
+    pub fn parse(reply: &Reply) -> Result<RoleReply, ParseError> {
         let err = |reason: String| ParseError::Role { reason };
         let parts =
             items(reply).ok_or_else(|| err(format!("expected an array, got {}", kind(reply))))?;
@@ -83,16 +83,16 @@ impl RoleReply {
 mod tests {
     use super::*;
 
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
+    fn bulk(s: &str) -> Reply {
+        Reply::BulkString(s.as_bytes().to_vec())
     }
 
     #[test]
     fn primary_and_replica_replies_parse() {
-        let primary = Value::Array(vec![
+        let primary = Reply::Array(vec![
             bulk("master"),
-            Value::Int(3049),
-            Value::Array(vec![Value::Array(vec![
+            Reply::Int(3049),
+            Reply::Array(vec![Reply::Array(vec![
                 bulk("127.0.0.1"),
                 bulk("7103"),
                 bulk("3049"),
@@ -105,12 +105,12 @@ mod tests {
                 replicas: vec![("127.0.0.1".into(), 7103, 3049)]
             }
         );
-        let replica = Value::Array(vec![
+        let replica = Reply::Array(vec![
             bulk("slave"),
             bulk("127.0.0.1"),
-            Value::Int(7104),
+            Reply::Int(7104),
             bulk("connected"),
-            Value::Int(3063),
+            Reply::Int(3063),
         ]);
         let parsed = RoleReply::parse(&replica).unwrap();
         assert!(!parsed.is_primary());
@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn unknown_roles_are_refused_with_the_word() {
-        let sentinel = Value::Array(vec![bulk("sentinel"), Value::Array(vec![])]);
+        let sentinel = Reply::Array(vec![bulk("sentinel"), Reply::Array(vec![])]);
         assert!(
             matches!(RoleReply::parse(&sentinel), Err(ParseError::Role { reason }) if reason.contains("sentinel"))
         );

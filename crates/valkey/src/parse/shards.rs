@@ -2,10 +2,10 @@
 //! with id, ip, endpoint, hostname, port, role, replication-offset, health and (9.1)
 //! availability-zone.
 
+use super::Reply;
 use super::value::{int, items, kind, pairs, text};
 use super::{NodeId, ParseError, Role};
 use crate::slots::{SlotRange, SlotSet};
-use redis::Value;
 use serde::Serialize;
 
 /// What a shard's node reports about its own health.
@@ -61,7 +61,7 @@ fn err(path: String, reason: impl Into<String>) -> ParseError {
 }
 
 /// Parses a CLUSTER SHARDS reply (RESP2 or RESP3).
-pub fn parse_cluster_shards(reply: &Value) -> Result<Vec<ClusterShard>, ParseError> {
+pub fn parse_cluster_shards(reply: &Reply) -> Result<Vec<ClusterShard>, ParseError> {
     let shards = items(reply).ok_or_else(|| {
         err(
             "reply".to_string(),
@@ -75,7 +75,7 @@ pub fn parse_cluster_shards(reply: &Value) -> Result<Vec<ClusterShard>, ParseErr
         .collect()
 }
 
-fn parse_shard(value: &Value, path: &str) -> Result<ClusterShard, ParseError> {
+fn parse_shard(value: &Reply, path: &str) -> Result<ClusterShard, ParseError> {
     let fields = pairs(value).ok_or_else(|| {
         err(
             path.to_string(),
@@ -114,7 +114,7 @@ fn parse_shard(value: &Value, path: &str) -> Result<ClusterShard, ParseError> {
 }
 
 /// `[start, end, start, end, ...]` as integers (or integer strings).
-fn parse_slot_pairs(value: &Value, path: &str) -> Result<SlotSet, ParseError> {
+fn parse_slot_pairs(value: &Reply, path: &str) -> Result<SlotSet, ParseError> {
     let list = items(value).ok_or_else(|| {
         err(
             path.to_string(),
@@ -126,7 +126,7 @@ fn parse_slot_pairs(value: &Value, path: &str) -> Result<SlotSet, ParseError> {
     }
     let mut ranges = Vec::new();
     for (i, pair) in list.chunks(2).enumerate() {
-        let bound = |v: &Value, which: &str| {
+        let bound = |v: &Reply, which: &str| {
             int(v).ok_or_else(|| {
                 err(
                     format!("{path}[{}]", 2 * i),
@@ -148,7 +148,7 @@ fn parse_slot_pairs(value: &Value, path: &str) -> Result<SlotSet, ParseError> {
     Ok(SlotSet::from_ranges(ranges))
 }
 
-fn parse_node(value: &Value, path: &str) -> Result<ShardNode, ParseError> {
+fn parse_node(value: &Reply, path: &str) -> Result<ShardNode, ParseError> {
     let fields = pairs(value).ok_or_else(|| {
         err(
             path.to_string(),
@@ -165,8 +165,8 @@ fn parse_node(value: &Value, path: &str) -> Result<ShardNode, ParseError> {
     let mut offset = None;
     let mut health = None;
     let mut zone = None;
-    let non_empty = |v: &Value| text(v).filter(|t| !t.is_empty());
-    let port_of = |v: &Value, field: &str| -> Result<u16, ParseError> {
+    let non_empty = |v: &Reply| text(v).filter(|t| !t.is_empty());
+    let port_of = |v: &Reply, field: &str| -> Result<u16, ParseError> {
         int(v)
             .and_then(|p| u16::try_from(p).ok())
             .ok_or_else(|| err(format!("{path}.{field}"), "not a port number"))
@@ -220,18 +220,18 @@ fn parse_node(value: &Value, path: &str) -> Result<ShardNode, ParseError> {
 mod tests {
     use super::*;
 
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
+    fn bulk(s: &str) -> Reply {
+        Reply::BulkString(s.as_bytes().to_vec())
     }
 
-    fn node_fields(id: &str, port: i64, role: &str, zone: Option<&str>) -> Vec<(Value, Value)> {
+    fn node_fields(id: &str, port: i64, role: &str, zone: Option<&str>) -> Vec<(Reply, Reply)> {
         let mut f = vec![
             (bulk("id"), bulk(id)),
-            (bulk("port"), Value::Int(port)),
+            (bulk("port"), Reply::Int(port)),
             (bulk("ip"), bulk("127.0.0.1")),
             (bulk("endpoint"), bulk("127.0.0.1")),
             (bulk("role"), bulk(role)),
-            (bulk("replication-offset"), Value::Int(3049)),
+            (bulk("replication-offset"), Reply::Int(3049)),
             (bulk("health"), bulk("online")),
         ];
         if let Some(z) = zone {
@@ -240,8 +240,8 @@ mod tests {
         f
     }
 
-    fn resp2(fields: Vec<(Value, Value)>) -> Value {
-        Value::Array(fields.into_iter().flat_map(|(k, v)| [k, v]).collect())
+    fn resp2(fields: Vec<(Reply, Reply)>) -> Reply {
+        Reply::Array(fields.into_iter().flat_map(|(k, v)| [k, v]).collect())
     }
 
     const A: &str = "7f1b152befcb7e611e2e363dc1871561401e9ccd";
@@ -252,43 +252,43 @@ mod tests {
         let shard2 = resp2(vec![
             (
                 bulk("slots"),
-                Value::Array(vec![
-                    Value::Int(0),
-                    Value::Int(1000),
-                    Value::Int(2000),
-                    Value::Int(2000),
+                Reply::Array(vec![
+                    Reply::Int(0),
+                    Reply::Int(1000),
+                    Reply::Int(2000),
+                    Reply::Int(2000),
                 ]),
             ),
             (
                 bulk("nodes"),
-                Value::Array(vec![
+                Reply::Array(vec![
                     resp2(node_fields(A, 7103, "master", Some("zone-a"))),
                     resp2(node_fields(B, 7104, "replica", None)),
                 ]),
             ),
             (bulk("id"), bulk("da29c5b45e26713fe38054243ecfec936ca9c6d7")),
         ]);
-        let shard3 = Value::Map(vec![
+        let shard3 = Reply::Map(vec![
             (
                 bulk("slots"),
-                Value::Array(vec![
-                    Value::Int(0),
-                    Value::Int(1000),
-                    Value::Int(2000),
-                    Value::Int(2000),
+                Reply::Array(vec![
+                    Reply::Int(0),
+                    Reply::Int(1000),
+                    Reply::Int(2000),
+                    Reply::Int(2000),
                 ]),
             ),
             (
                 bulk("nodes"),
-                Value::Array(vec![
-                    Value::Map(node_fields(A, 7103, "master", Some("zone-a"))),
-                    Value::Map(node_fields(B, 7104, "replica", None)),
+                Reply::Array(vec![
+                    Reply::Map(node_fields(A, 7103, "master", Some("zone-a"))),
+                    Reply::Map(node_fields(B, 7104, "replica", None)),
                 ]),
             ),
             (bulk("id"), bulk("da29c5b45e26713fe38054243ecfec936ca9c6d7")),
         ]);
-        let two = parse_cluster_shards(&Value::Array(vec![shard2])).unwrap();
-        let three = parse_cluster_shards(&Value::Array(vec![shard3])).unwrap();
+        let two = parse_cluster_shards(&Reply::Array(vec![shard2])).unwrap();
+        let three = parse_cluster_shards(&Reply::Array(vec![shard3])).unwrap();
         assert_eq!(two, three);
         let shard = &two[0];
         assert_eq!(shard.slots.to_string(), "0-1000 2000");
@@ -304,13 +304,13 @@ mod tests {
     #[test]
     fn a_shard_without_slots_has_an_empty_set() {
         let shard = resp2(vec![
-            (bulk("slots"), Value::Array(vec![])),
+            (bulk("slots"), Reply::Array(vec![])),
             (
                 bulk("nodes"),
-                Value::Array(vec![resp2(node_fields(A, 1, "master", None))]),
+                Reply::Array(vec![resp2(node_fields(A, 1, "master", None))]),
             ),
         ]);
-        let parsed = parse_cluster_shards(&Value::Array(vec![shard])).unwrap();
+        let parsed = parse_cluster_shards(&Reply::Array(vec![shard])).unwrap();
         assert!(parsed[0].slots.is_empty());
         assert_eq!(parsed[0].id, None);
     }
@@ -320,27 +320,27 @@ mod tests {
         let shard = resp2(vec![
             (
                 bulk("slots"),
-                Value::Array(vec![Value::Int(0), Value::Int(99999)]),
+                Reply::Array(vec![Reply::Int(0), Reply::Int(99999)]),
             ),
-            (bulk("nodes"), Value::Array(vec![])),
+            (bulk("nodes"), Reply::Array(vec![])),
         ]);
-        match parse_cluster_shards(&Value::Array(vec![shard])) {
+        match parse_cluster_shards(&Reply::Array(vec![shard])) {
             Err(ParseError::ClusterShards { path, .. }) => assert_eq!(path, "shard[0].slots[0]"),
             other => panic!("unexpected {other:?}"),
         }
         let mut fields = node_fields(A, 1, "leader", None);
         fields.truncate(5);
         let shard = resp2(vec![
-            (bulk("slots"), Value::Array(vec![])),
-            (bulk("nodes"), Value::Array(vec![resp2(fields)])),
+            (bulk("slots"), Reply::Array(vec![])),
+            (bulk("nodes"), Reply::Array(vec![resp2(fields)])),
         ]);
-        match parse_cluster_shards(&Value::Array(vec![shard])) {
+        match parse_cluster_shards(&Reply::Array(vec![shard])) {
             Err(ParseError::ClusterShards { path, reason }) => {
                 assert_eq!(path, "shard[0].nodes[0].role");
                 assert!(reason.contains("leader"));
             }
             other => panic!("unexpected {other:?}"),
         }
-        assert!(parse_cluster_shards(&Value::Int(3)).is_err());
+        assert!(parse_cluster_shards(&Reply::Int(3)).is_err());
     }
 }

@@ -30,7 +30,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use valkey::client::{ConnectOptions, TlsIdentity, ValkeyAdmin};
+use valkey_client::client::{ConnectOptions, TlsIdentity, ValkeyAdmin};
 
 /// The IPs of every member pod (and new copy) that has one, and the
 /// external address of every member (`spec.externalAccess`): the serving
@@ -266,7 +266,9 @@ async fn every_member_answers(view: &KubeView, opts: &ConnectOptions) -> bool {
         match ValkeyAdmin::connect(ip, api::constants::VALKEY_PORT, opts).await {
             // A member that does not trust the client's certificate refuses
             // it after the handshake: only a reply proves it was accepted.
-            Ok(admin) => valkey::client::Admin::info(&admin, "server").await.is_ok(),
+            Ok(admin) => valkey_client::client::Admin::info(&admin, "server")
+                .await
+                .is_ok(),
             Err(_) => false,
         }
     }))

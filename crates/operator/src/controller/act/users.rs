@@ -23,7 +23,7 @@ use kube::api::Api;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use valkey::acl::{self, AclAction, DesiredUser};
-use valkey::client::Login;
+use valkey_client::client::Login;
 
 /// What every user may run before its own rules: the topology and
 /// connection commands a cluster-aware client needs to find its way (which
@@ -166,7 +166,7 @@ pub const REPLICATION_RULES: &[&str] = &[
 ];
 
 /// The operator's own user's rules: the commands the operator sends
-/// (`valkey::client::COMMANDS_SENT`) and nothing else. It reads what members
+/// (`valkey_client::client::COMMANDS_SENT`) and nothing else. It reads what members
 /// say (INFO, ROLE, CONFIG GET, ACL LIST, CLUSTER NODES...), runs the
 /// cluster (CLUSTER MEET, REPLICATE, ADDSLOTSRANGE, FAILOVER, MIGRATESLOTS,
 /// FORGET, RESET...), waits for replicas (WAIT), sets live config (CONFIG
@@ -175,7 +175,7 @@ pub const REPLICATION_RULES: &[&str] = &[
 /// no application data. ACL SETUSER makes it an administrator all the same
 /// (it could grant itself more), which is why it is the operator's alone.
 pub fn operator_rules() -> Vec<String> {
-    valkey::client::COMMANDS_SENT
+    valkey_client::client::COMMANDS_SENT
         .iter()
         .map(|c| format!("+{c}"))
         .collect()

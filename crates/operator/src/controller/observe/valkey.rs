@@ -17,16 +17,16 @@ use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeSet;
-use valkey::client::{Login, Target};
 use valkey::model::{MemberAddr, MemberIndex, MemberRef, ObservedCluster, ShardIndex};
 use valkey::parse::NodeId;
+use valkey_client::client::{Login, Target};
 
 /// What the members said, and the connections to send commands over.
 pub struct ValkeyObservation {
     pub observed: ObservedCluster,
     pub session: Session,
     /// How the members were connected to.
-    pub opts: valkey::client::ConnectOptions,
+    pub opts: valkey_client::client::ConnectOptions,
 }
 
 fn pod_addr(pod: &Pod) -> Option<MemberAddr> {
@@ -169,7 +169,7 @@ pub type MemberAuths = std::collections::BTreeMap<MemberRef, MemberAuth>;
 /// Asks every connected member how it authenticates, all at once; a
 /// member that did not answer is absent.
 pub async fn member_auth(session: &Session) -> MemberAuths {
-    use valkey::client::Admin as _;
+    use valkey_client::client::Admin as _;
     let keys = [
         "requirepass".to_string(),
         "primaryuser".to_string(),

@@ -9,8 +9,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use valkey::client::{self, Admin, ConnectOptions, Target, ValkeyAdmin};
 use valkey::{MemberAddr, MemberRef, MemberState};
+use valkey_client::client::{self, Admin, ConnectOptions, Target, ValkeyAdmin};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -203,7 +203,7 @@ async fn an_endless_reply_fails_the_command_at_the_size_bound_without_holding_it
         .expect("the client kept the endless connection open")
         .unwrap();
     assert!(
-        talk.sent < (valkey::wire::MAX_REPLY_BYTES as u64) + (32 << 20),
+        talk.sent < (valkey_client::wire::MAX_REPLY_BYTES as u64) + (32 << 20),
         "the server sent {} bytes",
         talk.sent
     );
@@ -221,7 +221,7 @@ async fn an_endless_reply_fails_the_command_at_the_size_bound_without_holding_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_reply_within_the_bound_is_read_whole() {
     let _serial = SERIAL.lock().await;
-    let len = valkey::wire::MAX_REPLY_BYTES - 1024;
+    let len = valkey_client::wire::MAX_REPLY_BYTES - 1024;
     let (addr, _server) = fake_server(Misbehaviour::Bulk(len), false).await;
     let opts = options(Duration::from_secs(2), Duration::from_secs(10));
     let admin = ValkeyAdmin::connect(addr.ip(), addr.port(), &opts)

@@ -17,12 +17,12 @@ use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use valkey::client::{self, Admin, ConnectOptions, ExecuteOptions, Target, ValkeyAdmin};
 use valkey::parse::Role;
 use valkey::{
     DesiredCluster, DesiredShard, MemberAddr, MemberIndex, MemberRef, NodeId, ObservedCluster,
     PlannerOptions, Slot,
 };
+use valkey_client::client::{self, Admin, ConnectOptions, ExecuteOptions, Target, ValkeyAdmin};
 
 const PASSWORD: &str = "s3cret-pass";
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -251,7 +251,7 @@ fn connect_options() -> ConnectOptions {
         tls_ca_pem: None,
         previous_password: None,
         tls_identity: None,
-        plaintext: valkey::client::Plaintext::Never,
+        plaintext: valkey_client::client::Plaintext::Never,
         own_login: None,
     }
 }
@@ -794,7 +794,7 @@ async fn own_login_falls_back_to_default_on_a_node_without_the_user() {
     let binary = h.binary.clone();
     let server = Server::new(&binary, &h.root.0, MemberRef::new(0, 0));
     server.wait_ready().await;
-    let own = valkey::client::Login {
+    let own = valkey_client::client::Login {
         user: "valkey-operator".into(),
         password: "0wn-password".into(),
     };
@@ -833,7 +833,7 @@ async fn own_login_falls_back_to_default_on_a_node_without_the_user() {
     // Neither the own user nor default with this password: refused, and
     // said so (not a connection failure).
     let wrong = ConnectOptions {
-        own_login: Some(valkey::client::Login {
+        own_login: Some(valkey_client::client::Login {
             password: "wrong".into(),
             ..own
         }),
@@ -910,7 +910,7 @@ async fn tls_checks_the_chain_not_the_name_and_presents_the_identity() {
     });
     let tls = ConnectOptions {
         tls_ca_pem: Some(ca.clone().into_bytes()),
-        tls_identity: Some(valkey::client::TlsIdentity {
+        tls_identity: Some(valkey_client::client::TlsIdentity {
             cert_pem: cert.clone().into_bytes(),
             key_pem: key.clone().into_bytes(),
         }),
@@ -923,7 +923,7 @@ async fn tls_checks_the_chain_not_the_name_and_presents_the_identity() {
     admin.cluster_myid().await.unwrap();
 
     let first_plaintext = ConnectOptions {
-        plaintext: valkey::client::Plaintext::First,
+        plaintext: valkey_client::client::Plaintext::First,
         ..tls.clone()
     };
     let admin = ValkeyAdmin::connect_member(server.addr, &first_plaintext)

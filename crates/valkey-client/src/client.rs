@@ -7,15 +7,6 @@
 //! member refused what. Connections run over [`crate::wire`]'s stream, which bounds
 //! what one reply may make this process hold (a member's image is a tenant's).
 
-use crate::actions::{Action, FailoverMode, ResetMode};
-use crate::model::{
-    MemberAddr, MemberRef, MemberState, NodeReport, ObservedCluster, ObservedMember,
-};
-use crate::parse::{
-    self, ClusterNodes, ClusterShard, Info, NodeId, ParseError, ReplicationInfo, RoleReply,
-    SlotMigration,
-};
-use crate::slots::SlotSet;
 use crate::wire;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo, Value};
@@ -24,6 +15,15 @@ use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use valkey::actions::{Action, FailoverMode, ResetMode};
+use valkey::model::{
+    MemberAddr, MemberRef, MemberState, NodeReport, ObservedCluster, ObservedMember,
+};
+use valkey::parse::{
+    self, ClusterNodes, ClusterShard, Info, NodeId, ParseError, ReplicationInfo, RoleReply,
+    SlotMigration,
+};
+use valkey::slots::SlotSet;
 
 /// Errors talking to a Valkey node.
 #[derive(Debug, thiserror::Error)]
@@ -473,7 +473,7 @@ impl ValkeyAdmin {
         self.ok(
             redis::cmd("ACL")
                 .arg("SETUSER")
-                .arg(crate::acl::DEFAULT_USER)
+                .arg(valkey::acl::DEFAULT_USER)
                 .arg("on")
                 .arg(format!("#{sha256_hex}")),
             "ACL SETUSER default",
@@ -488,7 +488,7 @@ impl ValkeyAdmin {
         self.ok(
             redis::cmd("ACL")
                 .arg("SETUSER")
-                .arg(crate::acl::DEFAULT_USER)
+                .arg(valkey::acl::DEFAULT_USER)
                 .arg("on")
                 .arg("resetpass")
                 .arg(format!("#{sha256_hex}")),
@@ -504,7 +504,7 @@ impl ValkeyAdmin {
         self.ok(
             redis::cmd("ACL")
                 .arg("SETUSER")
-                .arg(crate::acl::DEFAULT_USER)
+                .arg(valkey::acl::DEFAULT_USER)
                 .arg("on")
                 .arg("nopass"),
             "ACL SETUSER default nopass",
@@ -546,7 +546,7 @@ impl ValkeyAdmin {
     }
 
     /// `ACL LIST`, parsed.
-    pub async fn acl_list(&self) -> Result<BTreeMap<String, crate::acl::AclEntry>, ClientError> {
+    pub async fn acl_list(&self) -> Result<BTreeMap<String, valkey::acl::AclEntry>, ClientError> {
         let value = self
             .query(&redis::cmd("ACL").arg("LIST").clone(), "ACL LIST")
             .await?;
@@ -554,7 +554,7 @@ impl ValkeyAdmin {
             Value::Array(items) => items.iter().filter_map(parse_text).collect(),
             _ => Vec::new(),
         };
-        crate::acl::parse_acl_list(&lines).map_err(|reason| {
+        valkey::acl::parse_acl_list(&lines).map_err(|reason| {
             self.reply_err(
                 "ACL LIST",
                 ParseError::Reply {
@@ -571,14 +571,14 @@ impl ValkeyAdmin {
         Ok(self
             .acl_list()
             .await?
-            .get(crate::acl::DEFAULT_USER)
+            .get(valkey::acl::DEFAULT_USER)
             .is_some_and(|d| d.enabled && (d.nopass || d.hashes.contains(sha256_hex))))
     }
 
     /// `ACL SETUSER` or `ACL DELUSER`.
-    pub async fn acl(&self, action: &crate::acl::AclAction) -> Result<(), ClientError> {
+    pub async fn acl(&self, action: &valkey::acl::AclAction) -> Result<(), ClientError> {
         match action {
-            crate::acl::AclAction::SetUser { user, .. } => {
+            valkey::acl::AclAction::SetUser { user, .. } => {
                 let mut cmd = redis::cmd("ACL");
                 cmd.arg("SETUSER").arg(&user.name);
                 for a in user.setuser_args() {
@@ -586,7 +586,7 @@ impl ValkeyAdmin {
                 }
                 self.ok(&cmd, "ACL SETUSER").await
             }
-            crate::acl::AclAction::DelUser { name, .. } => {
+            valkey::acl::AclAction::DelUser { name, .. } => {
                 self.ok(redis::cmd("ACL").arg("DELUSER").arg(name), "ACL DELUSER")
                     .await
             }
@@ -632,6 +632,37 @@ impl ValkeyAdmin {
 
 /// The `name` of every entry of a MODULE LIST reply (each a map, or a
 /// flat array of field/value pairs in RESP2), sorted.
+/// What the connection read, as the pure crate's [`valkey::Reply`] its parsers take.
+fn reply(value: Value) -> valkey::Reply {
+    use valkey::Reply as R;
+    let all = |items: Vec<Value>| items.into_iter().map(reply).collect();
+    match value {
+        Value::Nil => R::Nil,
+        Value::Int(i) => R::Int(i),
+        Value::BulkString(bytes) => R::BulkString(bytes),
+        Value::Array(items) => R::Array(all(items)),
+        Value::SimpleString(s) => R::SimpleString(s),
+        Value::Okay => R::Okay,
+        Value::Map(entries) => R::Map(
+            entries
+                .into_iter()
+                .map(|(k, v)| (reply(k), reply(v)))
+                .collect(),
+        ),
+        Value::Attribute { data, .. } => R::Attribute {
+            data: Box::new(reply(*data)),
+        },
+        Value::Set(items) => R::Set(all(items)),
+        Value::Double(d) => R::Double(d),
+        Value::Boolean(b) => R::Boolean(b),
+        Value::VerbatimString { text, .. } => R::VerbatimString { text },
+        Value::BigNumber(n) => R::BigNumber(format!("{n:?}")),
+        Value::Push { data, .. } => R::Push(all(data)),
+        Value::ServerError(e) => R::ServerError(e.to_string()),
+        _ => R::Nil,
+    }
+}
+
 fn parse_module_list(value: &Value) -> Vec<String> {
     let Value::Array(entries) = value else {
         return Vec::new();
@@ -691,7 +722,7 @@ impl Admin for ValkeyAdmin {
 
     async fn cluster_shards(&self) -> Result<Vec<ClusterShard>, ClientError> {
         let value = self.query(&cluster("SHARDS"), "CLUSTER SHARDS").await?;
-        parse::parse_cluster_shards(&value).map_err(|e| self.reply_err("CLUSTER SHARDS", e))
+        parse::parse_cluster_shards(&reply(value)).map_err(|e| self.reply_err("CLUSTER SHARDS", e))
     }
 
     async fn info(&self, section: &str) -> Result<Info, ClientError> {
@@ -705,7 +736,7 @@ impl Admin for ValkeyAdmin {
 
     async fn role(&self) -> Result<RoleReply, ClientError> {
         let value = self.query(&redis::cmd("ROLE"), "ROLE").await?;
-        RoleReply::parse(&value).map_err(|e| self.reply_err("ROLE", e))
+        RoleReply::parse(&reply(value)).map_err(|e| self.reply_err("ROLE", e))
     }
 
     async fn cluster_info(&self) -> Result<Info, ClientError> {
@@ -724,7 +755,7 @@ impl Admin for ValkeyAdmin {
         let value = self
             .query(&cluster("GETSLOTMIGRATIONS"), "CLUSTER GETSLOTMIGRATIONS")
             .await?;
-        parse::parse_slot_migrations(&value)
+        parse::parse_slot_migrations(&reply(value))
             .map_err(|e| self.reply_err("CLUSTER GETSLOTMIGRATIONS", e))
     }
 
@@ -947,7 +978,7 @@ pub const SILENT_DEADLINE: Duration = Duration::from_secs(1);
 pub type Connections = BTreeMap<MemberRef, ValkeyAdmin>;
 
 /// Connects to every target and observes it, all concurrently. `config_keys` are
-/// the settings to read back; pass [`crate::DesiredCluster::config_keys`]. Members that cannot
+/// the settings to read back; pass [`valkey::DesiredCluster::config_keys`]. Members that cannot
 /// be reached or observed are `Unreachable` with the error as reason. Returns the
 /// observation and the connections of the reachable members (to execute a plan on).
 pub async fn observe_cluster(

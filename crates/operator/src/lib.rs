@@ -9,9 +9,7 @@
 //! - [`probe_cmd`]: `valkey-operator probe-metrics` (the chart's `helm test`);
 //! - [`run`]: `valkey-operator run`, the controller.
 
-pub mod adapt;
 pub mod backup;
-pub mod builders;
 pub mod controller;
 pub mod crd_cmd;
 pub mod crd_reference;

@@ -12,10 +12,10 @@
 //! planned with defaults. `--time-limit` bounds the planner's search as the
 //! operator's reconcile does (1 s by default).
 
-use crate::adapt::{self, AdaptError};
 use api::constants::{GROUP, KIND, VERSION};
 use api::v1alpha1::{ValkeyCluster, validate};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use resources::adapt::{self, AdaptError};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

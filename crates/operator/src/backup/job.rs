@@ -70,7 +70,7 @@ pub fn build(backup: &ValkeyBackup, image: &str, tls_secret: Option<&str>) -> Jo
         format!("--name={name}"),
         format!(
             "--seed={}.{namespace}.svc:{}",
-            crate::builders::headless_service_name(&spec.cluster),
+            resources::headless_service_name(&spec.cluster),
             api::constants::VALKEY_PORT
         ),
         format!("--endpoint={}", spec.s3.endpoint),

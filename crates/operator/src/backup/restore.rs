@@ -419,7 +419,7 @@ async fn read_backup(
 }
 
 /// The init container of member pods that loads the backup.
-pub const CONTAINER: &str = "restore";
+pub const CONTAINER: &str = resources::statefulset::RESTORE_CONTAINER;
 
 /// Why a shard's first member could not load its data, from its pod's init
 /// container (the termination message when the runtime keeps it), if one

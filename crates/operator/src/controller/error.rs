@@ -71,7 +71,7 @@ pub enum Error {
     /// Making the operator's CA or a certificate failed, or the stored CA is
     /// unusable.
     #[error("TLS: {0}")]
-    Tls(#[source] crate::builders::tls::TlsError),
+    Tls(#[source] resources::tls::TlsError),
     /// The Valkey planner refused its input (contradictory observation).
     #[error("planning Valkey actions: {0}")]
     ValkeyPlan(#[from] valkey::planner::PlanError),

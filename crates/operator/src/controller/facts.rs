@@ -9,14 +9,14 @@
 
 use super::observe::kube::KubeView;
 use super::observe::pods::PodFacts;
-use crate::adapt;
-use crate::builders::statefulset::{DATA_VOLUME, Ordinals};
 use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use resources::adapt;
+use resources::statefulset::{DATA_VOLUME, Ordinals};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use valkey::model::{

@@ -40,7 +40,6 @@ mod whole_reconcile;
 pub use error::Error;
 pub use memory::Memory;
 
-use crate::builders::hash::Fnv;
 use crate::http::Health;
 use crate::metrics::Metrics;
 use api::ValkeyCluster;
@@ -56,6 +55,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use resources::hash::Fnv;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -472,7 +472,7 @@ fn node_fingerprint(node: &Node) -> String {
         .hex()
 }
 
-use crate::adapt;
+use resources::adapt;
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
@@ -951,7 +951,7 @@ mod image_tests {
             allowed_images: vec!["valkey/valkey:*".into(), "team/*".into()],
             ..Settings::default()
         };
-        let mut c = crate::builders::test_support::cluster("c", 1, 1);
+        let mut c = resources::test_support::cluster("c", 1, 1);
         c.image = "valkey/valkey:9.1.2".into();
         assert_eq!(strict.images_refused(&c), None);
         let image = |i: &str| Container {

@@ -32,13 +32,13 @@ use super::observe::valkey::{AuthState, MemberAuths, TlsState, ValkeyObservation
 use super::report::{self, Done, Target};
 use super::{Context, Error, Memory, Settings, observe};
 use crate::backup::restore;
-use crate::builders::Desired;
 use crate::metrics;
 use api::{ValidatedCluster, ValkeyCluster};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use resources::Desired;
 use std::time::{Duration, Instant};
 
 /// The reconcile: runs the pipeline with what is remembered about the
@@ -339,7 +339,7 @@ async fn kubernetes(
     if let Some(tls) = cluster.tls.as_mut() {
         tls.switching = decide::tls::switching(
             kube.config_maps
-                .get(&crate::builders::config_map_name(&cluster.name)),
+                .get(&resources::config_map_name(&cluster.name)),
             !kube.statefulsets.is_empty(),
         );
     }

@@ -22,7 +22,6 @@
 
 pub mod sample;
 
-use crate::builders::statefulset::PASSWORD_ENV;
 use crate::run::{self, LogFormat};
 use crate::{exposition, http};
 use axum::Router;
@@ -30,6 +29,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use resources::statefulset::PASSWORD_ENV;
 use sample::Sample;
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -3,8 +3,6 @@
 //! when it knows it, so a newer object of the same name is never deleted.
 
 use super::Actor;
-use crate::builders::statefulset::{Ordinals, set_ordinals};
-use crate::builders::{Desired, secret};
 use crate::controller::decide::cleanup::{Doomed, Leaving, Orphans};
 use crate::controller::events::{Events, reason};
 use crate::controller::facts::claim_of;
@@ -21,6 +19,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Resource, ResourceExt};
+use resources::statefulset::{Ordinals, set_ordinals};
+use resources::{Desired, secret};
 
 /// Where the password of a missing operator-made `<cluster>-auth` comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,7 +134,7 @@ pub async fn ensure_password(
         }
     };
     let key = &cluster.auth.secret_key;
-    match crate::builders::secret::secret_text(&secret, key) {
+    match resources::secret::secret_text(&secret, key) {
         Some(p) => Ok(AuthState::Password(p)),
         None => Ok(AuthState::Missing(format!(
             "Secret {name} has no key {key:?}"

@@ -23,11 +23,11 @@ use super::observe::kube::KubeView;
 use super::observe::pods::PodFacts;
 use super::valkey_io::Session;
 use super::{Context, Error};
-use crate::builders::Desired;
 pub use crate::controller::report::Done;
 use ::kube::ResourceExt;
 use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
+use resources::Desired;
 use std::time::Instant;
 
 /// What acting needs besides the decision: the client, the cluster, its

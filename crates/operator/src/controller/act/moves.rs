@@ -4,7 +4,6 @@
 
 use super::Actor;
 use super::kube::{apply_ordinals, delete_claim_of, delete_pod, force_delete_pod};
-use crate::builders::statefulset::Ordinals;
 use crate::controller::Error;
 use crate::controller::decide::moves;
 use crate::controller::decide::surge::{Surge, SurgeStep};
@@ -14,6 +13,7 @@ use crate::controller::observe::pods::PodFacts;
 use api::constants::member_name;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use resources::statefulset::Ordinals;
 
 /// Starts moving member `(s, m)`: its StatefulSet runs a second pod, created
 /// from the template that already carries the new placement. Returns what

@@ -65,11 +65,6 @@
 //!   refused by a member without a password (Valkey's rule).
 
 use super::users::password_hash;
-use crate::builders::Desired;
-use crate::builders::secret::{
-    APPLIED_GENERATION_KEY, APPLIED_HIGHEST_KEY, APPLIED_KEY, APPLIED_TARGET_GENERATION_KEY,
-    APPLIED_TARGET_KEY, AppliedRecord, applied_secret,
-};
 use crate::controller::act::secrets;
 use crate::controller::events::{Events, reason};
 use crate::controller::observe::kube::KubeView;
@@ -83,6 +78,11 @@ use api::constants::{auth_applied_secret_name, member_name};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
+use resources::Desired;
+use resources::secret::{
+    APPLIED_GENERATION_KEY, APPLIED_HIGHEST_KEY, APPLIED_KEY, APPLIED_TARGET_GENERATION_KEY,
+    APPLIED_TARGET_KEY, AppliedRecord, applied_secret,
+};
 use valkey::model::{MemberState, ObservedCluster};
 
 /// Where a rotation stands.
@@ -177,7 +177,7 @@ impl Recorded {
         let Some(secret) = secret else {
             return Recorded::default();
         };
-        let text = |key| crate::builders::secret::secret_text(secret, key);
+        let text = |key| resources::secret::secret_text(secret, key);
         let number = |key| text(key).and_then(|g| g.trim().parse::<u64>().ok());
         let generation = number(APPLIED_GENERATION_KEY).unwrap_or(0);
         let target = text(APPLIED_TARGET_KEY).zip(number(APPLIED_TARGET_GENERATION_KEY));
@@ -339,7 +339,7 @@ pub fn decide(
 fn in_use(view: &KubeView) -> InUse {
     let number = |annotations: Option<&std::collections::BTreeMap<String, String>>| {
         annotations?
-            .get(crate::builders::statefulset::ANNOTATION_AUTH_GENERATION)?
+            .get(resources::statefulset::ANNOTATION_AUTH_GENERATION)?
             .parse::<u64>()
             .ok()
     };

@@ -1,7 +1,7 @@
 //! Act, TLS: the Secrets `spec.tls` needs, and the CA the operator trusts
 //! when it connects to the members.
 //!
-//! Without `secretName` the operator runs the CA ([`crate::builders::tls`]):
+//! Without `secretName` the operator runs the CA ([`resources::tls`]):
 //! it creates `<cluster>-tls-ca-key` once, keeps `<cluster>-tls-ca` equal to
 //! what the members trust, and (re)issues `<cluster>-tls` when
 //! [`tls::issue_reason`] says so ([`ensure`], before the members are
@@ -13,8 +13,6 @@
 //! (`TLSSecretMissing`), like a missing password.
 
 use super::secrets;
-use crate::builders::secret::{conditional_replace_patch, secret_text};
-use crate::builders::tls::{self, CaPhase, CaSet, CaStep, IssuedFacts};
 use crate::controller::events::{Events, reason};
 use crate::controller::observe::kube::KubeView;
 use crate::controller::observe::pods::PodFacts;
@@ -28,6 +26,8 @@ use api::constants::{
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use resources::secret::{conditional_replace_patch, secret_text};
+use resources::tls::{self, CaPhase, CaSet, CaStep, IssuedFacts};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use valkey_client::client::{ConnectOptions, TlsIdentity, ValkeyAdmin};

@@ -3,7 +3,6 @@
 //! there).
 
 use super::apply;
-use crate::builders::{self, Desired, config};
 use crate::controller::decide::tls::{self, Step};
 use crate::controller::events::{Events, reason};
 use crate::controller::facts::Facts;
@@ -13,6 +12,7 @@ use api::ValidatedCluster;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
+use resources::{self as builders, Desired, config};
 use valkey::model::MemberRef;
 
 /// Moves the switch on. Returns whether the cluster is still switching

@@ -115,7 +115,7 @@ pub async fn resolve(ctx: &Context, cluster: &ValidatedCluster) -> Result<Users,
         let hashes: BTreeSet<String> = user
             .keys
             .iter()
-            .filter_map(|k| crate::builders::secret::secret_text(secret, k))
+            .filter_map(|k| resources::secret::secret_text(secret, k))
             .map(|p| password_hash(&p))
             .collect();
         if hashes.is_empty() {
@@ -254,19 +254,19 @@ pub async fn ensure_file(
     let live = secrets::read(ctx, &api, &name).await?;
     let text = |key| {
         live.as_ref()
-            .and_then(|s| crate::builders::secret::secret_text(s, key))
+            .and_then(|s| resources::secret::secret_text(s, key))
             .filter(|p| !p.is_empty())
     };
     let previous = text(api::constants::USERS_FILE_KEY);
     let kept_replication = text(api::constants::REPLICATION_PASSWORD_KEY);
     let kept_operator = text(api::constants::OPERATOR_PASSWORD_KEY);
-    let passwords = crate::builders::secret::SystemPasswords {
+    let passwords = resources::secret::SystemPasswords {
         replication: kept_replication
             .clone()
-            .unwrap_or_else(crate::builders::secret::generate_password),
+            .unwrap_or_else(resources::secret::generate_password),
         operator: kept_operator
             .clone()
-            .unwrap_or_else(crate::builders::secret::generate_password),
+            .unwrap_or_else(resources::secret::generate_password),
     };
     let system = [
         replication_user(&passwords.replication),
@@ -286,7 +286,7 @@ pub async fn ensure_file(
         || kept_replication.is_none()
         || kept_operator.is_none()
     {
-        let secret = crate::builders::secret::users_secret(cluster, owner, &next, &passwords);
+        let secret = resources::secret::users_secret(cluster, owner, &next, &passwords);
         secrets::apply(ctx, &api, &secret).await?;
         tracing::info!(secret = %name, users = next.lines().count() - 1, "users file written");
         if live.is_none() && has_members {

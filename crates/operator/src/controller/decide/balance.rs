@@ -246,7 +246,7 @@ mod tests {
 
     #[test]
     fn the_quiet_period_says_how_long_it_still_holds_a_failover_back() {
-        let c = crate::adapt::fixtures::cluster(
+        let c = resources::adapt::fixtures::cluster(
             "shards: 3\nreplicas: 2\nprimaryBalancing: {quietPeriodSeconds: 10}",
         );
         let kube = crate::controller::observe::kube::KubeView::default();

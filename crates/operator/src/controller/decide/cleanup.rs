@@ -6,8 +6,6 @@
 //! Each function names the objects; [`crate::controller::act`] writes.
 
 use super::safety;
-use crate::builders::statefulset::{ANNOTATION_PLACEMENT_HASH, Ordinals};
-use crate::builders::{Desired, pdb_name};
 use crate::controller::facts::{Facts, claims_by_ordinal, desired_members, member_of};
 use crate::controller::observe::kube::KubeView;
 use crate::controller::observe::pods::{PodFacts, placement_outdated, template_annotation};
@@ -15,6 +13,8 @@ use api::ValidatedCluster;
 use api::constants::{ROLE_PRIMARY, ROLE_REPLICA, member_name};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use resources::statefulset::{ANNOTATION_PLACEMENT_HASH, Ordinals};
+use resources::{Desired, pdb_name};
 use std::collections::BTreeSet;
 use valkey::model::{MemberIndex, MemberRef, NodeReport};
 use valkey::parse::Role;

@@ -31,8 +31,6 @@ use super::facts::{Facts, desired_members, retained_start};
 use super::memory::Memory;
 use super::observe::kube::KubeView;
 use super::observe::pods::PodFacts;
-use crate::builders::statefulset::Ordinals;
-use crate::builders::{self, Desired, config};
 use ::valkey::actions::Plan;
 use ::valkey::model::MemberIndex;
 use ::valkey::planner::{self, Health, PlanError, PlannerOptions};
@@ -40,6 +38,8 @@ use api::ValidatedCluster;
 use balance::BalanceState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use placement::Placement;
+use resources::statefulset::Ordinals;
+use resources::{self as builders, Desired, config};
 use rolling::{Roll, RollStep};
 use std::time::{Duration, Instant};
 use surge::{Surge, SurgeStep};
@@ -165,7 +165,7 @@ pub fn next(
         .unwrap_or_default();
     let heal = heal::decide(
         &heal::lost_members(f),
-        crate::builders::config::durable(f.cluster),
+        resources::config::durable(f.cluster),
         volume_grace,
     );
     Ok(Decision {

@@ -5,13 +5,13 @@
 use super::placement::Placement;
 use super::safety;
 use super::surge::{self, Surge, SurgePod, SurgeStep};
-use crate::builders::statefulset::Ordinals;
 use crate::controller::decide::placement::SpreadState;
 use crate::controller::facts::{Facts, desired_members, node_of, serves_slots};
 use crate::controller::observe::kube::KubeView;
 use crate::controller::observe::pods::PodFacts;
 use api::constants::member_name;
 use kube::ResourceExt;
+use resources::statefulset::Ordinals;
 use std::collections::BTreeSet;
 use valkey::model::MemberIndex;
 

@@ -7,9 +7,9 @@
 use super::super::events::{Note, reason};
 use super::super::memory::Announced;
 use super::super::observe::kube::KubeView;
-use crate::adapt;
-use crate::builders::scheduling::MemberPlacement;
 use api::ValidatedCluster;
+use resources::adapt;
+use resources::scheduling::MemberPlacement;
 use std::time::Duration;
 
 /// At most this many branch-and-bound nodes per placement plan (only when

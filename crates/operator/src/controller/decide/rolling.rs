@@ -17,13 +17,13 @@
 //! in sync).
 
 use super::placement::Placement;
-use crate::builders::Desired;
 use crate::controller::events::{Note, reason};
 use crate::controller::facts::{Facts, desired_members};
 use crate::controller::memory::Announced;
 use crate::controller::observe::pods::{PodFacts, needs_restart};
 use api::constants::member_name;
 use kube::ResourceExt;
+use resources::Desired;
 use std::collections::BTreeMap;
 
 /// One member as the rolling update sees it.
@@ -205,7 +205,7 @@ pub fn roll(f: &Facts<'_>, desired: &Desired, placement: &Placement, cluster_rea
         &members,
         cluster_ready,
         &preference,
-        crate::builders::config::durable(cluster),
+        resources::config::durable(cluster),
     );
     Roll {
         step,

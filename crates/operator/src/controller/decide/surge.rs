@@ -30,8 +30,8 @@
 //! mid-move picks it up where it stands. One move at a time in a cluster:
 //! the rolling update starts none while a surge or an old copy remains.
 
-use crate::builders::statefulset::Ordinals;
 pub use crate::controller::observe::kube::{Slot, slot};
+use resources::statefulset::Ordinals;
 
 /// The new copy's pod, as the move sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

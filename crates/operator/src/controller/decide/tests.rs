@@ -7,10 +7,6 @@ use super::moves;
 use super::placement::Placement;
 use super::rolling::{self, RollStep};
 use super::surge::{Surge, SurgeStep};
-use crate::adapt::fixtures::{cluster, pod, ready_node};
-use crate::builders::scheduling::MemberPlacement;
-use crate::builders::statefulset::Ordinals;
-use crate::builders::test_support::owner;
 use crate::controller::facts::{Facts, claim_of};
 use crate::controller::memory::{Announced, Memory};
 use crate::controller::observe::kube::KubeView;
@@ -19,6 +15,10 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
+use resources::adapt::fixtures::{cluster, pod, ready_node};
+use resources::scheduling::MemberPlacement;
+use resources::statefulset::Ordinals;
+use resources::test_support::owner;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use valkey::model::{MemberRef, ObservedCluster};
@@ -71,7 +71,7 @@ fn pvc(name: &str) -> PersistentVolumeClaim {
 }
 
 fn not_ready_node(name: &str, since: &str) -> Node {
-    crate::adapt::fixtures::node(&format!(
+    resources::adapt::fixtures::node(&format!(
         "metadata:
            name: {name}
            labels: {{kubernetes.io/hostname: {name}, topology.kubernetes.io/zone: z}}
@@ -375,7 +375,7 @@ fn a_failed_placement_leaves_every_member_unplanned() {
 #[test]
 fn a_big_cluster_bootstraps_with_a_longer_node_timeout() {
     use super::bootstrap_node_timeout_ms as t;
-    use crate::builders::config::{BOOTSTRAP_NODE_TIMEOUT_MS, CLUSTER_NODE_TIMEOUT_MS};
+    use resources::config::{BOOTSTRAP_NODE_TIMEOUT_MS, CLUSTER_NODE_TIMEOUT_MS};
     // The suites' clusters (3x1, 3x2, 4x2) keep the short one.
     for members in [1, 2, 6, 9, 12, 22] {
         assert_eq!(t(members), BOOTSTRAP_NODE_TIMEOUT_MS, "{members}");
@@ -390,7 +390,7 @@ fn a_big_cluster_bootstraps_with_a_longer_node_timeout() {
 
 #[test]
 fn only_an_empty_cluster_that_was_never_ready_gets_the_short_node_timeout() {
-    use crate::builders::config::{BOOTSTRAP_NODE_TIMEOUT_MS, CLUSTER_NODE_TIMEOUT_MS};
+    use resources::config::{BOOTSTRAP_NODE_TIMEOUT_MS, CLUSTER_NODE_TIMEOUT_MS};
     use valkey::model::{MemberState, NodeReport, ObservedMember};
     use valkey::parse::{ClusterNodes, ReplicationInfo, Role};
     let member = |keys: Option<u64>| {

@@ -10,7 +10,7 @@
 //!    replication and the bus stay on plaintext meanwhile;
 //! 2. once every member runs that pod, is Ready and answers ([`step`]),
 //!    the operator sends every member, concurrently, one CONFIG SET of
-//!    [`crate::builders::config::tls_wire`]: Valkey closes the plaintext
+//!    [`resources::config::tls_wire`]: Valkey closes the plaintext
 //!    listener, opens TLS on the same port and re-opens the bus listener
 //!    for TLS; the bus is split only for the milliseconds between members;
 //! 3. then it drops the plaintext connections (clients, replication links,
@@ -21,12 +21,12 @@
 //! The pod is the same before and after step 2 (its probe tries TLS, then
 //! plaintext), so there is one rolling restart, not two.
 
-use crate::builders::Desired;
-use crate::builders::config::{CONFIG_FILE, TLS_CLUSTER};
 use crate::controller::facts::{Facts, desired_members};
 use crate::controller::observe::pods::{PodFacts, needs_restart};
 use api::constants::member_name;
 use k8s_openapi::api::core::v1::ConfigMap;
+use resources::Desired;
+use resources::config::{CONFIG_FILE, TLS_CLUSTER};
 
 /// Whether a TLS cluster's members may still speak plaintext: the config
 /// file the operator last wrote (the cluster's ConfigMap) does not say

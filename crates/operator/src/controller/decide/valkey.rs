@@ -5,9 +5,9 @@
 
 use super::balance;
 use super::surge::{Surge, SurgeStep};
-use crate::builders::config;
 use crate::controller::facts::{Facts, zone_of};
 use crate::controller::observe::external;
+use resources::config;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

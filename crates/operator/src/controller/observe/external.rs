@@ -10,13 +10,13 @@
 //! changed here, so the bus keeps working on pod IPs while every client (in
 //! or outside the cluster) is sent to the external address.
 
-use crate::builders::external_service_name;
 use crate::controller::observe::kube::KubeView;
 use crate::controller::observe::pods::PodFacts;
 use api::ValidatedCluster;
 use api::constants::VALKEY_PORT;
 use api::v1alpha1::ExternalAccessType;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use resources::external_service_name;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use valkey::model::{MemberIndex, MemberState, NodeReport, ObservedCluster};
@@ -73,7 +73,7 @@ pub fn address(
         .spec
         .as_ref()
         .and_then(|s| s.selector.as_ref())
-        .and_then(|s| s.get(crate::builders::services::POD_NAME_LABEL));
+        .and_then(|s| s.get(resources::services::POD_NAME_LABEL));
     if selected != pod.metadata.name.as_ref() {
         return None;
     }
@@ -193,7 +193,7 @@ pub fn internal_view(observed: &mut ObservedCluster, external: &BTreeMap<(u32, u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapt::fixtures::pod;
+    use resources::adapt::fixtures::pod;
 
     use std::sync::Arc;
 
@@ -202,7 +202,7 @@ mod tests {
     }
 
     fn node(name: &str, ip: &str) -> Arc<Node> {
-        Arc::new(crate::adapt::fixtures::node(&format!(
+        Arc::new(resources::adapt::fixtures::node(&format!(
             "metadata: {{name: {name}}}
              status: {{addresses: [{{type: Hostname, address: {name}}}, {{type: InternalIP, address: '{ip}'}}]}}"
         )))

@@ -7,8 +7,6 @@
 //! (see [`crate::controller::decide::surge`]): the member proper, the new copy of a move in
 //! flight, and copies on their way out.
 
-use crate::adapt;
-use crate::builders::statefulset::Ordinals;
 use crate::controller::{Context, Error};
 use api::ValidatedCluster;
 use api::constants::LABEL_CLUSTER;
@@ -20,6 +18,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
+use resources::adapt;
+use resources::statefulset::Ordinals;
 use serde::de::DeserializeOwned;
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -356,8 +356,8 @@ pub fn kind_name(kind: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapt::fixtures::{cluster, pod};
     use k8s_openapi::api::apps::v1::{StatefulSetOrdinals, StatefulSetSpec};
+    use resources::adapt::fixtures::{cluster, pod};
 
     fn member_pod(name: &str, shard: u32, member: u32, index: u32) -> Pod {
         pod(&format!(

@@ -2,9 +2,9 @@
 //! it is Ready, and whether its spec is out of date (restart or placement
 //! hash differs from the desired StatefulSet template).
 
-use crate::builders::statefulset::{ANNOTATION_PLACEMENT_HASH, ANNOTATION_RESTART_HASH};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use resources::statefulset::{ANNOTATION_PLACEMENT_HASH, ANNOTATION_RESTART_HASH};
 use std::net::IpAddr;
 
 /// A member's pod as the controller sees it.
@@ -171,7 +171,7 @@ impl PodFacts {
                     c.env
                         .iter()
                         .flatten()
-                        .any(|e| e.name == crate::builders::statefulset::PASSWORD_ENV)
+                        .any(|e| e.name == resources::statefulset::PASSWORD_ENV)
                 })
             }),
             start_failure: start_failure(pod),

@@ -7,8 +7,6 @@
 
 use super::kube::KubeView;
 use super::pods::PodFacts;
-use crate::builders::config;
-use crate::builders::tls::{CaPhase, CaSet};
 use crate::controller::Context;
 use crate::controller::events::reason;
 use crate::controller::facts::{desired_members, member_of};
@@ -16,6 +14,8 @@ use crate::controller::valkey_io::{self, Session};
 use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
 use k8s_openapi::api::core::v1::Pod;
+use resources::config;
+use resources::tls::{CaPhase, CaSet};
 use std::collections::BTreeSet;
 use valkey::model::{MemberAddr, MemberIndex, MemberRef, ObservedCluster, ShardIndex};
 use valkey::parse::NodeId;

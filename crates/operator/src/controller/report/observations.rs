@@ -3,7 +3,6 @@
 //! from (where the Valkey side stands, whether the cluster is bootstrapping).
 
 use super::status::{ClusterState, Observations, SpreadState};
-use crate::builders::statefulset::Ordinals;
 use crate::controller::facts::{Facts, desired_members};
 use crate::controller::observe::pods::PodFacts;
 use api::constants::{ROLE_PRIMARY, ROLE_REPLICA, member_name};
@@ -11,6 +10,7 @@ use api::v1alpha1::{
     CONDITION_READY, MemberStatus, ShardStatus, ShardTopology, TopologyMember, ValkeyClusterStatus,
 };
 use kube::ResourceExt;
+use resources::statefulset::Ordinals;
 use std::collections::{BTreeMap, BTreeSet};
 use valkey::model::{MemberRef, ObservedCluster, ObservedMember};
 use valkey::parse::Role;

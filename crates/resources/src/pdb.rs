@@ -28,7 +28,7 @@ pub fn pdb(c: &ValidatedCluster, owner: &OwnerReference, shard: u32) -> PodDisru
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::test_support::{cluster, owner};
+    use crate::test_support::{cluster, owner};
 
     #[test]
     fn a_shard_budget_allows_one_member_down_and_selects_only_that_shard() {

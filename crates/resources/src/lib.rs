@@ -1,3 +1,7 @@
+//! The `resources` layer: every Kubernetes object the operator writes, built,
+//! never sent; and [`adapt`], what the operator reads of Pods and Nodes as
+//! plain data. Pure: no client, no runtime (docs/architecture.md).
+//!
 //! Pure builders of the Kubernetes objects a ValkeyCluster owns: from a
 //! [`ValidatedCluster`] and the placement plan to the exact objects the
 //! controller applies. No I/O here; every builder is unit-tested.
@@ -9,6 +13,7 @@
 //! - [`network_policy`]: who may connect to the members;
 //! - [`services`], [`pdb`], [`secret`]: the rest of what a cluster owns.
 
+pub mod adapt;
 pub mod config;
 pub mod hash;
 pub mod network_policy;
@@ -190,8 +195,11 @@ pub fn desired<'a>(
     }
 }
 
-#[cfg(test)]
-pub(crate) mod test_support {
+/// Clusters and owners for the tests of this crate and of the operator's
+/// decisions (compiled always, so that every build shares one `resources`).
+#[doc(hidden)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+pub mod test_support {
     use api::ValidatedCluster;
 
     /// TLS with the operator's CA (`cache-tls`); `switching`: turned on

@@ -160,7 +160,7 @@ pub fn secret_text(secret: &Secret, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::test_support::{cluster, owner};
+    use crate::test_support::{cluster, owner};
 
     #[test]
     fn generated_passwords_are_long_alphanumeric_and_differ() {

@@ -744,7 +744,7 @@ pub fn after_step(set: &CaSet, step: &CaStep, next: Option<Ca>, request: Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::test_support::{cluster, owner};
+    use crate::test_support::{cluster, owner};
 
     const NOW: i64 = 1_800_000_000;
 

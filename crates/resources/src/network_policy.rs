@@ -112,7 +112,7 @@ pub fn network_policy(c: &ValidatedCluster, owner: &OwnerReference) -> Option<Ne
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::test_support::{cluster, cluster_with_exporter, owner};
+    use crate::test_support::{cluster, cluster_with_exporter, owner};
     use api::v1alpha1::OperatorPods;
 
     fn ports(rule: &NetworkPolicyIngressRule) -> Vec<i32> {

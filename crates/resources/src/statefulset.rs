@@ -62,6 +62,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 
+/// The init container that puts a backup's snapshot in place before the
+/// server starts (its pod's restore check reads its exit by this name).
+pub const RESTORE_CONTAINER: &str = "restore";
+
 /// Pod annotation: hash of what only a restart applies.
 pub const ANNOTATION_RESTART_HASH: &str = "valkey.rs/restart-hash";
 /// On the StatefulSet and its pod template (the number is in the restart
@@ -370,7 +374,7 @@ fn restore_member(
     // A volume that Valkey writes nothing to (AOF and RDB off) is emptied by
     // the start script like an emptyDir ([`command`]): the restored file is
     // staged as there.
-    let persistent = crate::builders::config::durable(c);
+    let persistent = crate::config::durable(c);
     let aof = persistent && setting("appendonly").is_none_or(|v| v.eq_ignore_ascii_case("yes"));
     let mut args = vec![
         "restore".to_string(),
@@ -417,7 +421,7 @@ fn restore_member(
     spec.init_containers.get_or_insert_with(Vec::new).insert(
         0,
         Container {
-            name: crate::backup::restore::CONTAINER.into(),
+            name: RESTORE_CONTAINER.into(),
             image: Some(restore.image.clone()),
             args: Some(args),
             env: Some(vec![key("AWS_ACCESS_KEY_ID"), key("AWS_SECRET_ACCESS_KEY")]),
@@ -866,13 +870,13 @@ fn forget_identity_script_tls() -> String {
 }
 
 /// The valkey container's command. Only a member whose data survives its
-/// restart ([`crate::builders::config::durable`]: a volume, and AOF or RDB
+/// restart ([`crate::config::durable`]: a volume, and AOF or RDB
 /// writing to it) starts as it is; every other one, a volume with AOF and
 /// RDB off included, forgets its identity first ([`FORGET_IDENTITY_SCRIPT`]):
 /// such a primary restarted at once would otherwise come back with its slots
 /// and no data, and its replicas would full-sync the empty set.
 fn command(c: &ValidatedCluster) -> Vec<String> {
-    if crate::builders::config::durable(c) {
+    if crate::config::durable(c) {
         vec!["valkey-server".into()]
     } else {
         vec![
@@ -907,7 +911,7 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 mod restore_tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::builders::test_support::{cluster, cluster_with_persistence, owner};
+    use crate::test_support::{cluster, cluster_with_persistence, owner};
 
     fn restoring(mut c: ValidatedCluster) -> ValidatedCluster {
         c.restore = Some(api::v1alpha1::RestoreSource {
@@ -983,7 +987,7 @@ mod restore_tests {
             .into_iter()
             .map(|c| c.name)
             .collect();
-        assert_eq!(names, [crate::backup::restore::CONTAINER, "warm"]);
+        assert_eq!(names, [RESTORE_CONTAINER, "warm"]);
         assert_eq!(
             pod(&member(&with_init, 1, 1))
                 .init_containers
@@ -1030,7 +1034,7 @@ mod restore_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::test_support::{cluster, cluster_with_exporter, owner};
+    use crate::test_support::{cluster, cluster_with_exporter, owner};
     use api::constants::{LABEL_CLUSTER, LABEL_MEMBER, LABEL_ROLE, LABEL_SHARD};
 
     fn build(c: &ValidatedCluster, placement: &MemberPlacement) -> StatefulSet {
@@ -1248,8 +1252,7 @@ mod tests {
 
     #[test]
     fn persistence_gives_a_claim_template_and_the_retention_of_the_reclaim_policy() {
-        let mut c =
-            crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Delete");
+        let mut c = crate::test_support::cluster_with_persistence("cache", 1, 1, "Delete");
         let s = build(&c, &placed("n1"));
         let spec = s.spec.unwrap();
         assert_eq!(
@@ -1304,7 +1307,7 @@ mod tests {
 
     #[test]
     fn existing_claim_templates_are_kept_because_kubernetes_forbids_changing_them() {
-        let c = crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
+        let c = crate::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
         let old = vec![PersistentVolumeClaim {
             metadata: ObjectMeta {
                 name: Some("data".into()),
@@ -1332,7 +1335,7 @@ mod tests {
         let command = container.command.clone().unwrap();
         assert_eq!(command[0], "sh");
         assert_eq!(command[2], FORGET_IDENTITY_SCRIPT);
-        let p = crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
+        let p = crate::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
         let s = build(&p, &placed("n1"));
         let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
         assert_eq!(container.command, Some(vec!["valkey-server".to_string()]));
@@ -1340,8 +1343,7 @@ mod tests {
 
     #[test]
     fn a_volume_that_valkey_writes_nothing_to_starts_as_a_new_node_too() {
-        let mut c =
-            crate::builders::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
+        let mut c = crate::test_support::cluster_with_persistence("cache", 1, 1, "Retain");
         c.config.insert("appendonly".into(), "no".into());
         c.config.insert("save".into(), "".into());
         let s = build(&c, &placed("n1"));
@@ -1537,7 +1539,7 @@ mod tests {
     #[test]
     fn a_tls_members_probe_tries_tls_then_plaintext() {
         let mut c = cluster("cache", 3, 1);
-        c.tls = crate::builders::test_support::operator_tls(false);
+        c.tls = crate::test_support::operator_tls(false);
         let s = build(&c, &placed("n1"));
         let container = &s.spec.unwrap().template.spec.unwrap().containers[0];
         let probe = container
@@ -1719,7 +1721,7 @@ mod tests {
         assert!(e.volume_mounts.is_none(), "no TLS, nothing to mount");
 
         c.auth.enabled = false;
-        c.tls = crate::builders::test_support::operator_tls(false);
+        c.tls = crate::test_support::operator_tls(false);
         let e = &containers(&c)[1];
         assert!(e.env.is_none());
         let args = e.args.clone().unwrap();

@@ -181,8 +181,11 @@ pub(crate) fn add(a: Capacity, b: Capacity) -> Capacity {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod fixtures {
+/// Nodes, Pods and clusters for tests (compiled always, so that every build
+/// shares one `resources`).
+#[doc(hidden)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+pub mod fixtures {
     //! Small builders of Nodes, Pods and clusters for the adapter's tests.
 
     use api::ValidatedCluster;

@@ -357,7 +357,7 @@ fn line(out: &mut String, key: &str, value: &str) {
 mod tests {
     #[test]
     fn persistence_with_aof_and_snapshots_off_is_not_durable() {
-        use crate::builders::test_support::{cluster, cluster_with_persistence};
+        use crate::test_support::{cluster, cluster_with_persistence};
         assert!(!durable(&cluster("c", 1, 0)), "no persistence");
         let mut c = cluster_with_persistence("c", 1, 0, "Delete");
         assert!(durable(&c));
@@ -372,7 +372,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::builders::test_support::cluster;
+    use crate::test_support::cluster;
 
     #[test]
     fn owned_settings_come_after_user_config_so_they_win() {
@@ -420,7 +420,7 @@ mod tests {
     fn with_tls_the_client_port_bus_and_replication_are_tls_only() {
         let mut c = cluster("cache", 3, 1);
         assert!(render(&c).lines().any(|l| l == "port 6379"));
-        c.tls = crate::builders::test_support::operator_tls(false);
+        c.tls = crate::test_support::operator_tls(false);
         let conf = render(&c);
         for expected in [
             "port 0",
@@ -459,7 +459,7 @@ mod tests {
     #[test]
     fn while_switching_to_tls_members_load_the_certificates_but_speak_plaintext() {
         let mut c = cluster("cache", 3, 1);
-        c.tls = crate::builders::test_support::operator_tls(true);
+        c.tls = crate::test_support::operator_tls(true);
         let conf = render(&c);
         for expected in [
             "port 6379",

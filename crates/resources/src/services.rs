@@ -117,7 +117,7 @@ pub fn external(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::test_support::{cluster, owner};
+    use crate::test_support::{cluster, owner};
 
     #[test]
     fn the_headless_service_publishes_members_before_they_are_ready() {
@@ -185,13 +185,13 @@ mod tests {
     fn every_member_gets_its_own_external_service_selecting_exactly_its_pod() {
         use api::v1alpha1::ExternalAccessType;
         let c = with_external(ExternalAccessType::NodePort);
-        let d = crate::builders::desired(
+        let d = crate::desired(
             &c,
             &owner(),
-            |_, _| crate::builders::scheduling::MemberPlacement::Unplanned,
+            |_, _| crate::scheduling::MemberPlacement::Unplanned,
             |_| None,
             |name| {
-                (name == "cache-1-1").then_some(crate::builders::statefulset::Ordinals {
+                (name == "cache-1-1").then_some(crate::statefulset::Ordinals {
                     start: 3,
                     replicas: 2,
                 })
@@ -227,10 +227,10 @@ mod tests {
     #[test]
     fn without_external_access_no_member_service_is_built() {
         let c = cluster("cache", 3, 1);
-        let d = crate::builders::desired(
+        let d = crate::desired(
             &c,
             &owner(),
-            |_, _| crate::builders::scheduling::MemberPlacement::Unplanned,
+            |_, _| crate::scheduling::MemberPlacement::Unplanned,
             |_| None,
             |_| None,
         );

@@ -135,7 +135,7 @@ pub fn main(args: &PlanArgs) -> ExitCode {
                     "{}: note: the best plan found within --time-limit, not proven optimal \
                      (its Required constraints hold; {})",
                     args.cluster.display(),
-                    crate::controller::decide::placement::gap_words(rendered.gap)
+                    decide::placement::gap_words(rendered.gap)
                 );
             }
             if rendered.feasible {

@@ -46,8 +46,6 @@ use kube::api::Api;
 use object_store::ObjectStoreExt as _;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use valkey::model::ShardIndex;
-use valkey::slots::{SlotRange, SlotSet};
 
 /// Reasons of the `Restored` condition.
 pub mod reason {
@@ -218,27 +216,6 @@ pub fn check_manifest(
                 .join(",")
         })
         .collect())
-}
-
-/// The slots each shard held in the backup, from the record, for the
-/// planner. `None` when a range does not read back.
-pub fn slot_map(record: &RestoreStatus) -> Option<BTreeMap<ShardIndex, SlotSet>> {
-    record
-        .shard_slots
-        .iter()
-        .enumerate()
-        .map(|(i, text)| {
-            let ranges = text
-                .split(',')
-                .filter(|r| !r.trim().is_empty())
-                .map(|r| r.trim().parse::<SlotRange>().ok())
-                .collect::<Option<Vec<_>>>()?;
-            Some((
-                ShardIndex(u32::try_from(i).ok()?),
-                SlotSet::from_ranges(ranges),
-            ))
-        })
-        .collect()
 }
 
 /// Bounds the whole of the gate's work on the store (the manifest and
@@ -649,9 +626,9 @@ mod tests {
             shard_slots: slots,
             ..Default::default()
         };
-        let map = slot_map(&record).unwrap();
-        assert_eq!(map[&ShardIndex(0)].len(), 1001);
-        assert_eq!(map[&ShardIndex(1)].len(), 16384 - 1001);
+        let map = decide::restore::slot_map(&record).unwrap();
+        assert_eq!(map[&valkey::model::ShardIndex(0)].len(), 1001);
+        assert_eq!(map[&valkey::model::ShardIndex(1)].len(), 16384 - 1001);
     }
 
     fn first_member(exit_code: i32, message: Option<&str>) -> Pod {

@@ -21,11 +21,8 @@
 //! the placement planner.
 
 pub mod act;
-pub mod decide;
 pub mod error;
 pub mod events;
-pub mod facts;
-pub mod memory;
 pub mod observe;
 pub mod pulse;
 pub mod reconcile;
@@ -37,8 +34,8 @@ mod fake_api;
 #[cfg(test)]
 mod whole_reconcile;
 
+pub use decide::memory::Memory;
 pub use error::Error;
-pub use memory::Memory;
 
 use crate::http::Health;
 use crate::metrics::Metrics;

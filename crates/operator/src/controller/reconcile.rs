@@ -24,16 +24,16 @@
 //! the top with what the API server and the members then say.
 
 use super::act::{self, Actor};
-use super::decide::{self, Decision, cleanup, placement::Placement};
 use super::events::{Events, reason};
-use super::facts::Facts;
-use super::observe::kube::KubeView;
 use super::observe::valkey::{AuthState, MemberAuths, TlsState, ValkeyObservation};
 use super::report::{self, Done, Target};
 use super::{Context, Error, Memory, Settings, observe};
 use crate::backup::restore;
 use crate::metrics;
 use api::{ValidatedCluster, ValkeyCluster};
+use decide::facts::Facts;
+use decide::view::KubeView;
+use decide::{self, Decision, cleanup, placement::Placement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::runtime::controller::Action;
@@ -343,7 +343,7 @@ async fn kubernetes(
             !kube.statefulsets.is_empty(),
         );
     }
-    let placement = Placement::compute(&cluster, &kube).await;
+    let placement = plan_placement(&cluster, &kube).await;
     events.notes(placement.notes(&mut memory.announced)).await;
     let auth = act::kube::ensure_password(ctx, &cluster, &owner, &kube, events).await?;
     let rotation = act::rotation::state(ctx, &cluster, &owner, &auth, &kube, events).await?;
@@ -732,4 +732,26 @@ mod tests {
             s.slow_requeue
         );
     }
+}
+
+/// Plans where the members run, on a blocking thread: the planner is
+/// CPU-bound for up to its time limit, and must not stall the runtime's other
+/// reconciles, watches and lease renewals. A planner that panicked (it must
+/// not) leaves the placement unknown, as a problem it cannot plan does.
+async fn plan_placement(cluster: &ValidatedCluster, kube: &KubeView) -> Placement {
+    let (problem, options) = match Placement::problem(cluster, kube) {
+        Ok(p) => p,
+        Err(failed) => return failed,
+    };
+    let placement = tokio::task::spawn_blocking(move || Placement::solve(&problem, &options))
+        .await
+        .unwrap_or_else(|e| Placement::Failed(format!("the placement planner stopped: {e}")));
+    if let Placement::Planned { gap: Some(_), .. } = &placement {
+        tracing::info!(
+            search_limit = decide::placement::PLACEMENT_SEARCH_LIMIT,
+            time_limit_ms = decide::placement::PLACEMENT_TIME_LIMIT.as_millis() as u64,
+            "placement plan not proven optimal: a search limit cut it short"
+        );
+    }
+    placement
 }

@@ -3,15 +3,15 @@
 //! when it knows it, so a newer object of the same name is never deleted.
 
 use super::Actor;
-use crate::controller::decide::cleanup::{Doomed, Leaving, Orphans};
 use crate::controller::events::{Events, reason};
-use crate::controller::facts::claim_of;
-use crate::controller::memory::Announced;
-use crate::controller::observe::kube::KubeView;
 pub use crate::controller::observe::valkey::AuthState;
 use crate::controller::{Context, Error, act::apply};
 use api::ValidatedCluster;
 use api::constants::{FIELD_MANAGER, LABEL_ROLE};
+use decide::cleanup::{Doomed, Leaving, Orphans};
+use decide::facts::claim_of;
+use decide::memory::Announced;
+use decide::view::KubeView;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;

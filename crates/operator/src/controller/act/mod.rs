@@ -13,20 +13,20 @@ pub mod tls_switch;
 pub mod users;
 pub mod valkey;
 
-use super::decide::placement::Placement;
-use super::decide::rolling::RollStep;
-use super::decide::{Decision, cleanup, heal, rolling};
 use super::events::{Events, reason};
-use super::facts::{Facts, recorded_members};
-use super::memory::Memory;
-use super::observe::kube::KubeView;
-use super::observe::pods::PodFacts;
 use super::valkey_io::Session;
 use super::{Context, Error};
 pub use crate::controller::report::Done;
 use ::kube::ResourceExt;
 use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
+use decide::facts::{Facts, recorded_members};
+use decide::memory::Memory;
+use decide::placement::Placement;
+use decide::pods::PodFacts;
+use decide::rolling::RollStep;
+use decide::view::KubeView;
+use decide::{Decision, cleanup, heal, rolling};
 use resources::Desired;
 use std::time::Instant;
 
@@ -113,7 +113,7 @@ pub async fn carry_out(
 }
 
 /// Re-creates members whose node is lost, as [`heal::decide`] said (see
-/// [`super::decide::heal`]). Returns how many pods it removed.
+/// [`decide::heal`]). Returns how many pods it removed.
 async fn heal_lost_members(a: &Actor<'_>, heals: &[heal::Heal]) -> Result<usize, Error> {
     let mut done = 0;
     for decision in heals {

@@ -1,16 +1,16 @@
 //! Act on moves and restarts: a member's StatefulSet runs a second pod (a
 //! move starts), keeps only the new one (done) or the old one (given up); a
-//! pod is deleted for a rolling restart. See [`crate::controller::decide::surge`].
+//! pod is deleted for a rolling restart. See [`decide::surge`].
 
 use super::Actor;
 use super::kube::{apply_ordinals, delete_claim_of, delete_pod, force_delete_pod};
 use crate::controller::Error;
-use crate::controller::decide::moves;
-use crate::controller::decide::surge::{Surge, SurgeStep};
 use crate::controller::events::reason;
-use crate::controller::facts::{Facts, claim_of, node_of};
-use crate::controller::observe::pods::PodFacts;
 use api::constants::member_name;
+use decide::facts::{Facts, claim_of, node_of};
+use decide::moves;
+use decide::pods::PodFacts;
+use decide::surge::{Surge, SurgeStep};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use resources::statefulset::Ordinals;

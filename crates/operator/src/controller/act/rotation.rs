@@ -67,14 +67,14 @@
 use super::users::password_hash;
 use crate::controller::act::secrets;
 use crate::controller::events::{Events, reason};
-use crate::controller::observe::kube::KubeView;
-use crate::controller::observe::pods::{PodFacts, needs_restart};
 use crate::controller::observe::valkey::AuthState;
 use crate::controller::observe::valkey::MemberAuths;
 use crate::controller::valkey_io::Session;
 use crate::controller::{Context, Error};
 use api::ValidatedCluster;
 use api::constants::{auth_applied_secret_name, member_name};
+use decide::pods::{PodFacts, needs_restart};
+use decide::view::KubeView;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;

@@ -14,8 +14,6 @@
 
 use super::secrets;
 use crate::controller::events::{Events, reason};
-use crate::controller::observe::kube::KubeView;
-use crate::controller::observe::pods::PodFacts;
 pub use crate::controller::observe::valkey::TlsState;
 use crate::controller::{Context, Error};
 use api::ValidatedCluster;
@@ -23,6 +21,8 @@ use api::constants::{
     FIELD_MANAGER, TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, tls_ca_key_secret_name,
     tls_ca_secret_name,
 };
+use decide::pods::PodFacts;
+use decide::view::KubeView;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -42,7 +42,7 @@ pub fn member_ips(cluster: &ValidatedCluster, view: &KubeView) -> BTreeSet<IpAdd
         .chain(view.surges.values())
         .filter_map(|p| PodFacts::of(p).ip)
         .chain(
-            crate::controller::observe::external::addresses(cluster, view)
+            decide::external::addresses(cluster, view)
                 .values()
                 .map(std::net::SocketAddr::ip),
         )

@@ -1,14 +1,14 @@
 //! Act, TLS turned on for a live cluster: carries out
-//! [`crate::controller::decide::tls::step`] (the switch itself is explained
+//! [`decide::tls::step`] (the switch itself is explained
 //! there).
 
 use super::apply;
-use crate::controller::decide::tls::{self, Step};
 use crate::controller::events::{Events, reason};
-use crate::controller::facts::Facts;
 use crate::controller::valkey_io::Session;
 use crate::controller::{Context, Error};
 use api::ValidatedCluster;
+use decide::facts::Facts;
+use decide::tls::{self, Step};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;

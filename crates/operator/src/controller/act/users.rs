@@ -13,10 +13,10 @@
 
 use crate::controller::Context;
 use crate::controller::events::{Events, reason};
-use crate::controller::memory::Memory;
 use crate::controller::valkey_io::Session;
 use crate::controller::{Error, act::secrets};
 use api::ValidatedCluster;
+use decide::memory::Memory;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;

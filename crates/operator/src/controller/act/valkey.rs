@@ -19,8 +19,8 @@
 
 use crate::controller::Context;
 use crate::controller::events::{Events, action_reason, reason};
-use crate::controller::memory::Memory;
 use crate::controller::valkey_io::{self, Session};
+use decide::memory::Memory;
 use futures::StreamExt as _;
 use std::collections::BTreeMap;
 use std::time::Instant;

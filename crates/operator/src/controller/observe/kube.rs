@@ -4,72 +4,25 @@
 //! pods use node room the planner must count).
 //!
 //! A member's pods are told apart by ordinal against its live StatefulSet
-//! (see [`crate::controller::decide::surge`]): the member proper, the new copy of a move in
+//! (see [`decide::surge`]): the member proper, the new copy of a move in
 //! flight, and copies on their way out.
 
 use crate::controller::{Context, Error};
 use api::ValidatedCluster;
 use api::constants::LABEL_CLUSTER;
 use api::constants::member_name;
+use decide::view::{KubeView, failed_creates, short_of_pods, sort_members};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
-use resources::adapt;
-use resources::statefulset::Ordinals;
 use serde::de::DeserializeOwned;
-use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::sync::Arc;
 use std::time::Duration;
-
-/// The Kubernetes side of one cluster, as of this reconcile.
-#[derive(Debug, Clone, Default)]
-pub struct KubeView {
-    /// Every Node (from the cache, shared: not copied per reconcile).
-    pub nodes: Vec<Arc<Node>>,
-    /// Every Pod of every namespace (from the cache, shared), for the planner.
-    pub all_pods: Vec<Arc<Pod>>,
-    /// This cluster's member pods by (shard, member), in or out of the spec's
-    /// shape: the pod at its StatefulSet's `ordinals.start` (a live pod wins
-    /// over a terminating one).
-    pub members: BTreeMap<(u32, u32), Pod>,
-    /// The new copies of moves in flight, by the member they move.
-    pub surges: BTreeMap<(u32, u32), Pod>,
-    /// Copies outside their StatefulSet's ordinals (the old copy of a
-    /// finished move, the new copy of a move given up), on their way out.
-    pub condemned: Vec<((u32, u32), Pod)>,
-    /// Owned objects by name.
-    pub statefulsets: BTreeMap<String, StatefulSet>,
-    pub config_maps: BTreeMap<String, ConfigMap>,
-    pub services: BTreeMap<String, Service>,
-    pub pdbs: BTreeMap<String, PodDisruptionBudget>,
-    pub network_policies: BTreeMap<String, NetworkPolicy>,
-    /// The members' volumes (listed only when persistence is on).
-    pub pvcs: BTreeMap<String, PersistentVolumeClaim>,
-    /// Nodes a member pod is bound to that have no Node object, with how long
-    /// the operator has seen them gone (filled by the reconcile from its memory).
-    pub missing_nodes: BTreeMap<String, std::time::Duration>,
-    /// Members whose StatefulSet exists and whose pod does not, with why the
-    /// StatefulSet controller could not create it: the message of its latest
-    /// `FailedCreate` event (a PriorityClass, a quota, Pod Security, an
-    /// admission webhook), in the API server's own words.
-    pub pods_not_created: BTreeMap<(u32, u32), String>,
-}
-
-impl KubeView {
-    /// Labels of node `name`.
-    pub fn node_labels(&self, name: &str) -> Option<&BTreeMap<String, String>> {
-        self.nodes
-            .iter()
-            .find(|n| n.metadata.name.as_deref() == Some(name))
-            .and_then(|n| n.metadata.labels.as_ref())
-    }
-}
 
 async fn list<K>(
     client: &kube::Client,
@@ -104,7 +57,7 @@ async fn pods_not_created(
     statefulsets: &BTreeMap<String, StatefulSet>,
     members: &BTreeMap<(u32, u32), Pod>,
 ) -> BTreeMap<(u32, u32), String> {
-    let missing: BTreeMap<String, (u32, u32)> = crate::controller::facts::desired_members(cluster)
+    let missing: BTreeMap<String, (u32, u32)> = decide::facts::desired_members(cluster)
         .filter(|key| !members.contains_key(key))
         .map(|(s, m)| (member_name(&cluster.name, s, m), (s, m)))
         .filter(|(sts, _)| statefulsets.get(sts).is_some_and(short_of_pods))
@@ -124,108 +77,6 @@ async fn pods_not_created(
         }
     };
     failed_creates(&missing, &events)
-}
-
-/// Whether the StatefulSet controller has seen `sts`'s current spec and
-/// still counts fewer pods than it wants: it tried and could not create one
-/// (while a pod is only on its way, the controller already counts it).
-fn short_of_pods(sts: &StatefulSet) -> bool {
-    let Some(status) = sts.status.as_ref() else {
-        return false;
-    };
-    let wanted = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    status.observed_generation >= sts.metadata.generation && status.replicas < wanted
-}
-
-/// The latest `FailedCreate` message of each StatefulSet in `missing` (pure).
-pub fn failed_creates(
-    missing: &BTreeMap<String, (u32, u32)>,
-    events: &[Event],
-) -> BTreeMap<(u32, u32), String> {
-    let when = |e: &Event| {
-        e.last_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .or(e.event_time.as_ref().map(|t| t.0))
-            .or(e.first_timestamp.as_ref().map(|t| t.0))
-    };
-    let mut latest: BTreeMap<(u32, u32), &Event> = BTreeMap::new();
-    for e in events {
-        let Some(key) = e.involved_object.name.as_ref().and_then(|n| missing.get(n)) else {
-            continue;
-        };
-        if latest.get(key).is_none_or(|old| when(old) <= when(e)) {
-            latest.insert(*key, e);
-        }
-    }
-    latest
-        .into_iter()
-        .filter_map(|(key, e)| Some((key, e.message.clone()?)))
-        .collect()
-}
-
-/// A cluster's member pods, sorted by what they are.
-#[derive(Debug, Default)]
-pub struct Sorted {
-    pub members: BTreeMap<(u32, u32), Pod>,
-    pub surges: BTreeMap<(u32, u32), Pod>,
-    pub condemned: Vec<((u32, u32), Pod)>,
-}
-
-/// Sorts `pods` of `cluster` by their ordinal against their member's live
-/// StatefulSet in `statefulsets`. A member whose StatefulSet is gone (scale-in)
-/// counts its lowest ordinal as the member.
-pub fn sort_members<P: Borrow<Pod>>(
-    cluster: &ValidatedCluster,
-    statefulsets: &BTreeMap<String, StatefulSet>,
-    pods: &[P],
-) -> Sorted {
-    let mut by_member: BTreeMap<(u32, u32), Vec<&Pod>> = BTreeMap::new();
-    for pod in pods {
-        let pod: &Pod = pod.borrow();
-        if adapt::pods::is_finished(pod) {
-            continue;
-        }
-        if let Some(key) = adapt::pods::member_of(cluster, pod) {
-            by_member.entry(key).or_default().push(pod);
-        }
-    }
-    let mut out = Sorted::default();
-    for ((s, m), pods) in by_member {
-        let ordinals = statefulsets
-            .get(&member_name(&cluster.name, s, m))
-            .map(Ordinals::of)
-            .unwrap_or(Ordinals {
-                start: pods
-                    .iter()
-                    .filter_map(|p| adapt::pods::pod_index(p))
-                    .min()
-                    .unwrap_or(0),
-                replicas: 1,
-            });
-        for pod in pods {
-            let index = adapt::pods::pod_index(pod).unwrap_or(0);
-            let target = match slot(ordinals, index) {
-                Slot::Member => &mut out.members,
-                Slot::Surge => &mut out.surges,
-                Slot::Condemned => {
-                    out.condemned.push(((s, m), Pod::clone(pod)));
-                    continue;
-                }
-            };
-            let replace = match target.get(&(s, m)) {
-                None => true,
-                Some(existing) => {
-                    existing.metadata.deletion_timestamp.is_some()
-                        && pod.metadata.deletion_timestamp.is_none()
-                }
-            };
-            if replace {
-                target.insert((s, m), Pod::clone(pod));
-            }
-        }
-    }
-    out
 }
 
 /// The objects of `store` in namespace `ns` that cluster `cluster` owns.
@@ -311,29 +162,6 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
         missing_nodes: BTreeMap::new(),
         pods_not_created,
     })
-}
-
-/// What a member pod is, by its ordinal against its StatefulSet's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Slot {
-    /// The member proper (the old copy while a move runs).
-    Member,
-    /// The new copy of a move in flight.
-    Surge,
-    /// Outside the StatefulSet's range: the copy a finished (or given up)
-    /// move removes; the StatefulSet controller is deleting it.
-    Condemned,
-}
-
-/// Which slot pod index `index` takes under `ordinals`.
-pub fn slot(ordinals: Ordinals, index: u32) -> Slot {
-    if index == ordinals.member() {
-        Slot::Member
-    } else if ordinals.surge() == Some(index) {
-        Slot::Surge
-    } else {
-        Slot::Condemned
-    }
 }
 
 /// A `'static` name for the kinds the operator writes (metric labels and

@@ -3,7 +3,5 @@
 //! [`valkey`] asks every member what it says (one plain connection each);
 //! [`pods`] reads the facts off a member's pod.
 
-pub mod external;
 pub mod kube;
-pub mod pods;
 pub mod valkey;

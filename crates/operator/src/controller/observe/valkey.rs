@@ -5,14 +5,14 @@
 //! unreachable; a leaving member whose pod is gone is still listed by its
 //! recorded node id, so the planner can tell whether it owns slots.
 
-use super::kube::KubeView;
-use super::pods::PodFacts;
 use crate::controller::Context;
 use crate::controller::events::reason;
-use crate::controller::facts::{desired_members, member_of};
 use crate::controller::valkey_io::{self, Session};
 use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
+use decide::facts::{desired_members, member_of};
+use decide::pods::PodFacts;
+use decide::view::KubeView;
 use k8s_openapi::api::core::v1::Pod;
 use resources::config;
 use resources::tls::{CaPhase, CaSet};
@@ -40,7 +40,7 @@ fn config_keys(cluster: &ValidatedCluster) -> Vec<String> {
     keys.push("availability-zone".into());
     // Asked with external access off too: turning it off resets them.
     keys.extend(
-        super::external::ANNOUNCE_KEYS
+        decide::external::ANNOUNCE_KEYS
             .iter()
             .map(|k| (*k).to_string()),
     );
@@ -136,7 +136,7 @@ pub async fn members(
     .await;
     // Members that announce an external address show it in CLUSTER NODES;
     // the rest of the reconcile knows them by pod address.
-    super::external::internal_view(&mut observed, &super::external::addresses(cluster, view));
+    decide::external::internal_view(&mut observed, &decide::external::addresses(cluster, view));
     ValkeyObservation {
         observed,
         session,

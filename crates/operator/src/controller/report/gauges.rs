@@ -3,12 +3,12 @@
 //! excess and unplaced members, the primaries balancing would move, and each
 //! replica's replication link and lag.
 
-use super::super::decide::balance;
-use super::super::decide::placement::Placement;
-use super::super::facts::{Facts, report_of};
-use crate::controller::facts::ShardView;
 use crate::metrics::{ClusterGauges, ReplicaGauges};
 use api::v1alpha1::ValkeyClusterStatus;
+use decide::balance;
+use decide::facts::ShardView;
+use decide::facts::{Facts, report_of};
+use decide::placement::Placement;
 use std::collections::BTreeMap;
 use valkey::model::{MemberIndex, ObservedCluster};
 use valkey::parse::Role;
@@ -124,7 +124,7 @@ pub fn replicas(obs: &ObservedCluster, primaries: &BTreeMap<u32, u32>) -> Vec<Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::decide::balance::{Candidate, Domains};
+    use decide::balance::{Candidate, Domains};
     use valkey::model::{
         MemberIndex, MemberRef, MemberState, NodeReport, ObservedMember, ShardIndex,
     };

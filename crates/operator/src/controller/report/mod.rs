@@ -7,17 +7,17 @@ pub mod gauges;
 pub mod observations;
 pub mod status;
 
-use super::decide::Decision;
-use super::decide::balance::ShardView;
-use super::decide::moves;
-use super::decide::placement::Placement;
 use super::events::{Events, Note, reason};
-use super::facts::{Facts, desired_members};
-use super::observe::pods::PodFacts;
 use super::{Context, Error};
 use api::ValkeyCluster;
 use api::constants::FIELD_MANAGER;
 use api::v1alpha1::{CONDITION_READY, ValkeyClusterStatus};
+use decide::Decision;
+use decide::balance::ShardView;
+use decide::facts::{Facts, desired_members};
+use decide::moves;
+use decide::placement::Placement;
+use decide::pods::PodFacts;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use status::{Activity, Observations, StatusInput};
@@ -186,7 +186,7 @@ pub fn build(
         .filter(|w| w.is_blocked())
         .map(ToString::to_string)
         .collect();
-    if let super::decide::rolling::RollStep::Blocked(why) = &d.roll.step {
+    if let decide::rolling::RollStep::Blocked(why) = &d.roll.step {
         blocked.push(why.clone());
     }
     let moves = moves::move_lines(f, placement, &d.surges);
@@ -236,7 +236,7 @@ fn volumes_pending(f: &Facts<'_>) -> Option<String> {
             if PodFacts::of(pod).ready {
                 return None;
             }
-            let claim = crate::controller::facts::claim_of(&pod.metadata.name.clone()?);
+            let claim = decide::facts::claim_of(&pod.metadata.name.clone()?);
             let pvc = view.pvcs.get(&claim)?;
             let pending = pvc.status.as_ref()?.phase.as_deref() == Some("Pending");
             let created = pvc.metadata.creation_timestamp.as_ref()?.0;
@@ -295,13 +295,12 @@ fn start_failed(f: &Facts<'_>) -> Option<(String, String)> {
     if let Some(missing) = pods_missing(f) {
         return Some(missing);
     }
-    let failures: Vec<(u32, u32, crate::controller::observe::pods::StartFailure)> =
-        desired_members(f.cluster)
-            .filter_map(|(s, m)| {
-                let pod = f.kube.members.get(&(s, m))?;
-                Some((s, m, PodFacts::of(pod).start_failure?))
-            })
-            .collect();
+    let failures: Vec<(u32, u32, decide::pods::StartFailure)> = desired_members(f.cluster)
+        .filter_map(|(s, m)| {
+            let pod = f.kube.members.get(&(s, m))?;
+            Some((s, m, PodFacts::of(pod).start_failure?))
+        })
+        .collect();
     if failures.is_empty() {
         return None;
     }
@@ -495,7 +494,7 @@ pub struct Done {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::decide::balance::Candidate;
+    use decide::balance::Candidate;
 
     fn shard(shard: u32, primary: Option<u32>) -> ShardView {
         ShardView {

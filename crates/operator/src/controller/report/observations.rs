@@ -3,12 +3,12 @@
 //! from (where the Valkey side stands, whether the cluster is bootstrapping).
 
 use super::status::{ClusterState, Observations, SpreadState};
-use crate::controller::facts::{Facts, desired_members};
-use crate::controller::observe::pods::PodFacts;
 use api::constants::{ROLE_PRIMARY, ROLE_REPLICA, member_name};
 use api::v1alpha1::{
     CONDITION_READY, MemberStatus, ShardStatus, ShardTopology, TopologyMember, ValkeyClusterStatus,
 };
+use decide::facts::{Facts, desired_members};
+use decide::pods::PodFacts;
 use kube::ResourceExt;
 use resources::statefulset::Ordinals;
 use std::collections::{BTreeMap, BTreeSet};
@@ -93,7 +93,7 @@ pub fn observations(
             _ => None,
         })
         .collect();
-    let external = crate::controller::observe::external::addresses(cluster, view);
+    let external = decide::external::addresses(cluster, view);
     let mut members = Vec::new();
     let mut topology: BTreeMap<u32, Vec<TopologyMember>> = BTreeMap::new();
     for (s, m) in refs {

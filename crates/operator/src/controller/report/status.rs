@@ -11,13 +11,13 @@
 //!   moving, to where the plan meets them);
 //! - `PrimaryPlacementAligned`: live primaries are spread as balancing wants.
 
-pub use crate::controller::decide::balance::BalanceState;
-pub use crate::controller::decide::placement::SpreadState;
 use api::v1alpha1::{
     CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_PRIMARY_PLACEMENT_ALIGNED,
     CONDITION_PROGRESSING, CONDITION_READY, CONDITION_RESTORED, CONDITION_TOPOLOGY_SPREAD,
     MemberStatus, ShardStatus, ShardTopology, ValkeyClusterStatus,
 };
+pub use decide::balance::BalanceState;
+pub use decide::placement::SpreadState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// A condition before it gets its transition time.

@@ -15,7 +15,7 @@
 //!   the Valkey planner says it is safe (its slots moved, nobody follows it),
 //!   or when it never joined the cluster and its pod never ran.
 
-pub use crate::controller::facts::NODE_LOST_GRACE;
+pub use crate::facts::NODE_LOST_GRACE;
 use std::time::Duration;
 
 /// One copy of a shard's data (a member, or the new copy of a move), as the

@@ -5,8 +5,8 @@
 
 use super::balance;
 use super::surge::{Surge, SurgeStep};
-use crate::controller::facts::{Facts, zone_of};
-use crate::controller::observe::external;
+use crate::external;
+use crate::facts::{Facts, zone_of};
 use resources::config;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -86,7 +86,7 @@ pub fn members(f: &Facts<'_>) -> DesiredCluster {
             .cluster
             .restore
             .as_ref()
-            .and_then(|r| crate::backup::restore::slot_map(&r.record)),
+            .and_then(|r| crate::restore::slot_map(&r.record)),
     }
 }
 

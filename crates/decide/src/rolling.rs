@@ -17,12 +17,12 @@
 //! in sync).
 
 use super::placement::Placement;
-use crate::controller::events::{Note, reason};
-use crate::controller::facts::{Facts, desired_members};
-use crate::controller::memory::Announced;
-use crate::controller::observe::pods::{PodFacts, needs_restart};
+use crate::facts::{Facts, desired_members};
+use crate::memory::Announced;
+use crate::notes::{Note, reason};
+use crate::pods::{PodFacts, needs_restart};
 use api::constants::member_name;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use resources::Desired;
 use std::collections::BTreeMap;
 

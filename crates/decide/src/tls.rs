@@ -21,8 +21,8 @@
 //! The pod is the same before and after step 2 (its probe tries TLS, then
 //! plaintext), so there is one rolling restart, not two.
 
-use crate::controller::facts::{Facts, desired_members};
-use crate::controller::observe::pods::{PodFacts, needs_restart};
+use crate::facts::{Facts, desired_members};
+use crate::pods::{PodFacts, needs_restart};
 use api::constants::member_name;
 use k8s_openapi::api::core::v1::ConfigMap;
 use resources::Desired;

@@ -10,8 +10,8 @@
 //! changed here, so the bus keeps working on pod IPs while every client (in
 //! or outside the cluster) is sent to the external address.
 
-use crate::controller::observe::kube::KubeView;
-use crate::controller::observe::pods::PodFacts;
+use crate::pods::PodFacts;
+use crate::view::KubeView;
 use api::ValidatedCluster;
 use api::constants::VALKEY_PORT;
 use api::v1alpha1::ExternalAccessType;

@@ -4,17 +4,17 @@
 //! Each rule that reads the live cluster is written here once: the live
 //! primary of a shard, whether a node is lost and for how long, whether a
 //! shard is served without a given member, a member's zone, a volume's claim
-//! name. The decisions in [`super::decide`] take a [`Facts`] and never ask
+//! name. The decisions in [`crate`] take a [`Facts`] and never ask
 //! Kubernetes or Valkey themselves.
 
-use super::observe::kube::KubeView;
-use super::observe::pods::PodFacts;
+use crate::pods::PodFacts;
+use crate::view::KubeView;
 use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use resources::adapt;
 use resources::statefulset::{DATA_VOLUME, Ordinals};
 use std::collections::{BTreeMap, BTreeSet};

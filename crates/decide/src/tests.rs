@@ -7,9 +7,9 @@ use super::moves;
 use super::placement::Placement;
 use super::rolling::{self, RollStep};
 use super::surge::{Surge, SurgeStep};
-use crate::controller::facts::{Facts, claim_of};
-use crate::controller::memory::{Announced, Memory};
-use crate::controller::observe::kube::KubeView;
+use crate::facts::{Facts, claim_of};
+use crate::memory::{Announced, Memory};
+use crate::view::KubeView;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetOrdinals, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -87,7 +87,7 @@ fn view(pods: Vec<Pod>, statefulsets: Vec<StatefulSet>, nodes: Vec<Node>) -> Kub
         .into_iter()
         .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
         .collect();
-    let sorted = crate::controller::observe::kube::sort_members(&c, &statefulsets, &pods);
+    let sorted = crate::view::sort_members(&c, &statefulsets, &pods);
     KubeView {
         nodes: nodes.into_iter().map(std::sync::Arc::new).collect(),
         all_pods: pods.into_iter().map(std::sync::Arc::new).collect(),

@@ -30,7 +30,7 @@
 //! mid-move picks it up where it stands. One move at a time in a cluster:
 //! the rolling update starts none while a surge or an old copy remains.
 
-pub use crate::controller::observe::kube::{Slot, slot};
+pub use crate::view::{Slot, slot};
 use resources::statefulset::Ordinals;
 
 /// The new copy's pod, as the move sees it.

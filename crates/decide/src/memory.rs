@@ -14,8 +14,8 @@
 //!   healing waits longer, never shorter;
 //! - `failures`: the retry back-off starts again at 1 s.
 
-use super::observe::kube::KubeView;
-use super::observe::pods::PodFacts;
+use crate::pods::PodFacts;
+use crate::view::KubeView;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 

@@ -4,9 +4,9 @@
 //! The planner itself (crate `placement`) is pure and exact; this module
 //! bounds it (search and time limits) and reads its plan.
 
-use super::super::events::{Note, reason};
-use super::super::memory::Announced;
-use super::super::observe::kube::KubeView;
+use crate::memory::Announced;
+use crate::notes::{Note, reason};
+use crate::view::KubeView;
 use api::ValidatedCluster;
 use resources::adapt;
 use resources::scheduling::MemberPlacement;
@@ -63,40 +63,31 @@ pub enum Placement {
 }
 
 impl Placement {
-    /// Plans the members of `cluster` over the Nodes and Pods of `view`.
-    pub async fn compute(cluster: &ValidatedCluster, view: &KubeView) -> Placement {
-        let problem = match adapt::problem(cluster, &view.nodes, &view.all_pods) {
-            Ok(p) => p,
-            Err(e) => return Placement::Failed(e.to_string()),
-        };
+    /// The planner's problem for the members of `cluster` over the Nodes and
+    /// Pods of `view`, with its bounds; or the placement that says why there
+    /// is none.
+    pub fn problem(
+        cluster: &ValidatedCluster,
+        view: &KubeView,
+    ) -> Result<(placement::Problem, placement::PlanOptions), Placement> {
+        let problem = adapt::problem(cluster, &view.nodes, &view.all_pods)
+            .map_err(|e| Placement::Failed(e.to_string()))?;
         let options = placement::PlanOptions {
             search_limit: Some(PLACEMENT_SEARCH_LIMIT),
             time_limit: Some(PLACEMENT_TIME_LIMIT),
         };
-        // The planner is CPU-bound for up to the time limit: on a blocking
-        // thread it cannot stall the runtime's other reconciles, watches and
-        // lease renewals.
-        let planned =
-            tokio::task::spawn_blocking(move || placement::plan_with(&problem, &options)).await;
-        // A planner that panicked (it must not) leaves the placement unknown,
-        // as a problem it cannot plan does.
-        match planned.map_err(|e| format!("the placement planner stopped: {e}")) {
-            Ok(Ok(planned)) => {
-                if !planned.optimal {
-                    tracing::info!(
-                        search_limit = PLACEMENT_SEARCH_LIMIT,
-                        time_limit_ms = PLACEMENT_TIME_LIMIT.as_millis() as u64,
-                        "placement plan not proven optimal: a search limit cut it short"
-                    );
-                }
-                let gap = planned.gap;
-                Placement::Planned {
-                    plan: planned.plan,
-                    gap,
-                }
-            }
-            Ok(Err(e)) => Placement::Failed(e.to_string()),
-            Err(e) => Placement::Failed(e),
+        Ok((problem, options))
+    }
+
+    /// Plans `problem`. CPU-bound for up to [`PLACEMENT_TIME_LIMIT`]: the
+    /// operator runs it where it cannot stall other work.
+    pub fn solve(problem: &placement::Problem, options: &placement::PlanOptions) -> Placement {
+        match placement::plan_with(problem, options) {
+            Ok(planned) => Placement::Planned {
+                plan: planned.plan,
+                gap: planned.gap,
+            },
+            Err(e) => Placement::Failed(e.to_string()),
         }
     }
 

@@ -17,10 +17,10 @@
 //!   and never while the volume may hold the shard's last copy.
 
 use super::safety::{self, CopyFacts};
-use crate::controller::events::{Note, reason};
-use crate::controller::facts::{Facts, desired_members};
-use crate::controller::memory::Announced;
-use crate::controller::observe::pods::PodFacts;
+use crate::facts::{Facts, desired_members};
+use crate::memory::Announced;
+use crate::notes::{Note, reason};
+use crate::pods::PodFacts;
 use std::time::Duration;
 use valkey::model::MemberIndex;
 

@@ -1,7 +1,14 @@
 //! Decide: everything that chooses what happens, as pure functions of plain
 //! data (the [`Facts`], the spec, the placement plan, what the operator
 //! remembers, `now`), each returning a decision value. Nothing here holds a
-//! client; [`crate::controller::act`] carries the decisions out.
+//! client, and this crate's dependencies hold none (no kube client, tokio,
+//! hyper or object store: `cargo tree -p decide -e normal`); the operator's act
+//! step carries the decisions out.
+//!
+//! The facts it reads: [`view`] (the Kubernetes side), [`pods`] (each member
+//! pod's state), [`facts`] (both joined with what Valkey said), [`memory`]
+//! (what the operator remembers between reconciles); [`notes`]: the events a
+//! decision asks for.
 //!
 //! - [`placement`]: where each member should run (the planner, bounded);
 //! - [`objects`]: the owned objects as they should be;
@@ -18,19 +25,26 @@
 
 pub mod balance;
 pub mod cleanup;
+pub mod external;
+pub mod facts;
 pub mod heal;
+pub mod memory;
 pub mod moves;
+pub mod notes;
 pub mod placement;
+pub mod pods;
+pub mod restore;
 pub mod rolling;
 pub mod safety;
 pub mod surge;
 pub mod tls;
 pub mod valkey;
+pub mod view;
 
-use super::facts::{Facts, desired_members, retained_start};
-use super::memory::Memory;
-use super::observe::kube::KubeView;
-use super::observe::pods::PodFacts;
+use crate::facts::{Facts, desired_members, retained_start};
+use crate::memory::Memory;
+use crate::pods::PodFacts;
+use crate::view::KubeView;
 use ::valkey::actions::Plan;
 use ::valkey::model::MemberIndex;
 use ::valkey::planner::{self, Health, PlanError, PlannerOptions};

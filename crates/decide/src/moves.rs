@@ -5,12 +5,12 @@
 use super::placement::Placement;
 use super::safety;
 use super::surge::{self, Surge, SurgePod, SurgeStep};
-use crate::controller::decide::placement::SpreadState;
-use crate::controller::facts::{Facts, desired_members, node_of, serves_slots};
-use crate::controller::observe::kube::KubeView;
-use crate::controller::observe::pods::PodFacts;
+use crate::facts::{Facts, desired_members, node_of, serves_slots};
+use crate::placement::SpreadState;
+use crate::pods::PodFacts;
+use crate::view::KubeView;
 use api::constants::member_name;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use resources::statefulset::Ordinals;
 use std::collections::BTreeSet;
 use valkey::model::MemberIndex;

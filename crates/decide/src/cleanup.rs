@@ -6,13 +6,13 @@
 //! Each function names the objects; [`crate::controller::act`] writes.
 
 use super::safety;
-use crate::controller::facts::{Facts, claims_by_ordinal, desired_members, member_of};
-use crate::controller::observe::kube::KubeView;
-use crate::controller::observe::pods::{PodFacts, placement_outdated, template_annotation};
+use crate::facts::{Facts, claims_by_ordinal, desired_members, member_of};
+use crate::pods::{PodFacts, placement_outdated, template_annotation};
+use crate::view::KubeView;
 use api::ValidatedCluster;
 use api::constants::{ROLE_PRIMARY, ROLE_REPLICA, member_name};
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use resources::statefulset::{ANNOTATION_PLACEMENT_HASH, Ordinals};
 use resources::{Desired, pdb_name};
 use std::collections::BTreeSet;

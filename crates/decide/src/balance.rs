@@ -10,8 +10,8 @@
 //! even as the members allow, i.e. at most ceil(shards / domains) per domain
 //! where possible.
 
-use crate::controller::facts::Facts;
-pub use crate::controller::facts::{Candidate, Domains, ShardView, keys_widest_first};
+use crate::facts::Facts;
+pub use crate::facts::{Candidate, Domains, ShardView, keys_widest_first};
 use api::v1alpha1::BalancingMode;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -249,7 +249,7 @@ mod tests {
         let c = resources::adapt::fixtures::cluster(
             "shards: 3\nreplicas: 2\nprimaryBalancing: {quietPeriodSeconds: 10}",
         );
-        let kube = crate::controller::observe::kube::KubeView::default();
+        let kube = crate::view::KubeView::default();
         let valkey = valkey::model::ObservedCluster::default();
         let f = Facts {
             cluster: &c,

@@ -25,6 +25,7 @@
 
 pub mod balance;
 pub mod cleanup;
+pub mod conditions;
 pub mod external;
 pub mod facts;
 pub mod heal;

@@ -1,6 +1,9 @@
 //! The events a decision asks for, and every event reason the operator
 //! publishes (the operator's `Events` publishes them).
 
+use crate::facts::ShardView;
+use std::collections::HashMap;
+
 /// Event reasons (CamelCase, stable: users, alerts and tests match on them).
 /// Every event the operator publishes takes its reason from here or from
 /// [`action_reason`].
@@ -99,4 +102,25 @@ pub fn action_reason(kind: &str) -> &'static str {
         "ConfigSet" => "ConfigApplied",
         _ => "ValkeyAction",
     }
+}
+
+/// The primaries that changed since the last reconcile that saw one
+/// (Valkey's own failovers included); `primaries` is updated.
+pub fn failovers(shards: &[ShardView], primaries: &mut HashMap<u32, u32>) -> Vec<Note> {
+    let mut notes = Vec::new();
+    for v in shards {
+        let Some(p) = v.primary else { continue };
+        match primaries.insert(v.shard, p) {
+            Some(old) if old != p => notes.push(Note::normal(
+                reason::PRIMARY_CHANGED,
+                "Failover",
+                format!(
+                    "shard {}: member {p} is now the primary (was member {old})",
+                    v.shard
+                ),
+            )),
+            _ => {}
+        }
+    }
+    notes
 }

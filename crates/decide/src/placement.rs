@@ -64,14 +64,14 @@ pub enum Placement {
 
 impl Placement {
     /// The planner's problem for the members of `cluster` over the Nodes and
-    /// Pods of `view`, with its bounds; or the placement that says why there
-    /// is none.
+    /// Pods of `view`, with its bounds; or why there is none (the message of a
+    /// [`Placement::Failed`]).
     pub fn problem(
         cluster: &ValidatedCluster,
         view: &KubeView,
-    ) -> Result<(placement::Problem, placement::PlanOptions), Placement> {
-        let problem = adapt::problem(cluster, &view.nodes, &view.all_pods)
-            .map_err(|e| Placement::Failed(e.to_string()))?;
+    ) -> Result<(placement::Problem, placement::PlanOptions), String> {
+        let problem =
+            adapt::problem(cluster, &view.nodes, &view.all_pods).map_err(|e| e.to_string())?;
         let options = placement::PlanOptions {
             search_limit: Some(PLACEMENT_SEARCH_LIMIT),
             time_limit: Some(PLACEMENT_TIME_LIMIT),

@@ -182,3 +182,91 @@ pub fn slot(ordinals: Ordinals, index: u32) -> Slot {
         Slot::Condemned
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::{StatefulSetOrdinals, StatefulSetSpec};
+    use k8s_openapi::api::core::v1::Event;
+    use resources::adapt::fixtures::{cluster, pod};
+
+    fn member_pod(name: &str, shard: u32, member: u32, index: u32) -> Pod {
+        pod(&format!(
+            "metadata:
+               name: {name}
+               namespace: prod
+               labels: {{valkey.rs/cluster: cache, valkey.rs/shard: '{shard}', valkey.rs/member: '{member}', apps.kubernetes.io/pod-index: '{index}'}}
+             spec: {{nodeName: n1, containers: [{{name: valkey}}]}}"
+        ))
+    }
+
+    fn sts(start: i32, replicas: i32) -> StatefulSet {
+        StatefulSet {
+            spec: Some(StatefulSetSpec {
+                replicas: Some(replicas),
+                ordinals: Some(StatefulSetOrdinals { start: Some(start) }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_missing_pod_is_explained_by_its_statefulsets_latest_failed_create() {
+        use k8s_openapi::api::core::v1::ObjectReference;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let event = |sts: &str, at: &str, message: &str| Event {
+            involved_object: ObjectReference {
+                kind: Some("StatefulSet".into()),
+                name: Some(sts.into()),
+                ..Default::default()
+            },
+            last_timestamp: Some(Time(at.parse().unwrap())),
+            message: Some(message.into()),
+            reason: Some("FailedCreate".into()),
+            ..Default::default()
+        };
+        let missing: BTreeMap<String, (u32, u32)> = [("up-0-0".to_string(), (0, 0))].into();
+        let events = [
+            event("up-0-0", "2026-01-01T00:00:05Z", "quota exceeded"),
+            event(
+                "up-0-0",
+                "2026-01-01T00:00:09Z",
+                "no PriorityClass with name valkey-high",
+            ),
+            event("other-0-0", "2026-01-01T00:00:10Z", "not ours"),
+        ];
+        let why = failed_creates(&missing, &events);
+        assert_eq!(why.len(), 1);
+        assert_eq!(why[&(0, 0)], "no PriorityClass with name valkey-high");
+    }
+
+    fn names(pods: &BTreeMap<(u32, u32), Pod>) -> Vec<String> {
+        pods.values()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn the_member_is_the_pod_at_the_statefulsets_start_the_next_one_its_new_copy() {
+        let c = cluster("shards: 1\nreplicas: 1");
+        let pods = [
+            member_pod("cache-0-1-3", 0, 1, 3),
+            member_pod("cache-0-1-4", 0, 1, 4),
+            member_pod("cache-0-0-0", 0, 0, 0),
+        ];
+        let moving = BTreeMap::from([("cache-0-1".to_string(), sts(3, 2))]);
+        let sorted = sort_members(&c, &moving, &pods);
+        assert_eq!(names(&sorted.members), ["cache-0-0-0", "cache-0-1-3"]);
+        assert_eq!(names(&sorted.surges), ["cache-0-1-4"]);
+        assert!(sorted.condemned.is_empty());
+
+        // Done: the old copy is outside the range until the controller removes it.
+        let done = BTreeMap::from([("cache-0-1".to_string(), sts(4, 1))]);
+        let sorted = sort_members(&c, &done, &pods);
+        assert_eq!(names(&sorted.members), ["cache-0-0-0", "cache-0-1-4"]);
+        assert!(sorted.surges.is_empty());
+        assert_eq!(sorted.condemned.len(), 1);
+        assert_eq!(sorted.condemned[0].0, (0, 1));
+    }
+}

@@ -31,13 +31,13 @@
 //! delete).
 
 use super::manifest::Manifest;
-use crate::controller::report::status::{Cond, merge_conditions};
 use crate::controller::{Context, Error};
 use api::ValkeyCluster;
 use api::v1alpha1::{
     BackupPhase, CONDITION_READY, CONDITION_RESTORED, RestoreStatus, ValkeyBackup,
     ValkeyClusterStatus,
 };
+use decide::conditions::{Cond, merge_conditions};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

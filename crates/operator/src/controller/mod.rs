@@ -21,6 +21,7 @@
 //! the placement planner.
 
 pub mod act;
+pub mod done;
 pub mod error;
 pub mod events;
 pub mod observe;

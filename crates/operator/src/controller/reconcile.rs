@@ -24,9 +24,10 @@
 //! the top with what the API server and the members then say.
 
 use super::act::{self, Actor};
+use super::done::Done;
 use super::events::{Events, reason};
 use super::observe::valkey::{AuthState, MemberAuths, TlsState, ValkeyObservation};
-use super::report::{self, Done, Target};
+use super::report::{self, Target};
 use super::{Context, Error, Memory, Settings, observe};
 use crate::backup::restore;
 use crate::metrics;
@@ -710,6 +711,28 @@ fn downgrade_refused(vc: &ValkeyCluster, image: &str) -> Option<String> {
     versions::downgrade_refusal(image, &running)
 }
 
+/// Plans where the members run, on a blocking thread: the planner is
+/// CPU-bound for up to its time limit, and must not stall the runtime's other
+/// reconciles, watches and lease renewals. A planner that panicked (it must
+/// not) leaves the placement unknown, as a problem it cannot plan does.
+async fn plan_placement(cluster: &ValidatedCluster, kube: &KubeView) -> Placement {
+    let (problem, options) = match Placement::problem(cluster, kube) {
+        Ok(p) => p,
+        Err(why) => return Placement::Failed(why),
+    };
+    let placement = tokio::task::spawn_blocking(move || Placement::solve(&problem, &options))
+        .await
+        .unwrap_or_else(|e| Placement::Failed(format!("the placement planner stopped: {e}")));
+    if let Placement::Planned { gap: Some(_), .. } = &placement {
+        tracing::info!(
+            search_limit = decide::placement::PLACEMENT_SEARCH_LIMIT,
+            time_limit_ms = decide::placement::PLACEMENT_TIME_LIMIT.as_millis() as u64,
+            "placement plan not proven optimal: a search limit cut it short"
+        );
+    }
+    placement
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -732,26 +755,4 @@ mod tests {
             s.slow_requeue
         );
     }
-}
-
-/// Plans where the members run, on a blocking thread: the planner is
-/// CPU-bound for up to its time limit, and must not stall the runtime's other
-/// reconciles, watches and lease renewals. A planner that panicked (it must
-/// not) leaves the placement unknown, as a problem it cannot plan does.
-async fn plan_placement(cluster: &ValidatedCluster, kube: &KubeView) -> Placement {
-    let (problem, options) = match Placement::problem(cluster, kube) {
-        Ok(p) => p,
-        Err(failed) => return failed,
-    };
-    let placement = tokio::task::spawn_blocking(move || Placement::solve(&problem, &options))
-        .await
-        .unwrap_or_else(|e| Placement::Failed(format!("the placement planner stopped: {e}")));
-    if let Placement::Planned { gap: Some(_), .. } = &placement {
-        tracing::info!(
-            search_limit = decide::placement::PLACEMENT_SEARCH_LIMIT,
-            time_limit_ms = decide::placement::PLACEMENT_TIME_LIMIT.as_millis() as u64,
-            "placement plan not proven optimal: a search limit cut it short"
-        );
-    }
-    placement
 }

@@ -181,12 +181,12 @@ pub(crate) fn add(a: Capacity, b: Capacity) -> Capacity {
     }
 }
 
-/// Nodes, Pods and clusters for tests (compiled always, so that every build
-/// shares one `resources`).
+// Compiled always (not only under cfg(test)), so that every build shares one
+// `resources`: the operator's and decide's tests use these too.
 #[doc(hidden)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod fixtures {
-    //! Small builders of Nodes, Pods and clusters for the adapter's tests.
+    //! Small builders of Nodes, Pods and clusters for tests.
 
     use api::ValidatedCluster;
     use api::v1alpha1::{ValkeyCluster, ValkeyClusterSpec, validate};

@@ -13,10 +13,10 @@ pub mod tls_switch;
 pub mod users;
 pub mod valkey;
 
+pub use super::done::Done;
 use super::events::{Events, reason};
 use super::valkey_io::Session;
 use super::{Context, Error};
-pub use crate::controller::report::Done;
 use ::kube::ResourceExt;
 use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
@@ -65,7 +65,7 @@ pub async fn carry_out(
     events
         .notes(heal::waiting_note(&d.heal, &mut memory.announced))
         .await;
-    let failovers = super::report::failovers(&f.shards, &mut memory.primaries);
+    let failovers = decide::notes::failovers(&f.shards, &mut memory.primaries);
     if !failovers.is_empty() {
         memory.last_disturbance = Some(now);
     }

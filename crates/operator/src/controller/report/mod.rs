@@ -7,13 +7,13 @@ pub mod gauges;
 pub mod observations;
 pub mod status;
 
+use super::done::Done;
 use super::events::{Events, Note, reason};
 use super::{Context, Error};
 use api::ValkeyCluster;
 use api::constants::FIELD_MANAGER;
 use api::v1alpha1::{CONDITION_READY, ValkeyClusterStatus};
 use decide::Decision;
-use decide::balance::ShardView;
 use decide::facts::{Facts, desired_members};
 use decide::moves;
 use decide::placement::Placement;
@@ -21,7 +21,6 @@ use decide::pods::PodFacts;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use status::{Activity, Observations, StatusInput};
-use std::collections::HashMap;
 
 /// The cluster a reconcile reports on.
 pub struct Target<'a> {
@@ -407,27 +406,6 @@ pub const CANNOT_START: &str = "MemberCannotStart";
 /// A member's image cannot be pulled.
 pub const IMAGE_PULL_FAILED: &str = "ImagePullFailed";
 
-/// The primaries that changed since the last reconcile that saw one
-/// (Valkey's own failovers included); `primaries` is updated.
-pub fn failovers(shards: &[ShardView], primaries: &mut HashMap<u32, u32>) -> Vec<Note> {
-    let mut notes = Vec::new();
-    for v in shards {
-        let Some(p) = v.primary else { continue };
-        match primaries.insert(v.shard, p) {
-            Some(old) if old != p => notes.push(Note::normal(
-                reason::PRIMARY_CHANGED,
-                "Failover",
-                format!(
-                    "shard {}: member {p} is now the primary (was member {old})",
-                    v.shard
-                ),
-            )),
-            _ => {}
-        }
-    }
-    notes
-}
-
 /// The members whose external address changed since the last status: one
 /// learnt (a load balancer assigned it), moved (a NodePort member on another
 /// node, a load balancer reassigned) or gone (external access turned off).
@@ -476,25 +454,13 @@ pub async fn publish(
     write_status(ctx, t, new).await
 }
 
-/// What acting did, for the status and the requeue.
-#[derive(Debug, Default)]
-pub struct Done {
-    /// Valkey commands sent (CONFIG SET left out).
-    pub executed: Vec<String>,
-    /// Leaving members removed (`shard s member m`).
-    pub removed: Vec<String>,
-    /// Pods of members on lost nodes removed.
-    pub healed: usize,
-    /// Copies a move removed, force-deleted off lost nodes.
-    pub stranded: usize,
-    /// The last thing done, for `status.lastAction`.
-    pub last_action: Option<String>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use decide::balance::Candidate;
+    use decide::balance::ShardView;
+    use decide::notes::failovers;
+    use std::collections::HashMap;
 
     fn shard(shard: u32, primary: Option<u32>) -> ShardView {
         ShardView {

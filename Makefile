@@ -35,7 +35,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets $(CARGO_PROFILE) -- -D warnings
 	python3 scripts/check-layers.py
-	$(CARGO) run -q $(CARGO_PROFILE) -p layers --bin check-layers
+	$(CARGO) run -q $(CARGO_PROFILE) -p layers --bin check-layers -- --transitive
 
 fmt:
 	$(CARGO) fmt --all

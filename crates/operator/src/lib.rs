@@ -10,9 +10,11 @@
 //! - [`run`]: `valkey-operator run`, the controller.
 
 pub mod backup;
+pub mod context;
 pub mod controller;
 pub mod crd_cmd;
 pub mod crd_reference;
+pub mod error;
 pub mod exporter;
 pub mod exposition;
 pub mod http;

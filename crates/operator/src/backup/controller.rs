@@ -19,7 +19,7 @@
 
 use super::job::{self, LABEL_BACKUP};
 use super::take::Outcome;
-use crate::controller::Context;
+use crate::context::Context;
 use api::ValkeyCluster;
 use api::v1alpha1::{BACKUP_FINALIZER, BackupPhase, ValkeyBackup};
 use futures::StreamExt;

@@ -31,7 +31,8 @@
 //! delete).
 
 use super::manifest::Manifest;
-use crate::controller::{Context, Error};
+use crate::context::Context;
+use crate::error::Error;
 use api::ValkeyCluster;
 use api::v1alpha1::{
     BackupPhase, CONDITION_READY, CONDITION_RESTORED, RestoreStatus, ValkeyBackup,

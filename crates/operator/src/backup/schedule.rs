@@ -16,7 +16,7 @@
 //! UTC. The backups are not owned by the schedule, so deleting a schedule
 //! keeps them.
 
-use crate::controller::Context;
+use crate::context::Context;
 use api::v1alpha1::{
     BackupPhase, LABEL_SCHEDULE, ValkeyBackup, ValkeyBackupSchedule, ValkeyBackupScheduleStatus,
     ValkeyBackupSpec,

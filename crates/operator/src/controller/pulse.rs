@@ -12,14 +12,13 @@
 //! converging one is reconciled every second anyway). The decision
 //! ([`changed`]) is pure; the rest is thin I/O.
 
-use crate::controller::observe::valkey::ValkeyObservation;
 use api::v1alpha1::ValkeyCluster;
 use kube::runtime::reflector::ObjectRef;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
-use valkey::model::{MemberAddr, MemberState};
+use valkey::model::{MemberAddr, MemberState, ObservedCluster};
 use valkey::parse::{ReplicationInfo, Role, RoleReply};
 use valkey_client::client::{Admin, ConnectOptions, ValkeyAdmin};
 
@@ -148,7 +147,7 @@ impl Pulse {
         &self,
         cluster: ObjectRef<ValkeyCluster>,
         steady: bool,
-        valkey: &ValkeyObservation,
+        observed: &ObservedCluster,
         opts: ConnectOptions,
     ) {
         let Ok(mut w) = self.watched.lock() else {
@@ -158,8 +157,7 @@ impl Pulse {
             w.remove(&cluster);
             return;
         }
-        let seen = valkey
-            .observed
+        let seen = observed
             .members
             .iter()
             .filter_map(|m| {

@@ -636,7 +636,7 @@ async fn report(
     ctx.pulse.record(
         ObjectRef::from_obj(io.vc),
         !converging && !blocked,
-        valkey,
+        &valkey.observed,
         valkey.opts.clone(),
     );
     Ok(Action::requeue(next_look(

@@ -8,8 +8,8 @@
 //! server defaults or others own do not matter: only the operator's fields are
 //! compared.
 
-use crate::controller::Error;
 pub use crate::controller::observe::kube::kind_name;
+use crate::error::Error;
 use crate::metrics::Metrics;
 use api::constants::FIELD_MANAGER;
 use kube::api::{Api, Patch, PatchParams};

@@ -3,9 +3,11 @@
 //! when it knows it, so a newer object of the same name is never deleted.
 
 use super::Actor;
+use crate::context::Context;
+use crate::controller::act::apply;
 use crate::controller::events::{Events, reason};
 pub use crate::controller::observe::valkey::AuthState;
-use crate::controller::{Context, Error, act::apply};
+use crate::error::Error;
 use api::ValidatedCluster;
 use api::constants::{FIELD_MANAGER, LABEL_ROLE};
 use decide::cleanup::{Doomed, Leaving, Orphans};

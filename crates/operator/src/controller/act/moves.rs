@@ -4,8 +4,8 @@
 
 use super::Actor;
 use super::kube::{apply_ordinals, delete_claim_of, delete_pod, force_delete_pod};
-use crate::controller::Error;
 use crate::controller::events::reason;
+use crate::error::Error;
 use api::constants::member_name;
 use decide::facts::{Facts, claim_of, node_of};
 use decide::moves;

@@ -65,12 +65,13 @@
 //!   refused by a member without a password (Valkey's rule).
 
 use super::users::password_hash;
+use crate::context::Context;
 use crate::controller::act::secrets;
 use crate::controller::events::{Events, reason};
 use crate::controller::observe::valkey::AuthState;
 use crate::controller::observe::valkey::MemberAuths;
 use crate::controller::valkey_io::Session;
-use crate::controller::{Context, Error};
+use crate::error::Error;
 use api::ValidatedCluster;
 use api::constants::{auth_applied_secret_name, member_name};
 use decide::pods::{PodFacts, needs_restart};

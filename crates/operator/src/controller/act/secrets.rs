@@ -1,7 +1,8 @@
 //! Act, Secrets: the reads and server-side applies the password, TLS and
 //! user steps share.
 
-use crate::controller::{Context, Error};
+use crate::context::Context;
+use crate::error::Error;
 use api::constants::{FIELD_MANAGER, LABEL_CLUSTER};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;

@@ -13,9 +13,10 @@
 //! (`TLSSecretMissing`), like a missing password.
 
 use super::secrets;
+use crate::context::Context;
 use crate::controller::events::{Events, reason};
 pub use crate::controller::observe::valkey::TlsState;
-use crate::controller::{Context, Error};
+use crate::error::Error;
 use api::ValidatedCluster;
 use api::constants::{
     FIELD_MANAGER, TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, tls_ca_key_secret_name,

@@ -3,9 +3,10 @@
 //! there).
 
 use super::apply;
+use crate::context::Context;
 use crate::controller::events::{Events, reason};
 use crate::controller::valkey_io::Session;
-use crate::controller::{Context, Error};
+use crate::error::Error;
 use api::ValidatedCluster;
 use decide::facts::Facts;
 use decide::tls::{self, Step};

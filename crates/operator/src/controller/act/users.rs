@@ -11,10 +11,11 @@
 //! is on the members (neither set nor deleted) and reported with a Warning
 //! event; the other users and the cluster go on.
 
-use crate::controller::Context;
+use crate::context::Context;
+use crate::controller::act::secrets;
 use crate::controller::events::{Events, reason};
 use crate::controller::valkey_io::Session;
-use crate::controller::{Error, act::secrets};
+use crate::error::Error;
 use api::ValidatedCluster;
 use decide::memory::Memory;
 use k8s_openapi::api::core::v1::Secret;

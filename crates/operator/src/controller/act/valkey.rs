@@ -17,7 +17,7 @@
 //! 26: 0.1-2 s each on a loaded host), REPLICATE likewise; sent this way on
 //! a host that is not saturated, 0.04-0.17 s (docs/benchmarks.md).
 
-use crate::controller::Context;
+use crate::context::Context;
 use crate::controller::events::{Events, action_reason, reason};
 use crate::controller::valkey_io::{self, Session};
 use decide::memory::Memory;

@@ -1,5 +1,5 @@
 //! Observe, Kubernetes side: the cluster's owned objects (from the scope's
-//! caches, see [`crate::controller::OwnedStores`]),
+//! caches, see [`crate::context::OwnedStores`]),
 //! its member pods, and every Node and Pod of the cluster-wide caches (other
 //! pods use node room the planner must count).
 //!
@@ -7,7 +7,8 @@
 //! (see [`decide::surge`]): the member proper, the new copy of a move in
 //! flight, and copies on their way out.
 
-use crate::controller::{Context, Error};
+use crate::context::Context;
+use crate::error::Error;
 use api::ValidatedCluster;
 use api::constants::LABEL_CLUSTER;
 use api::constants::member_name;

@@ -5,7 +5,7 @@
 //! unreachable; a leaving member whose pod is gone is still listed by its
 //! recorded node id, so the planner can tell whether it owns slots.
 
-use crate::controller::Context;
+use crate::context::Context;
 use crate::controller::events::reason;
 use crate::controller::valkey_io::{self, Session};
 use api::ValidatedCluster;

@@ -9,7 +9,8 @@ pub mod status;
 
 use super::done::Done;
 use super::events::{Events, Note, reason};
-use super::{Context, Error};
+use crate::context::Context;
+use crate::error::Error;
 use api::ValkeyCluster;
 use api::constants::FIELD_MANAGER;
 use api::v1alpha1::{CONDITION_READY, ValkeyClusterStatus};

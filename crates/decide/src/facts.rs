@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube_core::ResourceExt;
 use resources::adapt;
-use resources::statefulset::{DATA_VOLUME, Ordinals};
+use resources::statefulset::Ordinals;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use valkey::model::{
@@ -275,17 +275,8 @@ pub fn member_of(sts: &StatefulSet) -> Option<(u32, u32)> {
     ))
 }
 
-/// The name of the data volume claim of pod `pod_name` (the StatefulSet's
-/// `<template>-<pod>` rule).
-pub fn claim_of(pod_name: &str) -> String {
-    format!("{DATA_VOLUME}-{pod_name}")
-}
-
-/// The node a pod is bound to, for messages.
-pub fn node_of(pod: Option<&Pod>) -> String {
-    pod.and_then(|p| PodFacts::of(p).node)
-        .unwrap_or_else(|| "<none>".to_string())
-}
+pub use resources::adapt::pods::node_of;
+pub use resources::statefulset::claim_of;
 
 /// The claims of StatefulSet `sts`'s pods, by pod ordinal.
 pub fn claims_by_ordinal<'v>(

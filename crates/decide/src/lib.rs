@@ -99,6 +99,8 @@ pub struct Decision {
     pub cluster_ready: bool,
     /// The moves in flight and the next step of each.
     pub surges: Vec<(Surge, SurgeStep)>,
+    /// How each move given up (`SurgeStep::Abort`) is given up, by member.
+    pub give_up: std::collections::BTreeMap<(u32, u32), moves::GiveUp>,
     /// The rolling update's next step (`Wait` while a move is under way).
     pub roll: Roll,
     pub balance: BalanceState,
@@ -126,6 +128,7 @@ pub fn next(
     let members = valkey::members(f);
     let health = valkey::without_surges(planner::health(&members, f.valkey, &opts)?);
     let surges = moves::in_flight(f, placement);
+    let give_up = moves::giving_up(f, &surges);
     let all_pods_ready = desired_members(f.cluster).all(|(s, m)| {
         f.kube
             .members
@@ -188,12 +191,65 @@ pub fn next(
         all_pods_ready,
         cluster_ready,
         surges,
+        give_up,
         roll,
         balance,
         valkey: plan,
         heal,
         wake_in,
     })
+}
+
+/// What the Kubernetes side does after the Valkey side's commands, decided
+/// with them: the members that may leave, the role labels, the copies
+/// stranded on lost nodes, the volumes moves left behind.
+#[derive(Debug)]
+pub struct Cleanup<'v> {
+    /// Leaving members whose StatefulSets may go.
+    pub leaving: Vec<cleanup::Leaving>,
+    /// Member pods whose role label is not what Valkey says.
+    pub role_labels: Vec<(&'v k8s_openapi::api::core::v1::Pod, &'static str)>,
+    /// The old copies of finished moves on lost nodes (force-deleted).
+    pub stranded: Vec<&'v k8s_openapi::api::core::v1::Pod>,
+    /// The volumes of copies that moved away.
+    pub moved_volumes: Vec<cleanup::Doomed>,
+}
+
+/// The events a reconcile announces (each once, remembered in `memory`).
+#[derive(Debug, Default)]
+pub struct Announcements {
+    /// Members on lost nodes that wait (the grace period, a replica to sync).
+    pub heal_waiting: Vec<notes::Note>,
+    /// Primaries that changed since the last reconcile that saw one.
+    pub failovers: Vec<notes::Note>,
+    /// Why the rolling update cannot go on.
+    pub rolling_blocked: Vec<notes::Note>,
+}
+
+/// The clean-up that goes with decision `d` (`joined`: the members the
+/// status recorded as joined).
+pub fn cleanup<'v>(
+    f: &Facts<'v>,
+    d: &Decision,
+    joined: &std::collections::BTreeSet<(u32, u32)>,
+) -> Cleanup<'v> {
+    let holds = |s: u32, m: u32| f.primaries.get(&s) == Some(&m) || f.in_sync(s, m);
+    Cleanup {
+        leaving: cleanup::leaving_members(f.cluster, f.kube, &d.valkey.removable, joined),
+        role_labels: cleanup::role_labels(f),
+        stranded: cleanup::stranded_copies(f),
+        moved_volumes: cleanup::moved_volumes(f.cluster, f.kube, holds),
+    }
+}
+
+/// The events decision `d` announces, each once: `memory` remembers what
+/// was said (and the primaries seen).
+pub fn announce(f: &Facts<'_>, d: &Decision, memory: &mut Memory) -> Announcements {
+    Announcements {
+        heal_waiting: heal::waiting_note(&d.heal, &mut memory.announced),
+        failovers: notes::failovers(&f.shards, &mut memory.primaries),
+        rolling_blocked: rolling::blocked_note(&d.roll.step, &mut memory.announced),
+    }
 }
 
 /// The `cluster-node-timeout` the members should have now: while a new

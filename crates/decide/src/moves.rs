@@ -148,3 +148,32 @@ pub fn keeps_new_copy_volume(f: &Facts<'_>, surge: &Surge) -> Option<String> {
     };
     safety::give_up_volume(&copy, p.node_loss_grace).err()
 }
+
+/// How a move is given up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GiveUp {
+    /// Giving up waits: the new copy's volume is kept, for this reason.
+    pub waits: Option<String>,
+    /// The new copy is on a lost node: nobody there can finish its
+    /// deletion, so it is force-deleted.
+    pub force_delete_new: bool,
+}
+
+/// How each move of `surges` that is given up goes, by member.
+pub fn giving_up(
+    f: &Facts<'_>,
+    surges: &[(Surge, SurgeStep)],
+) -> std::collections::BTreeMap<(u32, u32), GiveUp> {
+    surges
+        .iter()
+        .filter(|(_, step)| matches!(step, SurgeStep::Abort(_)))
+        .map(|(surge, _)| {
+            let new = f.kube.surges.get(&(surge.shard, surge.member));
+            let give_up = GiveUp {
+                waits: keeps_new_copy_volume(f, surge),
+                force_delete_new: new.is_some_and(|p| f.on_lost_node(&PodFacts::of(p))),
+            };
+            ((surge.shard, surge.member), give_up)
+        })
+        .collect()
+}

@@ -62,6 +62,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 
+/// The claim of pod `pod_name`'s data volume (`data-<pod>`).
+pub fn claim_of(pod_name: &str) -> String {
+    format!("{DATA_VOLUME}-{pod_name}")
+}
+
 /// The init container that puts a backup's snapshot in place before the
 /// server starts (its pod's restore check reads its exit by this name).
 pub const RESTORE_CONTAINER: &str = "restore";

@@ -32,7 +32,7 @@ use super::{Context, Error, Memory, Settings, observe};
 use crate::backup::restore;
 use crate::metrics;
 use api::{ValidatedCluster, ValkeyCluster};
-use decide::facts::Facts;
+use decide::facts::{Facts, recorded_members};
 use decide::view::KubeView;
 use decide::{self, Decision, cleanup, placement::Placement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -118,13 +118,15 @@ async fn run(
         now,
     )?;
     log_waits(&decision);
+    let cleanup = decide::cleanup(&facts, &decision, &recorded_members(io.target.old));
+    let said = decide::announce(&facts, &decision, memory);
     let session = &seen.valkey.session;
     let done = act::carry_out(
         &k.actor(&io),
-        &facts,
         &decision,
+        &cleanup,
+        said,
         session,
-        io.target.old,
         memory,
         now,
     )

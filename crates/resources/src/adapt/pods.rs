@@ -335,6 +335,13 @@ pub fn census<P: Borrow<Pod>>(
     Ok(census)
 }
 
+/// The node a pod is bound to, for messages (`<none>` when none).
+pub fn node_of(pod: Option<&Pod>) -> String {
+    pod.and_then(|p| p.spec.as_ref()?.node_name.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "<none>".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::{cluster, pod};

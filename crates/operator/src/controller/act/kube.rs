@@ -11,7 +11,6 @@ use crate::error::Error;
 use api::ValidatedCluster;
 use api::constants::{FIELD_MANAGER, LABEL_ROLE};
 use decide::cleanup::{Doomed, Leaving, Orphans};
-use decide::facts::claim_of;
 use decide::memory::Announced;
 use decide::view::KubeView;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -21,6 +20,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Resource, ResourceExt};
+use resources::statefulset::claim_of;
 use resources::statefulset::{Ordinals, set_ordinals};
 use resources::{Desired, secret};
 

@@ -20,14 +20,13 @@ use crate::context::Context;
 use crate::error::Error;
 use ::kube::ResourceExt;
 use api::ValidatedCluster;
-use api::v1alpha1::ValkeyClusterStatus;
-use decide::facts::{Facts, recorded_members};
+use decide::heal::Heal;
 use decide::memory::Memory;
 use decide::placement::Placement;
 use decide::pods::PodFacts;
 use decide::rolling::RollStep;
 use decide::view::KubeView;
-use decide::{Decision, cleanup, heal, rolling};
+use decide::{Announcements, Cleanup, Decision};
 use resources::Desired;
 use std::time::Instant;
 
@@ -42,53 +41,40 @@ pub struct Actor<'a> {
     pub events: &'a Events<'a>,
 }
 
-/// Carries out the Valkey side's decision.
+/// Carries out the Valkey side's decision, its clean-up, and says its
+/// announcements, in a fixed order.
 pub async fn carry_out(
     a: &Actor<'_>,
-    f: &Facts<'_>,
     d: &Decision,
+    cleanup: &Cleanup<'_>,
+    said: Announcements,
     session: &Session,
-    old_status: Option<&ValkeyClusterStatus>,
     memory: &mut Memory,
     now: Instant,
 ) -> Result<Done, Error> {
     let (ctx, cluster, events) = (a.ctx, a.cluster, a.events);
     let executed = valkey::execute(ctx, session, &d.valkey.actions, events, memory, now).await;
-    let leaving = cleanup::leaving_members(
-        cluster,
-        a.kube,
-        &d.valkey.removable,
-        &recorded_members(old_status),
-    );
-    let removed = kube::remove_members(ctx, cluster, &leaving, events).await?;
-    kube::set_role_labels(ctx, cluster, &cleanup::role_labels(f)).await?;
+    let removed = kube::remove_members(ctx, cluster, &cleanup.leaving, events).await?;
+    kube::set_role_labels(ctx, cluster, &cleanup.role_labels).await?;
     let healed = heal_lost_members(a, &d.heal).await?;
-    events
-        .notes(heal::waiting_note(&d.heal, &mut memory.announced))
-        .await;
-    let failovers = decide::notes::failovers(&f.shards, &mut memory.primaries);
-    if !failovers.is_empty() {
+    events.notes(said.heal_waiting).await;
+    if !said.failovers.is_empty() {
         memory.last_disturbance = Some(now);
     }
-    events.notes(failovers).await;
-    let stranded = kube::force_delete_pods(ctx, cluster, &cleanup::stranded_copies(f)).await?;
+    events.notes(said.failovers).await;
+    let stranded = kube::force_delete_pods(ctx, cluster, &cleanup.stranded).await?;
 
     // Moves, then the rolling update.
     let mut last_action = executed.last().cloned();
     let quiet = d.valkey.actions.is_empty();
     for (surge, step) in &d.surges {
-        if let Some(done) = moves::step(a, f, surge, step, quiet).await? {
+        let give_up = d.give_up.get(&(surge.shard, surge.member));
+        if let Some(done) = moves::step(a, surge, step, give_up, quiet).await? {
             memory.last_disturbance = Some(now);
             last_action = Some(done);
         }
     }
-    let holds = |s: u32, m: u32| f.primaries.get(&s) == Some(&m) || f.in_sync(s, m);
-    kube::delete_claims(
-        ctx,
-        cluster,
-        &cleanup::moved_volumes(cluster, a.kube, holds),
-    )
-    .await?;
+    kube::delete_claims(ctx, cluster, &cleanup.moved_volumes).await?;
     let rolled = match &d.roll.step {
         RollStep::Surge { shard, member } if quiet => moves::start(a, *shard, *member).await?,
         RollStep::Restart { shard, member } if quiet => moves::restart(a, *shard, *member).await?,
@@ -98,9 +84,7 @@ pub async fn carry_out(
         memory.last_disturbance = Some(now);
         last_action = Some(done);
     }
-    events
-        .notes(rolling::blocked_note(&d.roll.step, &mut memory.announced))
-        .await;
+    events.notes(said.rolling_blocked).await;
     if !d.health.is_ready() || !executed.is_empty() {
         memory.last_disturbance = Some(now);
     }
@@ -115,13 +99,13 @@ pub async fn carry_out(
 
 /// Re-creates members whose node is lost, as [`heal::decide`] said (see
 /// [`decide::heal`]). Returns how many pods it removed.
-async fn heal_lost_members(a: &Actor<'_>, heals: &[heal::Heal]) -> Result<usize, Error> {
+async fn heal_lost_members(a: &Actor<'_>, heals: &[Heal]) -> Result<usize, Error> {
     let mut done = 0;
     for decision in heals {
         let (s, m, with_volume) = match *decision {
-            heal::Heal::Wait { .. } => continue,
-            heal::Heal::ReplacePod { shard, member } => (shard, member, false),
-            heal::Heal::ReplacePodAndVolume { shard, member } => (shard, member, true),
+            Heal::Wait { .. } => continue,
+            Heal::ReplacePod { shard, member } => (shard, member, false),
+            Heal::ReplacePodAndVolume { shard, member } => (shard, member, true),
         };
         let Some(pod) = a.kube.members.get(&(s, m)) else {
             continue;

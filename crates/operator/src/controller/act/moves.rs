@@ -7,13 +7,12 @@ use super::kube::{apply_ordinals, delete_claim_of, delete_pod, force_delete_pod}
 use crate::controller::events::reason;
 use crate::error::Error;
 use api::constants::member_name;
-use decide::facts::{Facts, claim_of, node_of};
-use decide::moves;
-use decide::pods::PodFacts;
+use decide::moves::GiveUp;
 use decide::surge::{Surge, SurgeStep};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use resources::statefulset::Ordinals;
+use resources::adapt::pods::node_of;
+use resources::statefulset::{Ordinals, claim_of};
 
 /// Starts moving member `(s, m)`: its StatefulSet runs a second pod, created
 /// from the template that already carries the new placement. Returns what
@@ -56,9 +55,9 @@ pub async fn start(a: &Actor<'_>, s: u32, m: u32) -> Result<Option<String>, Erro
 /// command is sent this reconcile. Returns what was done.
 pub async fn step(
     a: &Actor<'_>,
-    f: &Facts<'_>,
     surge: &Surge,
     step: &SurgeStep,
+    give_up: Option<&GiveUp>,
     quiet: bool,
 ) -> Result<Option<String>, Error> {
     let (s, m) = (surge.shard, surge.member);
@@ -86,7 +85,7 @@ pub async fn step(
         }
         SurgeStep::Abort(why) => {
             let why = format!("{}: {why}", surge.what());
-            if let Some(reason) = moves::keeps_new_copy_volume(f, surge) {
+            if let Some(reason) = give_up.and_then(|g| g.waits.as_ref()) {
                 let msg = format!(
                     "shard {s} member {m}: giving up its move ({why}) waits: the new copy's volume is kept because {reason}"
                 );
@@ -98,7 +97,7 @@ pub async fn step(
                 if a.cluster.persistence.is_some() {
                     delete_claim_of(a.ctx, a.cluster, &pod.name_any()).await?;
                 }
-                if f.on_lost_node(&PodFacts::of(pod)) {
+                if give_up.is_some_and(|g| g.force_delete_new) {
                     // Nobody on that node can finish the deletion.
                     force_delete_pod(a.ctx, a.cluster, pod).await?;
                 }

@@ -23,10 +23,14 @@
 
 use crate::facts::{Facts, desired_members};
 use crate::pods::{PodFacts, needs_restart};
+use crate::view::KubeView;
+use api::ValidatedCluster;
 use api::constants::member_name;
 use k8s_openapi::api::core::v1::ConfigMap;
 use resources::Desired;
 use resources::config::{CONFIG_FILE, TLS_CLUSTER};
+use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 /// Whether a TLS cluster's members may still speak plaintext: the config
 /// file the operator last wrote (the cluster's ConfigMap) does not say
@@ -156,6 +160,35 @@ pub fn step(members: &[MemberWire], quiet: bool) -> Step {
             .map(|m| m.member)
             .collect(),
     )
+}
+
+/// The IPs of every member pod (and new copy) that has one, and the
+/// external address of every member (`spec.externalAccess`): the serving
+/// certificate must name them, as clients verify the address they were
+/// sent to (a new or changed external address issues it again).
+pub fn member_ips(cluster: &ValidatedCluster, view: &KubeView) -> BTreeSet<IpAddr> {
+    view.members
+        .values()
+        .chain(view.surges.values())
+        .filter_map(|p| PodFacts::of(p).ip)
+        .chain(
+            crate::external::addresses(cluster, view)
+                .values()
+                .map(std::net::SocketAddr::ip),
+        )
+        .collect()
+}
+
+/// The TLS switch's next step, while TLS is being turned on for a live
+/// cluster (`None` otherwise). `quiet`: nothing else happened this reconcile.
+pub fn switch_step(
+    cluster: &ValidatedCluster,
+    f: &Facts<'_>,
+    desired: &Desired,
+    quiet: bool,
+) -> Option<Step> {
+    cluster.tls.as_ref().filter(|t| t.switching)?;
+    Some(step(&wires(f, desired), quiet))
 }
 
 #[cfg(test)]

@@ -354,6 +354,10 @@ fn relabel(inst: &Instance, sol: &Solution, salt: u64) -> Option<Solution> {
 /// shard runs) -> sink (the node's room). The swaps move two members at a
 /// time; this moves a whole zone, which is what uneven racks in tight room
 /// need (issue 31: 1 excess left, 0 possible).
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the lint was on; split it when it next changes"
+)]
 fn reassign(
     inst: &Instance,
     st: &Structure,
@@ -522,6 +526,10 @@ fn reassign(
 /// lowers the excess. Past `deadline` it stops with what it has improved so
 /// far (a pass is quadratic in the new members: the planner's time limit
 /// must hold for it too).
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the lint was on; split it when it next changes"
+)]
 fn swap_pass(
     inst: &Instance,
     st: &Structure,

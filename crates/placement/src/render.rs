@@ -39,6 +39,10 @@ fn group_key(v: &Option<String>) -> (bool, String) {
 /// (members planned / room per node, and why a node takes no new member), then
 /// the Preferred violations and the unplaced members with their reasons. See
 /// the crate docs for an example.
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the lint was on; split it when it next changes"
+)]
 pub fn render_text(problem: &Problem, plan: &Plan) -> String {
     let mut out = String::new();
     let members_per_shard = u64::from(problem.replicas) + 1;

@@ -1132,6 +1132,7 @@ impl Env {
     /// other members replicate it; the 16384 slots are spread over the shards
     /// within one slot of each other; `redis-cli --cluster check` passes on
     /// every member. Returns what it saw.
+    #[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
     pub fn check_shape(&self, ns: &str, name: &str, shards: u32, replicas: u32) -> Result<Shape> {
         let total = shards * (replicas + 1);
         let members = self.members(ns, name)?;

@@ -424,6 +424,10 @@ const DELETE_TRY: Duration = Duration::from_secs(20);
 /// A store that stays unreachable is retried for [`DELETE_PATIENCE`]; a
 /// credentials Secret that is gone (a namespace being deleted) can never
 /// succeed: the objects are left and an event says where.
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the lint was on; split it when it next changes"
+)]
 async fn clean_up(backup: &ValkeyBackup, ctx: &Context) -> Result<Action, BackupControllerError> {
     if !has_finalizer(backup) {
         return Ok(Action::await_change());
@@ -617,6 +621,10 @@ fn record_success(
 }
 
 /// Takes the backup: checks, its Job, its outcome.
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the lint was on; split it when it next changes"
+)]
 async fn take(
     backup: Arc<ValkeyBackup>,
     ctx: Arc<Context>,

@@ -52,6 +52,10 @@ const TLS_DIR: &str = "/etc/valkey-backup/tls";
 /// `tls_secret` (a TLS cluster's serving Secret), its `ca.crt` is mounted and
 /// the members are reached over TLS trusting it (the members ask no client
 /// certificate: `tls-auth-clients optional`; the login is the password).
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the lint was on; split it when it next changes"
+)]
 pub fn build(backup: &ValkeyBackup, image: &str, tls_secret: Option<&str>) -> Job {
     let name = backup.name_any();
     let namespace = backup.namespace().unwrap_or_default();

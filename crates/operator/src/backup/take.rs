@@ -300,6 +300,10 @@ async fn discover(
     Err(failures.join("; "))
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the lint was on; split it when it next changes"
+)]
 async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
     let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
     let settings = S3Settings {

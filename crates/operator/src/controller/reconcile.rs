@@ -366,7 +366,7 @@ async fn kubernetes(
         ctx,
         &cluster,
         &owner,
-        &kube,
+        &decide::tls::member_ips(&cluster, &kube),
         (now_unix, rotate_request.as_deref()),
         events,
     )
@@ -486,14 +486,14 @@ async fn logins(
     );
     let (auth, rotation, facts) = (&k.auth, &k.rotation, step.facts);
     let quiet = step.done.executed.is_empty() && step.done.last_action.is_none();
-    let tls_switching = act::tls_switch::advance(
-        ctx,
-        (cluster, owner, &k.desired),
-        (facts, session),
+    let switch = decide::tls::switch_step(
+        cluster,
+        facts,
+        &k.desired,
         quiet && step.decision.cluster_ready,
-        events,
-    )
-    .await?;
+    );
+    let tls_switching =
+        act::tls_switch::advance(ctx, (cluster, owner), switch, (&k.kube, session), events).await?;
     // Every member's ACL users, asked once: the rotation, the check of
     // `default` and the users' sync read it.
     let listed = act::users::list(session).await;

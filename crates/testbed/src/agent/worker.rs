@@ -479,6 +479,10 @@ impl Worker {
     }
 
     /// Starts container `i`.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "written before the lint was on; split it when it next changes"
+    )]
     async fn start(&mut self, i: usize) {
         let now = Instant::now();
         // Fresh ConfigMap/Secret contents for every (re)start, like the kubelet's

@@ -628,6 +628,7 @@ async fn bootstrap_then_scale_out_and_in_keeps_every_key_and_balance() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 async fn planned_failover_and_killed_primaries_rejoin_as_replicas() {
     let run = async {
         let Some(mut h) = Harness::new("failover", 3, 1).await else {

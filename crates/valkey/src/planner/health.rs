@@ -167,6 +167,10 @@ impl Health {
 }
 
 /// The health of the observed cluster against the desired topology.
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the lint was on; split it when it next changes"
+)]
 pub fn health(
     desired: &DesiredCluster,
     observed: &ObservedCluster,

@@ -707,6 +707,10 @@ enum Holder {
 }
 
 /// Steps 4 and 5: slots and primaries.
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the lint was on; split it when it next changes"
+)]
 fn slots_and_failover(
     a: &Analysis<'_>,
     shards: &BTreeMap<ShardIndex, ShardState<'_>>,

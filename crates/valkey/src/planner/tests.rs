@@ -423,6 +423,7 @@ impl Sim {
 
     // ---- applying actions, with Valkey's rules and the planner's promises ----
 
+    #[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
     fn apply(&mut self, action: &Action, opts: &PlannerOptions) {
         self.log.push(action.to_string());
         let on = self.idx(action.on());
@@ -649,6 +650,7 @@ impl Sim {
 
     /// Time passes: handshakes complete, gossip spreads, jobs finish, failures are
     /// detected, Valkey promotes replicas of dead primaries.
+    #[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
     fn tick(&mut self) {
         // Handshakes.
         for i in 0..self.nodes.len() {

@@ -238,6 +238,7 @@ pub fn scrape_jobs(kind: MonitorKind, monitor: &Value) -> Result<Vec<ScrapeJob>>
     jobs_of(kind, monitor, name, ns).with_context(|| what)
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn jobs_of(kind: MonitorKind, monitor: &Value, name: &str, ns: &str) -> Result<Vec<ScrapeJob>> {
     let spec = &monitor["spec"];
     let (object, endpoints_key, role) = match kind {

@@ -72,6 +72,7 @@ fn wait_final(env: &Env, ns: &str, name: &str, timeout: Duration) -> Result<Valu
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn a_backup_under_writes_lands_in_the_bucket_and_bad_input_fails_with_a_message() {
     let Some(suite) = Suite::start("backup", "backup", "e2e-backup") else {
         return;
@@ -424,6 +425,7 @@ fn refused(
 /// manifest; a missing or Failed backup, another number of shards and a
 /// damaged object are refused with a reason and no member (or, for an object
 /// of the right size with other bytes, fail on the checksum).
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn restore_checks(
     env: &Env,
     ns: &str,
@@ -622,6 +624,7 @@ fn scheduled(env: &Env, ns: &str, name: &str) -> Result<Vec<(String, String)>> {
 /// its objects; an invalid cron expression is reported naming the field;
 /// deleting the schedule keeps its backups.
 #[test]
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn scheduled_backups_are_pruned_to_keep_and_deleted_backups_take_their_objects() {
     let Some(suite) = Suite::start("backup_schedule", "backup-schedule", "e2e-sched") else {
         return;

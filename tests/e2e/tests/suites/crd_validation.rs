@@ -98,6 +98,7 @@ fn setup(suite: &str) -> Option<(Env, Namespace)> {
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn schema_and_cel_refuse_bad_specs_naming_the_field() {
     let Some((env, ns)) = setup("crd-create") else {
         return;

@@ -347,6 +347,7 @@ fn outside_clients_follow_every_member_through_node_ports_and_load_balancers() {
     });
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn scenario(env: &Env, ns: &str) -> Result<()> {
     let start = Instant::now();
     let work = env.work_dir("external_access")?;

@@ -22,6 +22,7 @@ const RELEASE: &str = "vko";
 /// The chart's name: ServiceAccount, Deployment and RBAC objects carry it.
 const CHART_NAME: &str = "valkey-operator";
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn chart_suite(env: &Env, ns: &str) -> Result<()> {
     let chart = env.root.join("deploy/helm/valkey-operator");
     let chart_s = chart.to_string_lossy().to_string();

@@ -216,6 +216,7 @@ fn pvc_phases(
     Ok(out)
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn run(env: &Env, ns: &str) -> Result<()> {
     env.kubectl(&[
         "create",

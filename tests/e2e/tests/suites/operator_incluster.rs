@@ -243,6 +243,7 @@ fn client_pod_yaml(name: &str, target: &str, password: &str, keys: u32) -> Strin
     .to_string()
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn suite(env: &Env, ns: &str) -> Result<()> {
     // 1. the image.
     let archive = exporter::image_archive(env);
@@ -794,6 +795,7 @@ fn backup_series(env: &Env, ns: &str) -> Result<()> {
     Ok(())
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn monitoring(env: &Env, ns: &str, chart: &std::path::Path) -> Result<()> {
     let started = Instant::now();
     let dir = env.work_dir("operator_incluster-prometheus")?;

@@ -358,6 +358,7 @@ fn unreachable_kubeconfig(env: &Env, dir: &std::path::Path) -> Result<std::path:
     Ok(path)
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn run(env: &Env, ns: &str, replicas: &mut Vec<Replica>) -> Result<()> {
     // (a) Two operators: one leads, one stands by.
     replicas.push(Replica::start(env, ns, "a")?);

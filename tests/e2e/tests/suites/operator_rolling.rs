@@ -138,6 +138,7 @@ struct RollWatch {
     ready_while_stale: Vec<String>,
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn rolling_image_recreates_one_member_at_a_time(env: &Env, ns: &str, password: &str) -> Result<()> {
     let dir = env.work_dir("operator_rolling-image")?;
     let before: BTreeMap<String, PodIdentity> = env.pod_identities(ns, NAME)?;
@@ -351,6 +352,7 @@ fn versions_everywhere(env: &Env, ns: &str, password: &str, want: &str) -> Resul
 /// cluster serves every slot meanwhile, Ready says which image and why);
 /// naming a good tag again resumes it. Then a downgrade across a minor
 /// version is refused (InvalidSpec) and restarts nothing.
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
     env: &Env,
     ns: &str,

@@ -333,6 +333,7 @@ fn create(env: &Env, ns: &str, m: &ClusterManifest) -> Result<()> {
     Ok(())
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn suite(env: &Env, ns: &str) -> Result<()> {
     // 1. the previous release, from git.
     let prev = release::build(env, PREVIOUS_TAG, PREVIOUS_COMMIT)?;

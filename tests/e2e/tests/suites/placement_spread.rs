@@ -61,6 +61,7 @@ fn scheduled(members: &[MemberPod]) -> Vec<&MemberPod> {
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn a_cordoned_zone_leaves_required_members_pending_with_a_reason_and_preferred_reports_a_violation()
 {
     let Some(suite) = Suite::start("placement_spread", "placement", "e2e-placement") else {

@@ -129,6 +129,7 @@ fn none_restarted(
     Ok(())
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn scenario(env: &Env, ns: &str) -> Result<()> {
     let work = env.work_dir("security_reversals")?;
     let m = cluster_manifest(NAME, 2, 1);

@@ -448,6 +448,7 @@ fn testbed_runs_real_valkey_pods_on_a_real_control_plane_and_its_faults_cut_what
     down_leaves_no_process_and_no_network_namespace(&tb, start).unwrap();
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn up_gives_nine_ready_labelled_nodes_on_the_pinned_release(
     tb: &Testbed,
     start: Instant,
@@ -714,6 +715,7 @@ spec:
     args: [--port, "0", --tls-port, "6379", --tls-cert-file, /none.crt, --tls-key-file, /none.key]
 "#;
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn image_tags_run_their_own_valkey_version_and_a_missing_tag_never_runs(
     tb: &Testbed,
     ns: &str,
@@ -1054,6 +1056,7 @@ fn resolve_in_pod(tb: &Testbed, ns: &str, pod: &str, name: &str) -> Result<Optio
         .map(str::to_string))
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn services_route_to_ready_endpoints_and_pods_resolve_cluster_names(
     tb: &Testbed,
     ns: &str,
@@ -1364,6 +1367,7 @@ fn node_addr(tb: &Testbed, name: &str) -> Result<String> {
     ])
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(
     tb: &Testbed,
     ns: &str,
@@ -1499,6 +1503,7 @@ fn node_fail_makes_it_not_ready_and_tainted_and_silences_its_pods(
     Ok(())
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn zone_partition_cuts_traffic_both_ways_and_heal_restores_it(
     tb: &Testbed,
     ns: &str,
@@ -1629,6 +1634,7 @@ fn zone_partition_cuts_traffic_both_ways_and_heal_restores_it(
 /// other way round, signed by curl (not by the testbed's own signer); wrong or
 /// missing credentials are refused, a missing bucket is not made up; and a
 /// store that died is started again by `up` with its objects.
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn object_store_keeps_signed_objects_for_the_host_and_pods_and_comes_back_after_a_crash(
     tb: &Testbed,
     kv: &[PodInfo],

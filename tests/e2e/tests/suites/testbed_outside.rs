@@ -141,6 +141,7 @@ fn outside_clients_reach_node_ports_and_load_balancers_and_no_pod_or_cluster_ip(
     }
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn scenario(env: &Env, ns: &str) -> Result<()> {
     let start = Instant::now();
     let state: Value = serde_json::from_str(&std::fs::read_to_string(

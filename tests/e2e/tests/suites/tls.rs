@@ -209,6 +209,7 @@ fn follow_ca_change(
     Ok((published, reasons))
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn tls_on_for_a_live_cluster(
     env: &Env,
     ns: &str,
@@ -331,6 +332,7 @@ fn tls_on_for_a_live_cluster(
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn members_speak_only_tls_and_renew_their_certificate() {
     let Some(suite) = Suite::start("tls", "tls", "e2e-tls") else {
         return;

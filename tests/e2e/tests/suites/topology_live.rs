@@ -172,6 +172,7 @@ fn all_slots_served_by_survivors(
     Ok(served == 16384)
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn zone_loss(env: &Env, ns: &str, name: &str, undo: &mut Faults) -> Result<()> {
     let zones = zones_of_nodes(env)?;
     create(env, ns, name, "Required", &zones)?;
@@ -326,6 +327,7 @@ fn zone_loss(env: &Env, ns: &str, name: &str, undo: &mut Faults) -> Result<()> {
     finish_and_verify(env, ns, name, &password, load, "zone loss")
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn primary_killed(env: &Env, ns: &str, name: &str) -> Result<()> {
     let zones = zones_of_nodes(env)?;
     create(env, ns, name, "Required", &zones)?;
@@ -569,6 +571,7 @@ fn ordinal(pod: &str) -> Option<u32> {
     pod.rsplit_once('-').and_then(|(_, o)| o.parse().ok())
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn node_loss(env: &Env, ns: &str, name: &str, undo: &mut Faults) -> Result<()> {
     let zones = zones_of_nodes(env)?;
     create(env, ns, name, "Preferred", &zones)?;

@@ -111,6 +111,7 @@ fn secret_yaml(pairs: &[(&str, &str)]) -> String {
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn app_users_are_limited_and_rotate_without_dropping_clients() {
     let Some(suite) = Suite::start("users", "users", "e2e-users") else {
         return;

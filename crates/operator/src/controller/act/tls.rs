@@ -33,30 +33,14 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use valkey_client::client::{ConnectOptions, TlsIdentity, ValkeyAdmin};
 
-/// The IPs of every member pod (and new copy) that has one, and the
-/// external address of every member (`spec.externalAccess`): the serving
-/// certificate must name them, as clients verify the address they were
-/// sent to (a new or changed external address issues it again).
-pub fn member_ips(cluster: &ValidatedCluster, view: &KubeView) -> BTreeSet<IpAddr> {
-    view.members
-        .values()
-        .chain(view.surges.values())
-        .filter_map(|p| PodFacts::of(p).ip)
-        .chain(
-            decide::external::addresses(cluster, view)
-                .values()
-                .map(std::net::SocketAddr::ip),
-        )
-        .collect()
-}
-
 /// Makes sure the TLS Secrets exist and are current; returns the CA.
+/// `ips`: what the serving certificate must name ([`decide::tls::member_ips`]).
 /// `request` is the cluster's `valkey.rs/rotate-ca` annotation.
 pub async fn ensure(
     ctx: &Context,
     cluster: &ValidatedCluster,
     owner: &OwnerReference,
-    view: &KubeView,
+    ips: &BTreeSet<IpAddr>,
     (now_unix, request): (i64, Option<&str>),
     events: &Events<'_>,
 ) -> Result<TlsState, Error> {
@@ -103,11 +87,9 @@ pub async fn ensure(
         }
         return Ok(TlsState::Ready(trust.into_bytes(), Some(set)));
     }
-    let ips = member_ips(cluster, view);
     let signer = &set.signer;
-    if let Some(why) = tls::issue_reason(facts.as_ref(), &trust, signer.generation, &ips, now_unix)
-    {
-        let issued = tls::issue(cluster, signer, &ips, now_unix).map_err(Error::Tls)?;
+    if let Some(why) = tls::issue_reason(facts.as_ref(), &trust, signer.generation, ips, now_unix) {
+        let issued = tls::issue(cluster, signer, ips, now_unix).map_err(Error::Tls)?;
         secrets::apply(
             ctx,
             &api,

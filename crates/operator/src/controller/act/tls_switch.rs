@@ -1,5 +1,5 @@
-//! Act, TLS turned on for a live cluster: carries out
-//! [`decide::tls::step`] (the switch itself is explained
+//! Act, TLS turned on for a live cluster: carries out the step
+//! [`decide::tls::switch_step`] decided (the switch itself is explained
 //! there).
 
 use super::apply;
@@ -8,27 +8,27 @@ use crate::controller::events::{Events, reason};
 use crate::controller::valkey_io::Session;
 use crate::error::Error;
 use api::ValidatedCluster;
-use decide::facts::Facts;
-use decide::tls::{self, Step};
+use decide::tls::Step;
+use decide::view::KubeView;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
-use resources::{self as builders, Desired, config};
+use resources::{self as builders, config};
 use valkey::model::MemberRef;
 
 /// Moves the switch on. Returns whether the cluster is still switching
 /// (so the reconcile looks again soon).
 pub async fn advance(
     ctx: &Context,
-    (cluster, owner, desired): (&ValidatedCluster, &OwnerReference, &Desired),
-    (f, session): (&Facts<'_>, &Session),
-    quiet: bool,
+    (cluster, owner): (&ValidatedCluster, &OwnerReference),
+    step: Option<Step>,
+    (view, session): (&KubeView, &Session),
     events: &Events<'_>,
 ) -> Result<bool, Error> {
-    let Some(settings) = cluster.tls.as_ref().filter(|t| t.switching) else {
+    let (Some(step), Some(settings)) = (step, cluster.tls.as_ref()) else {
         return Ok(false);
     };
-    match tls::step(&tls::wires(f, desired), quiet) {
+    match step {
         Step::Wait(why) => {
             tracing::debug!(%why, "the switch to TLS waits");
             Ok(true)
@@ -50,8 +50,7 @@ pub async fn advance(
             let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
             apply::apply(
                 &api,
-                f.kube
-                    .config_maps
+                view.config_maps
                     .get(&builders::config_map_name(&cluster.name)),
                 &file,
                 &ctx.metrics,

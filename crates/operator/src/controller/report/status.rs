@@ -76,6 +76,10 @@ pub struct StatusInput {
 }
 
 /// The five conditions for a valid spec.
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the lint was on; split it when it next changes"
+)]
 pub fn conditions(input: &StatusInput) -> Vec<Cond> {
     let c = &input.cluster;
     let a = &input.activity;

@@ -289,6 +289,7 @@ pub fn brute_force(p: &Problem) -> (u64, u64, u64) {
 /// checking that the plan is well-formed: every member exactly once, only on
 /// allowed nodes, no room exceeded, no Required constraint broken, `moved`,
 /// `primary`, `domains`, `violations` and `feasible` consistent.
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 pub fn check_plan(p: &Problem, plan: &Plan) -> (u64, u64, u64) {
     let nodes = reference_nodes(p);
     let index: BTreeMap<&str, usize> = p
@@ -416,6 +417,7 @@ type ShardVector = (Vec<u32>, u64, u64, u64);
 /// member count per node instead of each member's node (members of a shard
 /// are alike except where they run: a node keeps min(count, running there)
 /// of them). Reaches a few shards on several nodes.
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 pub fn brute_force_by_counts(p: &Problem) -> (u64, u64, u64) {
     let nodes = reference_nodes(p);
     let m = p.replicas + 1;

@@ -73,6 +73,7 @@ fn mb_per_s(bytes: u64, d: Duration) -> f64 {
 }
 
 /// The figures; `gib` GiB of data (1 in `make bench`).
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 pub fn measure(env: &Env, ns: &str, gib: f64) -> Result<()> {
     let info = env.s3_info()?;
     env.apply(

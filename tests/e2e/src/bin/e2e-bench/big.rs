@@ -62,6 +62,7 @@ fn peak_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn figures(env: &Env, operator_args: &[String]) -> Result<()> {
     env.install_crd()?;
     let ns = env.namespace("big")?;

@@ -46,6 +46,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn main() -> Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let root = root.canonicalize()?;
@@ -295,6 +296,7 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks / 100.0)
 }
 
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn many_figures(env: &Env, count: u32, operator_args: &[String]) -> Result<()> {
     env.install_crd()?;
     let ns = env.namespace("many")?;

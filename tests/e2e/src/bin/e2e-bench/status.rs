@@ -123,6 +123,7 @@ fn whole_and_balanced(
 }
 
 /// Runs every fault of goal 2 on `name` (3x2, Ready) in `ns`.
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 pub fn figures(env: &Env, ns: &str, name: &str) -> Result<()> {
     let settle = Duration::from_secs(120);
     env.wait_condition(ns, name, "Ready", "True", settle)?;

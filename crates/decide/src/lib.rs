@@ -36,9 +36,11 @@ pub mod placement;
 pub mod pods;
 pub mod restore;
 pub mod rolling;
+pub mod rotation;
 pub mod safety;
 pub mod surge;
 pub mod tls;
+pub mod users;
 pub mod valkey;
 pub mod view;
 

@@ -318,3 +318,99 @@ pub fn read_tree(src: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
     out.sort();
     Ok(out)
 }
+
+/// Where a file names a function or a module of the pure `decide` crate
+/// (a `use` of a lowercase name or a glob, a `decide::module::function`
+/// path in code): what act may not do. Types of decide (the plan, the facts)
+/// and their associated functions (`PodFacts::of`) are act's to use.
+pub fn decide_functions(text: &str) -> Result<Vec<(usize, String)>, String> {
+    struct Uses(Vec<(usize, String)>);
+    fn lower(name: &str) -> bool {
+        name.chars().next().is_some_and(char::is_lowercase)
+    }
+    fn tree(
+        out: &mut Vec<(usize, String)>,
+        prefix: &mut Vec<String>,
+        t: &syn::UseTree,
+        line: usize,
+    ) {
+        match t {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                tree(out, prefix, &p.tree, line);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                let name = n.ident.to_string();
+                if prefix.first().map(String::as_str) == Some("decide")
+                    && (lower(&name) || prefix.len() == 1 && name == "self")
+                {
+                    out.push((line, format!("use {}::{name}", prefix.join("::"))));
+                }
+            }
+            syn::UseTree::Rename(r) => {
+                let name = r.ident.to_string();
+                if prefix.first().map(String::as_str) == Some("decide") && lower(&name) {
+                    out.push((line, format!("use {}::{name}", prefix.join("::"))));
+                }
+            }
+            syn::UseTree::Glob(_) => {
+                if prefix.first().map(String::as_str) == Some("decide") {
+                    out.push((line, format!("use {}::*", prefix.join("::"))));
+                }
+            }
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    tree(out, prefix, t, line);
+                }
+            }
+        }
+    }
+    impl<'ast> Visit<'ast> for Uses {
+        fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+            let line = u.use_token.span.start().line;
+            let mut prefix = Vec::new();
+            // `use ::decide::x` names the same crate.
+            tree(&mut self.0, &mut prefix, &u.tree, line);
+        }
+        fn visit_expr_path(&mut self, e: &'ast syn::ExprPath) {
+            let segs: Vec<String> = e
+                .path
+                .segments
+                .iter()
+                .map(|s| s.ident.to_string())
+                .collect();
+            if segs.len() >= 2
+                && segs[0] == "decide"
+                && lower(&segs[segs.len() - 1])
+                && lower(&segs[segs.len() - 2])
+            {
+                let line = e.path.segments[0].ident.span().start().line;
+                self.0.push((line, segs.join("::")));
+            }
+            syn::visit::visit_expr_path(self, e);
+        }
+    }
+    let ast = syn::parse_file(text).map_err(|e| e.to_string())?;
+    let mut uses = Uses(Vec::new());
+    uses.visit_file(&ast);
+    Ok(uses.0)
+}
+
+/// Every place a module of act (`controller::act`) names a function or a
+/// module of `decide` ([`decide_functions`]).
+pub fn act_calls_decide(files: &[(PathBuf, String)]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for (rel, text) in files {
+        if !under(&module_of(rel), &["controller", "act"]) {
+            continue;
+        }
+        for (line, what) in decide_functions(text).map_err(|e| format!("{}: {e}", rel.display()))? {
+            out.push(format!(
+                "{}:{line}: act names {what} (act carries a plan out: decide's functions are the driver's to call)",
+                rel.display()
+            ));
+        }
+    }
+    Ok(out)
+}

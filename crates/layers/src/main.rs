@@ -32,13 +32,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let broken = layers::check(&graph, layers::RULES, reach);
+    let mut broken = layers::check(&graph, layers::RULES, reach);
+    match layers::act_calls_decide(&files) {
+        Ok(found) => broken.extend(found),
+        Err(e) => {
+            eprintln!("check-layers: {e}");
+            return ExitCode::from(2);
+        }
+    }
     for b in &broken {
         println!("{b}");
     }
     if broken.is_empty() {
         println!(
-            "check-layers ({reach:?}): {} modules; observe reaches neither act nor report, act not report, report not act, backup none of the cluster's steps",
+            "check-layers ({reach:?}): {} modules; observe reaches neither act nor report, act not report, report not act, backup none of the cluster's steps; act calls no function of decide",
             graph.files.len()
         );
         ExitCode::SUCCESS

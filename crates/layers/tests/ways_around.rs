@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use layers::{RULES, Reach, check, graph};
+use layers::{RULES, Reach, act_calls_decide, check, decide_functions, graph};
 use std::path::PathBuf;
 
 /// A small operator-shaped crate: `extra` files added to a clean skeleton.
@@ -154,4 +154,38 @@ fn a_file_that_does_not_parse_is_named() {
         Err(e) => assert!(e.contains("controller/act/mod.rs"), "{e}"),
         Ok(_) => panic!("a file that does not parse must be an error"),
     }
+}
+
+#[test]
+fn act_naming_a_function_of_decide_is_caught_and_its_types_are_not() {
+    let found = |text: &str| decide_functions(text).unwrap();
+    assert_eq!(found("use decide::cleanup;\n").len(), 1);
+    assert_eq!(
+        found("use decide::{Decision, cleanup::leaving_members};\n").len(),
+        1
+    );
+    assert_eq!(found("use decide::rotation::*;\n").len(), 1);
+    assert_eq!(found("use decide::tls::step as next;\n").len(), 1);
+    assert_eq!(found("use decide::{self};\n").len(), 1);
+    assert_eq!(
+        found("fn f() { let x = decide::cleanup::leaving_members(1); }\n").len(),
+        1
+    );
+    // Types, and their associated functions, are act's to use.
+    assert!(found("use decide::{Decision, heal::Heal};\nfn f() { PodFacts::of(p); }\n").is_empty());
+    assert!(found("fn f() { let d = decide::Decision::default(); }\n").is_empty());
+    // Only act is held to it.
+    let files = vec![
+        (
+            PathBuf::from("controller/act/mod.rs"),
+            "use decide::cleanup;\n".to_string(),
+        ),
+        (
+            PathBuf::from("controller/reconcile.rs"),
+            "use decide::cleanup;\n".to_string(),
+        ),
+    ];
+    let out = act_calls_decide(&files).unwrap();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(out[0].starts_with("controller/act/mod.rs:1"), "{out:?}");
 }

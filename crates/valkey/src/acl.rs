@@ -276,6 +276,15 @@ fn fits_a_config_line(user: &DesiredUser) -> bool {
         })
 }
 
+/// SHA-256 hex of `password`: how ACL rules name a password (`#<hash>`).
+pub fn password_hash(password: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(password.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

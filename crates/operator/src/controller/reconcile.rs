@@ -288,7 +288,7 @@ struct KubeSide {
     kube: KubeView,
     placement: Placement,
     auth: AuthState,
-    rotation: act::rotation::Rotation,
+    rotation: decide::rotation::Rotation,
     /// The value of `valkey.rs/rotate-ca`, if set.
     rotate_request: Option<String>,
     tls: TlsState,
@@ -348,8 +348,21 @@ async fn kubernetes(
     }
     let placement = plan_placement(&cluster, &kube).await;
     events.notes(placement.notes(&mut memory.announced)).await;
-    let auth = act::kube::ensure_password(ctx, &cluster, &owner, &kube, events).await?;
-    let rotation = act::rotation::state(ctx, &cluster, &owner, &auth, &kube, events).await?;
+    let recorded = act::rotation::read_record(ctx, &cluster).await?;
+    let source = decide::rotation::password_source(
+        (&cluster.auth.secret_name, &cluster.auth.secret_key),
+        &recorded,
+        decide::rotation::pods_by_password(&kube).0,
+    );
+    let auth = act::kube::ensure_password(ctx, &cluster, &owner, source, events).await?;
+    let rotation = decide::rotation::decide(
+        cluster.auth.enabled,
+        auth.password(),
+        &recorded,
+        decide::rotation::pods_by_password(&kube),
+        decide::rotation::in_use(&kube),
+    );
+    let rotation = act::rotation::record(ctx, (&cluster, &owner), rotation, events).await?;
     let cluster = ValidatedCluster {
         auth_generation: rotation.generation,
         ..cluster
@@ -425,7 +438,7 @@ async fn members(io: &Io<'_>, k: &KubeSide) -> Seen {
     let logins = (
         &k.auth,
         k.system.operator.clone(),
-        k.rotation.login(&k.auth),
+        k.rotation.login(k.auth.password()),
     );
     let valkey =
         observe::valkey::members(io.ctx, &k.cluster, &k.kube, io.target.old, logins, &k.tls).await;
@@ -479,12 +492,7 @@ async fn logins(
         return Ok(false);
     }
     let (ctx, events, cluster, owner) = (io.ctx, io.events, &k.cluster, &k.owner);
-    let (session, observed, member_auth) = (
-        &seen.valkey.session,
-        &seen.valkey.observed,
-        &seen.member_auth,
-    );
-    let (auth, rotation, facts) = (&k.auth, &k.rotation, step.facts);
+    let (session, facts) = (&seen.valkey.session, step.facts);
     let quiet = step.done.executed.is_empty() && step.done.last_action.is_none();
     let switch = decide::tls::switch_step(
         cluster,
@@ -497,62 +505,9 @@ async fn logins(
     // Every member's ACL users, asked once: the rotation, the check of
     // `default` and the users' sync read it.
     let listed = act::users::list(session).await;
-    if let (Some(switch), (Some(password), _)) = (&rotation.switch, rotation.login(auth)) {
-        act::rotation::advance_switch(ctx, session, member_auth, switch, password).await;
-    }
-    if let (true, Some(password)) = (rotation.unrecorded, auth.password()) {
-        act::rotation::rebuild_record(
-            ctx,
-            cluster,
-            owner,
-            (observed, member_auth),
-            (password, rotation.highest),
-        )
-        .await?;
-    }
-    // A rotation finishes only once every member answered: say which
-    // it waits for, once per change (the old password stays valid).
-    let waiting = rotation_waiting(rotation, observed);
-    if waiting != memory.announced.rotation_waiting {
-        if let Some(w) = &waiting {
-            events
-                .warning(
-                    reason::PASSWORD_ROTATION_WAITING,
-                    "RotatePassword",
-                    w.clone(),
-                )
-                .await;
-        }
-        memory.announced.rotation_waiting = waiting;
-    }
-    let rolled =
-        act::rotation::all_rolled(cluster, &k.kube, &k.desired) && facts.password_stale.is_empty();
-    if let (Some(previous), Some(password)) = (&rotation.previous, auth.password()) {
-        act::rotation::advance(
-            ctx,
-            cluster,
-            owner,
-            (observed, session, &k.kube),
-            (&listed, member_auth, rolled),
-            (password, previous, rotation.highest),
-            events,
-        )
-        .await?;
-    }
-    act::users::keep_primaryauth(ctx, session, member_auth, &k.system.replication_password).await;
-    let everyone_reachable = observed
-        .members
-        .iter()
-        .all(|m| matches!(m.state, valkey::model::MemberState::Reachable(_)));
-    // While a rotation runs, `advance` gives every member both
-    // passwords; the listing predates its adds.
-    if let Some(want) =
-        act::rotation::default_want(rotation, auth.password(), rolled, everyone_reachable)
-        && rotation.previous.is_none()
-    {
-        act::rotation::close_default(ctx, session, &k.kube, &listed, &want).await;
-    }
-    if act::users::sync(ctx, session, &listed, &k.users, memory, events).await > 0 {
+    passwords(io, k, seen, (&listed, facts), memory).await?;
+    let users = decide::users::plan(session.keys(), &listed, &k.users, memory);
+    if act::users::sync(ctx, session, users, memory, events).await > 0 {
         // The users file is written again with what was just set.
         let mut users = k.users.clone();
         act::users::ensure_file(
@@ -579,6 +534,93 @@ async fn logins(
     )
     .await?;
     Ok(tls_switching)
+}
+
+/// The cluster password's side of [`logins`]: auth switched on or off, a
+/// deleted record rebuilt, a rotation moved on, `default` brought to the spec.
+async fn passwords(
+    io: &Io<'_>,
+    k: &KubeSide,
+    seen: &Seen,
+    (listed, facts): (&act::users::Listed, &Facts<'_>),
+    memory: &mut Memory,
+) -> Result<(), Error> {
+    let (ctx, events, cluster, owner) = (io.ctx, io.events, &k.cluster, &k.owner);
+    let (session, observed, member_auth) = (
+        &seen.valkey.session,
+        &seen.valkey.observed,
+        &seen.member_auth,
+    );
+    let (auth, rotation) = (&k.auth, &k.rotation);
+    if let (Some(switch), (Some(password), _)) = (&rotation.switch, rotation.login(auth.password()))
+    {
+        let commands = decide::rotation::switch_commands(session.keys(), member_auth, switch);
+        act::rotation::advance_switch(ctx, session, &commands, password).await;
+    }
+    if let (true, Some(password)) = (rotation.unrecorded, auth.password()) {
+        let started_with: Vec<Option<String>> = observed
+            .members
+            .iter()
+            .map(|m| member_auth.get(&m.member).map(|a| a.requirepass.clone()))
+            .collect();
+        let rebuilt = decide::rotation::rebuilt_record(
+            password,
+            &started_with,
+            (cluster.auth_generation, rotation.highest),
+        );
+        if let Some(rebuilt) = &rebuilt {
+            act::rotation::rebuild_record(ctx, (cluster, owner), rebuilt, password).await?;
+        }
+    }
+    // A rotation finishes only once every member answered: say which
+    // it waits for, once per change (the old password stays valid).
+    let waiting = rotation_waiting(rotation, observed);
+    if waiting != memory.announced.rotation_waiting {
+        if let Some(w) = &waiting {
+            events
+                .warning(
+                    reason::PASSWORD_ROTATION_WAITING,
+                    "RotatePassword",
+                    w.clone(),
+                )
+                .await;
+        }
+        memory.announced.rotation_waiting = waiting;
+    }
+    let rolled = decide::rotation::all_rolled(cluster, &k.kube, &k.desired)
+        && facts.password_stale.is_empty();
+    if let (Some(previous), Some(password)) = (&rotation.previous, auth.password()) {
+        let step = decide::rotation::rotation_step(
+            session.keys(),
+            (observed, &k.kube),
+            (listed, member_auth, rolled),
+            (password, previous),
+        );
+        act::rotation::advance(
+            ctx,
+            (cluster, owner),
+            session,
+            &step,
+            (password, rotation.highest),
+            events,
+        )
+        .await?;
+    }
+    act::users::keep_primaryauth(ctx, session, member_auth, &k.system.replication_password).await;
+    let everyone_reachable = observed
+        .members
+        .iter()
+        .all(|m| matches!(m.state, valkey::model::MemberState::Reachable(_)));
+    // While a rotation runs, `advance` gives every member both
+    // passwords; the listing predates its adds.
+    if let Some(want) =
+        decide::rotation::default_want(rotation, auth.password(), rolled, everyone_reachable)
+        && rotation.previous.is_none()
+    {
+        let fixes = decide::rotation::default_fixes(session.keys(), &k.kube, listed, &want);
+        act::rotation::close_default(ctx, session, &fixes).await;
+    }
+    Ok(())
 }
 
 /// The report: the status (written when it changed) with a restore's
@@ -651,7 +693,7 @@ async fn report(
 /// The members a password rotation (or a switch of auth) waits for
 /// because they do not answer, as a message; `None` when it waits for none.
 fn rotation_waiting(
-    rotation: &act::rotation::Rotation,
+    rotation: &decide::rotation::Rotation,
     observed: &valkey::model::ObservedCluster,
 ) -> Option<String> {
     if rotation.previous.is_none() && rotation.switch.is_none() {

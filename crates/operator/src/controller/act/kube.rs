@@ -12,6 +12,7 @@ use api::ValidatedCluster;
 use api::constants::{FIELD_MANAGER, LABEL_ROLE};
 use decide::cleanup::{Doomed, Leaving, Orphans};
 use decide::memory::Announced;
+use decide::rotation::PasswordSource;
 use decide::view::KubeView;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
@@ -24,45 +25,15 @@ use resources::statefulset::claim_of;
 use resources::statefulset::{Ordinals, set_ordinals};
 use resources::{Desired, secret};
 
-/// Where the password of a missing operator-made `<cluster>-auth` comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PasswordSource {
-    /// A new cluster (or auth turned on): a new random password.
-    Generate,
-    /// Deleted while the members run a password: the one they were last
-    /// given (`<cluster>-auth-applied`), never a silent new one.
-    Recorded(String),
-    /// Deleted, and the password the members run is recorded nowhere: the
-    /// cluster waits with this message rather than locking clients out.
-    Lost(String),
-}
-
-/// Decides [`PasswordSource`] from the record and whether any member pod
-/// runs with a password (pure).
-pub fn password_source(
-    (secret_name, secret_key): (&str, &str),
-    recorded: &super::rotation::Recorded,
-    pods_with_password: usize,
-) -> PasswordSource {
-    match &recorded.password {
-        Some(p) => PasswordSource::Recorded(p.clone()),
-        None if !recorded.exists && pods_with_password > 0 => PasswordSource::Lost(format!(
-            "Secret {secret_name} was deleted while the members run with its password, and no record of \
-             that password is left: create Secret {secret_name} (key {secret_key}) with the \
-             password the members run; nothing is restarted meanwhile"
-        )),
-        None => PasswordSource::Generate,
-    }
-}
-
 /// Creates `<cluster>-auth` when the operator manages it and it is absent
 /// (never overwrites it), and reads the password. A deleted one is made
-/// again with the password the members run ([`password_source`]).
+/// again from `source` (`decide::rotation::password_source`: the password
+/// the members run).
 pub async fn ensure_password(
     ctx: &Context,
     cluster: &ValidatedCluster,
     owner: &OwnerReference,
-    view: &KubeView,
+    source: PasswordSource,
     events: &Events<'_>,
 ) -> Result<AuthState, Error> {
     if !cluster.auth.enabled {
@@ -74,18 +45,6 @@ pub async fn ensure_password(
     let secret = match existing {
         Some(s) => s,
         None if cluster.auth.operator_managed => {
-            let applied = super::secrets::read(
-                ctx,
-                &api,
-                &api::constants::auth_applied_secret_name(&cluster.name),
-            )
-            .await?;
-            let recorded = super::rotation::Recorded::of(applied.as_ref());
-            let source = password_source(
-                (name.as_str(), cluster.auth.secret_key.as_str()),
-                &recorded,
-                super::rotation::pods_by_password(view).0,
-            );
             let (password, recreated) = match source {
                 PasswordSource::Generate => (secret::generate_password(), false),
                 PasswordSource::Recorded(p) => (p, true),
@@ -481,46 +440,4 @@ pub async fn apply_ordinals(a: &Actor<'_>, name: &str, ordinals: Ordinals) -> Re
     let api: Api<StatefulSet> = Api::namespaced(a.ctx.client.clone(), &a.cluster.namespace);
     apply::apply(&api, a.kube.statefulsets.get(name), &want, &a.ctx.metrics).await?;
     Ok(true)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::controller::act::rotation::Recorded;
-
-    #[test]
-    fn a_deleted_password_secret_comes_back_with_the_password_the_members_run() {
-        let recorded = Recorded {
-            exists: true,
-            password: Some("pw".into()),
-            ..Recorded::default()
-        };
-        assert_eq!(
-            password_source(("c-auth", "password"), &recorded, 3),
-            PasswordSource::Recorded("pw".into())
-        );
-        // Both deleted, members running with a password: waits, says why.
-        match password_source(("c-auth", "password"), &Recorded::default(), 3) {
-            PasswordSource::Lost(msg) => {
-                assert!(
-                    msg.contains("c-auth") && msg.contains("key password"),
-                    "{msg}"
-                )
-            }
-            other => panic!("{other:?}"),
-        }
-        // A new cluster, or auth turned on: a new password.
-        assert_eq!(
-            password_source(("c-auth", "password"), &Recorded::default(), 0),
-            PasswordSource::Generate
-        );
-        let off = Recorded {
-            exists: true,
-            ..Recorded::default()
-        };
-        assert_eq!(
-            password_source(("c-auth", "password"), &off, 2),
-            PasswordSource::Generate
-        );
-    }
 }

@@ -21,7 +21,6 @@ use decide::memory::Memory;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use valkey::acl::{self, AclAction, DesiredUser};
 use valkey_client::client::Login;
@@ -76,21 +75,8 @@ pub fn effective_rules(rules: &[String]) -> Vec<String> {
     out
 }
 
-/// The users to set, and those to leave alone (Secret missing).
-#[derive(Debug, Default, Clone)]
-pub struct Users {
-    pub desired: Vec<DesiredUser>,
-    /// User name -> why it is left alone.
-    pub unresolved: BTreeMap<String, String>,
-}
-
-/// SHA-256 of a password, lower-case hex, as `ACL SETUSER #<hash>` takes it.
-pub fn password_hash(password: &str) -> String {
-    Sha256::digest(password.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+pub use decide::users::{Users, UsersPlan};
+pub use valkey::acl::password_hash;
 
 /// The users of `spec.users` with their password hashes, read from their
 /// Secrets.
@@ -356,7 +342,7 @@ pub async fn keep_primaryauth(
 
 /// Every connected member's `ACL LIST`, by member (one whose list failed
 /// is absent).
-pub type Listed = BTreeMap<valkey::model::MemberRef, BTreeMap<String, acl::AclEntry>>;
+pub use decide::rotation::Listed;
 
 /// Asks every connected member for its `ACL LIST`, all at once: what
 /// [`sync`] and the `default` user's check (`rotation::close_default`)
@@ -386,39 +372,14 @@ pub async fn list(session: &Session) -> Listed {
 pub async fn sync(
     ctx: &Context,
     session: &Session,
-    observed: &Listed,
-    users: &Users,
+    plan: UsersPlan,
     memory: &mut Memory,
     events: &Events<'_>,
 ) -> usize {
-    let missing = (!users.unresolved.is_empty()).then(|| {
-        users
-            .unresolved
-            .iter()
-            .map(|(u, why)| format!("user {u}: {why}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    });
-    if missing != memory.announced.users_missing {
-        if let Some(m) = &missing {
-            events
-                .warning(reason::USER_SECRET_MISSING, "ApplyUsers", m.clone())
-                .await;
-        }
-        memory.announced.users_missing = missing;
+    if let Some(note) = plan.missing {
+        events.notes(vec![note]).await;
     }
-    // Forget members and users that are gone.
-    memory.acl.retain(|(member, user), _| {
-        session.contains_key(member) && users.desired.iter().any(|u| &u.name == user)
-    });
-    acl::learn(&mut memory.acl, observed, &users.desired);
-    let actions: Vec<AclAction> = acl::plan(observed, &users.desired, &memory.acl)
-        .into_iter()
-        .filter(|a| match a {
-            AclAction::DelUser { name, .. } => !users.unresolved.contains_key(name),
-            AclAction::SetUser { .. } => true,
-        })
-        .collect();
+    let actions = plan.actions;
     let mut applied = 0usize;
     for action in &actions {
         let on = match action {

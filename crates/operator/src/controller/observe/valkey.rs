@@ -144,27 +144,7 @@ pub async fn members(
     }
 }
 
-/// How one member authenticates, as it says itself (`CONFIG GET`): the
-/// password it started with (`requirepass`, from its environment at start)
-/// and how it logs in to its primary. Kept out of the observed config: it
-/// holds secrets, and that one may be logged or reported.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct MemberAuth {
-    pub requirepass: String,
-    pub primaryuser: String,
-    pub primaryauth: String,
-}
-
-impl std::fmt::Debug for MemberAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemberAuth")
-            .field("primaryuser", &self.primaryuser)
-            .finish_non_exhaustive()
-    }
-}
-
-/// How every member that answered authenticates.
-pub type MemberAuths = std::collections::BTreeMap<MemberRef, MemberAuth>;
+pub use decide::rotation::{MemberAuth, MemberAuths};
 
 /// Asks every connected member how it authenticates, all at once; a
 /// member that did not answer is absent.

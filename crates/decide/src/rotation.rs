@@ -1,3 +1,4 @@
+// Over 600 lines: the password rotation's decisions, then their unit tests and the model test.
 //! Password rotation, the decisions: a new password in the cluster's Secret reaches the
 //! members live, with old and new both valid until every member takes the
 //! new one, so neither the operator nor a client is locked out.

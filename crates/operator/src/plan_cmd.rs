@@ -1,3 +1,4 @@
+// Over 600 lines: 526 lines of code; the rest are its unit tests, kept beside it.
 //! `valkey-operator plan`: the placement planner on manifests read from files.
 //!
 //! `--cluster` holds one ValkeyCluster; `--nodes` and `--pods` hold Nodes and

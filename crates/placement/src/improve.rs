@@ -1,3 +1,4 @@
+// Over 600 lines: one search (improving a feasible plan), and its tests.
 //! A local search that lowers the Preferred excess (then the displacement)
 //! of a placement, for the branch and bound of crossing keys.
 //!

@@ -1,3 +1,4 @@
+// Over 600 lines: 597 lines of code; the rest are its unit tests, kept beside it.
 //! The topology as a picture: an SVG of regions, zones and nodes as nested
 //! boxes with each member a mark coloured by shard and labelled `s/m`,
 //! primaries drawn solid, domains over a limit and unplaced members in red,

@@ -1,3 +1,4 @@
+// Over 600 lines: the member StatefulSet (every field a member pod needs) and its tests.
 //! One single-replica StatefulSet per member, `<cluster>-<shard>-<member>`.
 //!
 //! (Over 600 lines on purpose: the builder is ~480 lines, the rest are its

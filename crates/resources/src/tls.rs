@@ -1,3 +1,4 @@
+// Over 600 lines: the CA and the members' certificates: building them and the rules of their rotation, with tests.
 //! The operator's own certificate authority for `spec.tls` without a
 //! `secretName`: one CA per cluster and one serving certificate all members
 //! share (they present it to clients and to each other, on replication and on

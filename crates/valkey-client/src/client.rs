@@ -1,3 +1,4 @@
+// Over 600 lines: the Admin trait and its one implementation, command by command, each bounded the same way.
 //! The side-effect seam: an [`Admin`] connection to one Valkey node, its redis-rs
 //! implementation [`ValkeyAdmin`] (one plain, non-cluster connection per node, with
 //! AUTH and timeouts), [`observe_cluster`] to collect what every member says, and

@@ -1,3 +1,4 @@
+// Over 600 lines: 595 lines of code; the rest are its unit tests, kept beside it.
 //! Slot arithmetic: the 16384 hash slots, ranges of them, sets of ranges, the even
 //! split a fresh cluster starts from, and the rebalance plan that keeps every shard
 //! within one slot of even when shards come and go.

@@ -1,3 +1,4 @@
+// Over 600 lines: the e2e harness's view of one cluster: one helper per thing a suite asks of it.
 //! Harness for the operator suites: a running testbed (from `TESTBED_DIR`), the
 //! operator binary started per suite, a namespace per test, and independent
 //! judges (`redis-cli --cluster check`, the Python `valkey` cluster client).

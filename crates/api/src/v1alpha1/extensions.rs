@@ -1,3 +1,4 @@
+// Over 600 lines: 448 lines of code; the rest are its unit tests, kept beside it.
 //! `spec.podTemplate` and `spec.modules`, checked: what users add to member
 //! pods, and the modules every member loads.
 //!

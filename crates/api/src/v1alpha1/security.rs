@@ -1,3 +1,4 @@
+// Over 600 lines: 470 lines of code; the rest are its unit tests, kept beside it.
 //! The security contexts of member pods: restricted by default, adjustable.
 //!
 //! Member pods pass the Kubernetes `restricted` Pod Security profile as the

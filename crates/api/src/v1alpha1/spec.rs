@@ -1,3 +1,4 @@
+// Over 600 lines: the ValkeyCluster spec types; their doc comments are the CRD's field descriptions.
 //! `ValkeyCluster.spec`: what the user asks for.
 //!
 //! Every field's doc comment becomes its description in the CRD schema, which is

@@ -1,3 +1,4 @@
+// Over 600 lines: every Rust-side rule of the spec, one function per field group, and their tests; to split by kind when ValkeyReplication lands.
 //! The rules a spec must follow, twice: as CEL for the API server ([`cel`]) and
 //! in Rust ([`validate`]), which turns a raw [`ValkeyCluster`] into the
 //! [`ValidatedCluster`] that every later step of the operator reads.

@@ -1,3 +1,4 @@
+// Over 600 lines: the backup controller in one file; it is to take the cluster controller's shape (docs/architecture.md, known debt).
 //! The ValkeyBackup controller: a second kube-runtime Controller in the
 //! operator process, beside the ValkeyCluster one. It checks the input, creates
 //! the backup's Job, follows it, and writes the status and events:

@@ -1,3 +1,4 @@
+// Over 600 lines: 530 lines of code; the rest are its unit tests, kept beside it.
 //! `valkey-operator backup`: takes one backup of a cluster and exits; the
 //! ValkeyBackup controller runs it as a Job (see `job`).
 //!

@@ -1,3 +1,4 @@
+// Over 600 lines: 31 lines of code; the rest are its unit tests, kept beside it.
 //! The ValkeyCluster controller. One reconcile is a pipeline (see
 //! [`reconcile`], the driver), one folder or file per step:
 //!

@@ -1,3 +1,4 @@
+// Over 600 lines: the driver: `run` and one function per step, in the order they run.
 //! One reconcile of one ValkeyCluster, the driver. [`run`] reads like the
 //! pipeline it runs (see [`super`] for the module map); each step is a
 //! function below it:

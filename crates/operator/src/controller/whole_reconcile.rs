@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! Whole reconciles against an API server in memory ([`super::fake_api`])
 //! and seeded caches: what one pass of [`super::reconcile::reconcile`]
 //! reads and writes, from the object to the status, for a bootstrap, a

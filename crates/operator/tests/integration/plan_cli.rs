@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! `valkey-operator plan` as a user runs it: the built binary on fixture files
 //! (tests/fixtures: 3 zones x 3 nodes, a cordoned zone, a tainted zone, running
 //! members, a full zone), checking exit codes, stderr and the JSON contract.

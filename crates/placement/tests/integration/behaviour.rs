@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! The planner's behaviour, case by case: eligibility (taints, tolerations,
 //! cordons, NotReady, nodeSelector, missing keys), room, existing placements,
 //! the objective's order, keys that do not nest, reasons, determinism.

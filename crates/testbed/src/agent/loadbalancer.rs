@@ -1,3 +1,4 @@
+// Over 600 lines: the testbed's load balancer address pools and their tests.
 //! The load balancer: what MetalLB or a cloud's service controller does, for
 //! the testbed. Every Service of type `LoadBalancer` (without a
 //! `loadBalancerClass`, which would name another implementation) gets an

@@ -1,3 +1,4 @@
+// Over 600 lines: the node agent's Service proxy, one flow per Service type, and its tests.
 //! The Service proxy: kube-proxy's job, for every node at once (the agent is
 //! the only host). It watches Services and EndpointSlices and keeps an
 //! nftables table `inet vk<id>-svc` that DNATs each Service's frontends to one

@@ -1,3 +1,4 @@
+// Over 600 lines: what the node agent reads of a pod spec, field by field, and its tests.
 //! From a container spec to a process: the argv (Kubernetes command/args
 //! semantics on top of the Valkey image's entrypoint), the environment (with the
 //! downward API and `$(VAR)` expansion), and the bind mounts that put volumes at

@@ -1,3 +1,4 @@
+// Over 600 lines: the pod status the node agent reports, condition by condition, and its tests.
 //! Pod status exactly as a kubelet writes it, built from what the agent knows
 //! about the pod's containers. Pure: the worker feeds in a [`PodView`] and the
 //! pod as last seen, and patches the result when it differs.

@@ -1,3 +1,4 @@
+// Over 600 lines: the node agent's volumes: claims, binding, expansion and their faults.
 //! Volumes: each pod volume becomes a folder under
 //! `DIR/pods/<ns>_<name>_<uid>/volumes/<volume>` (or, for a PersistentVolume, the
 //! PV's own folder under `DIR/volumes/`), which `runtime` binds at the mount

@@ -1,3 +1,4 @@
+// Over 600 lines: the node agent's pod lifecycle is one state machine (start, probe, restart, stop); split when it next changes.
 //! One task per pod: the kubelet's pod worker. It builds the sandbox, prepares
 //! volumes, runs init then main containers, probes them, restarts them per the
 //! restart policy, keeps the status in the API, and finishes deletions.

@@ -1,3 +1,4 @@
+// Over 600 lines: starting and stopping the control plane's four processes, in order, with their flags.
 //! The control plane's life cycle: `up` (PKI, etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler, then the node agent, CoreDNS and
 //! the object store), `down`

@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! The planner and the admin client against real valkey-server 9.1.2 processes on
 //! 127.0.0.1: each test starts its own servers in cluster mode (own ports, own temp
 //! dirs), then runs `next_actions` + `execute_all` in a loop, the way the operator's

@@ -1,3 +1,4 @@
+// Over 600 lines: 361 lines of code; the rest are its unit tests, kept beside it.
 //! CLUSTER NODES: one line per node the answering node knows,
 //! `id ip:port@cport[,hostname[,aux=value...]] flags primary-id|- ping-sent pong-recv
 //! config-epoch link-state slot...`.

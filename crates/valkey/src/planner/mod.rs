@@ -1,3 +1,4 @@
+// Over 600 lines: the next-action planner is one pass whose steps run in order; each step is a function here.
 //! The next-action planner: from the desired topology and what every member says,
 //! the admin commands to send now.
 //!

@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! Planner tests over a small simulated Valkey cluster.
 //!
 //! The simulator keeps the truth (who serves which slot, who follows whom, who holds

@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! Backups (issue 28): a `ValkeyBackup` of a 3x1 cluster under a writer
 //! Completes, with one RDB per shard and the manifest in the testbed's S3
 //! store (read back with SigV4-signed GETs: sizes and SHA-256 match the

@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! External access (issue 27): clients outside Kubernetes reach every
 //! member of a cluster with `spec.externalAccess`, from `testbed outside`
 //! (node and load-balancer addresses only; a pod address reachable from

@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! The user's path (issue 12, part 3): the operator installed from its image
 //! with the Helm chart and running in-cluster, nothing on the host but the
 //! testbed.

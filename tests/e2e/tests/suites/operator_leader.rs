@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! Running several operators, as a Deployment with replicas > 1 does:
 //! (a) two operators with leader election on: exactly one holds the Lease and
 //!     acts (it alone reconciles and reports Events), the other says on

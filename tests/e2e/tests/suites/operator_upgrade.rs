@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! Operator upgrades restart nothing needlessly (issue 29, item 2): the
 //! previous release, installed as a user installed it, hands its live
 //! clusters to this tree's operator through `helm upgrade`, and no member

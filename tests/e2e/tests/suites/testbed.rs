@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! The testbed itself, end to end (issue 5's "Done when"), on a testbed of its
 //! own (`.testbed-suite`, or `TESTBED_SUITE_DIR`) so faults never disturb the
 //! shared one the operator suites use.

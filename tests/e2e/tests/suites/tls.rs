@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! TLS (issue 10, item 1): with `spec.tls.enabled` the members speak only TLS,
 //! to clients, to their replicas and on the cluster bus.
 //!

@@ -1,3 +1,4 @@
+// Over 600 lines: tests, one scenario per function, read top to bottom.
 //! Topology as a live invariant (issue 3), on the shared testbed (3 zones x 3 nodes):
 //! 1. Zone loss: 3 shards x 2 replicas, zone Required 1 and node Required 1, a
 //!    client writing throughout with `WAIT 1`. The zone of shard 0's primary

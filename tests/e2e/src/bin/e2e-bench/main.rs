@@ -1,3 +1,4 @@
+// Over 600 lines: the benchmark runner: one function per figure docs/benchmarks.md reports.
 //! `e2e-bench`: the figures of docs/benchmarks.md that need the testbed.
 //! A benchmark, not a test: it prints what it measured and fails only when a
 //! step cannot be carried out at all.

@@ -49,6 +49,7 @@ crd: build
 	cp deploy/crd/valkeybackup.yaml deploy/helm/valkey-operator/crds/valkeybackup.yaml
 	$(OPERATOR) crd-reference --kind cluster > docs/reference/valkeycluster.md
 	$(OPERATOR) crd-reference --kind backup > docs/reference/valkeybackup.md
+	$(OPERATOR) crd-reference --kind reasons > docs/reference/reasons.md
 	$(OPERATOR) crd-reference --kind schedule > docs/reference/valkeybackupschedule.md
 
 # The committed CRD, and the reference generated from it (docs/reference), must
@@ -63,6 +64,7 @@ crd-check: build
 	@diff -u docs/reference/valkeycluster.md <($(OPERATOR) crd-reference --kind cluster) || { echo "docs/reference/valkeycluster.md is out of date: run make crd"; exit 1; }
 	@diff -u docs/reference/valkeybackup.md <($(OPERATOR) crd-reference --kind backup) || { echo "docs/reference/valkeybackup.md is out of date: run make crd"; exit 1; }
 	@diff -u docs/reference/valkeybackupschedule.md <($(OPERATOR) crd-reference --kind schedule) || { echo "docs/reference/valkeybackupschedule.md is out of date: run make crd"; exit 1; }
+	@diff -u docs/reference/reasons.md <($(OPERATOR) crd-reference --kind reasons) || { echo "docs/reference/reasons.md is out of date: run make crd"; exit 1; }
 	@echo "crd: deploy/crd, the Helm chart's copy and docs/reference are up to date"
 
 # Every relative link in README.md and docs/ (and the chart's README) names a

@@ -79,6 +79,8 @@ pub enum ReferenceKind {
     Backup,
     /// `ValkeyBackupSchedule` (docs/reference/valkeybackupschedule.md).
     Schedule,
+    /// Every condition and event reason (docs/reference/reasons.md).
+    Reasons,
 }
 
 /// `valkey-operator crd-reference` arguments.
@@ -111,6 +113,7 @@ pub fn reference(kind: ReferenceKind) -> Result<String, ReferenceError> {
         ReferenceKind::Cluster => serde_json::to_value(api::crd())?,
         ReferenceKind::Backup => serde_json::to_value(api::backup_crd())?,
         ReferenceKind::Schedule => serde_json::to_value(api::schedule_crd())?,
+        ReferenceKind::Reasons => return Ok(crate::reasons::markdown()),
     };
     Ok(crate::crd_reference::render(&crd))
 }

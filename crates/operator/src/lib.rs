@@ -22,5 +22,6 @@ pub mod leader;
 pub mod metrics;
 pub mod plan_cmd;
 pub mod probe_cmd;
+pub mod reasons;
 pub mod run;
 pub mod topology_cmd;

@@ -21,11 +21,12 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use valkey::parse::{NodeHealth, Role};
+use valkey::parse::{NodeHealth, NodeId, Role};
 use valkey_client::client::{Admin, ConnectOptions, ValkeyAdmin};
 use valkey_client::replication::{self, RdbSink};
 
@@ -213,7 +214,14 @@ pub struct Source {
 }
 
 /// Each slot-serving shard's sources, shards in the order of their first slot.
-pub fn sources(shards: &[valkey::parse::ClusterShard]) -> Vec<Source> {
+/// A node whose pod address is known (`pods`: node id -> the address its pod
+/// answered at, from the headless Service) is read there, whatever address
+/// it announces (with external access, a load balancer's, which may send the
+/// snapshot out of the cluster and back, or refuse it).
+pub fn sources(
+    shards: &[valkey::parse::ClusterShard],
+    pods: &BTreeMap<NodeId, SocketAddr>,
+) -> Vec<Source> {
     let mut out: Vec<Source> = shards
         .iter()
         .filter(|s| !s.slots.ranges().is_empty())
@@ -229,6 +237,9 @@ pub fn sources(shards: &[valkey::parse::ClusterShard]) -> Vec<Source> {
                     .iter()
                     .filter(move |n| n.role == role && n.health == NodeHealth::Online)
                     .filter_map(move |n| {
+                        if let Some(pod) = pods.get(&n.id) {
+                            return Some((pod.ip(), pod.port(), role == Role::Replica));
+                        }
                         let ip: IpAddr = n.ip.as_deref()?.parse().ok()?;
                         let port = n.tls_port.or(n.port)?;
                         Some((ip, port, role == Role::Replica))
@@ -299,6 +310,35 @@ async fn discover(
         }
     }
     Err(failures.join("; "))
+}
+
+/// The node id of every member that answers at its pod address (`seeds`,
+/// from the headless Service), all asked at once; a member that does not
+/// answer within [`DISCOVERY_TIMEOUT`] is left out (read at the address it
+/// announces, if at all).
+async fn pod_addresses(
+    seeds: &[SocketAddr],
+    opts: &ConnectOptions,
+    timeout: Duration,
+) -> BTreeMap<NodeId, SocketAddr> {
+    let quick = timeout.min(DISCOVERY_TIMEOUT);
+    let opts = ConnectOptions {
+        connect_timeout: quick,
+        command_timeout: quick,
+        ..opts.clone()
+    };
+    let asked = futures::future::join_all(seeds.iter().map(|seed| {
+        let opts = &opts;
+        async move {
+            let admin = ValkeyAdmin::connect(seed.ip(), seed.port(), opts)
+                .await
+                .ok()?;
+            let id = admin.cluster_myid().await.ok()?;
+            Some((id, *seed))
+        }
+    }))
+    .await;
+    asked.into_iter().flatten().collect()
 }
 
 #[expect(
@@ -373,7 +413,8 @@ async fn backup(args: &BackupArgs) -> Result<Outcome, BackupError> {
                 detail,
             })?;
 
-    let sources = sources(&shards);
+    let pods = pod_addresses(&seeds, &opts, timeout).await;
+    let sources = sources(&shards, &pods);
     if sources.is_empty() {
         return Err(BackupError::NoShards);
     }
@@ -601,7 +642,7 @@ mod tests {
         ];
         let ip = |n: u8| IpAddr::from([10, 0, 0, n]);
         assert_eq!(
-            sources(&shards),
+            sources(&shards, &BTreeMap::new()),
             vec![
                 Source {
                     slots: vec![[0, 8191]],
@@ -611,6 +652,33 @@ mod tests {
                     slots: vec![[8192, 16383]],
                     nodes: vec![(ip(3), 6379, false)],
                 },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_member_is_read_at_its_pod_address_not_the_one_it_announces() {
+        // Announced: a load balancer's address and port (external access).
+        let mut announced = node(1, Role::Primary, NodeHealth::Online);
+        announced.ip = Some("203.0.113.7".into());
+        announced.port = Some(31001);
+        let shards = [valkey::parse::ClusterShard {
+            id: None,
+            slots: valkey::slots::SlotSet::from_ranges(["0-16383".parse().unwrap()]),
+            nodes: vec![
+                announced.clone(),
+                node(2, Role::Replica, NodeHealth::Online),
+            ],
+        }];
+        let pod: SocketAddr = "10.244.1.5:6379".parse().unwrap();
+        let pods = BTreeMap::from([(announced.id.clone(), pod)]);
+        let got = sources(&shards, &pods);
+        // The replica's pod did not answer by its id: read where it announces.
+        assert_eq!(
+            got[0].nodes,
+            vec![
+                (IpAddr::from([10, 0, 0, 2]), 6379, true),
+                (pod.ip(), 6379, false)
             ]
         );
     }

@@ -313,7 +313,10 @@ fn a_member_dies_mid_backup(env: &Env, ns: &str, work: &Path, s3: &Value) -> Res
 /// cluster holding every key written before.
 fn tls_backup_and_restore(env: &Env, ns: &str, work: &Path, s3: &Value) -> Result<()> {
     let tls = "  tls:\n    enabled: true\n";
-    let m = cluster_manifest("tls-src", 2, 1).extra_spec(tls);
+    // External access on: the members announce their NodePort addresses,
+    // and the backup still reads each member at its pod address.
+    let m = cluster_manifest("tls-src", 2, 1)
+        .extra_spec(&format!("{tls}  externalAccess:\n    type: NodePort\n"));
     env.apply(ns, &m.yaml())?;
     wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
         Ok(env.secret_text(ns, "tls-src-tls-ca", "ca.crt").is_ok())
@@ -322,6 +325,7 @@ fn tls_backup_and_restore(env: &Env, ns: &str, work: &Path, s3: &Value) -> Resul
     std::fs::write(&ca, env.secret_text(ns, "tls-src-tls-ca", "ca.crt")?)?;
     env.use_tls(Some(ca.clone()));
     env.wait_ready_shape(ns, &m, Duration::from_secs(240))?;
+    let announced = wait_external_addresses(env, ns, "tls-src", 4)?;
     let password = env.password(ns, "tls-src")?;
     let mut load = env.start_member_load(ns, "tls-src", &password, work, "tls", &[])?;
     std::thread::sleep(Duration::from_secs(3));
@@ -333,6 +337,13 @@ fn tls_backup_and_restore(env: &Env, ns: &str, work: &Path, s3: &Value) -> Resul
         "backup: TLS cluster with auth ({summary}) backed up: {}",
         status["message"]
     );
+    read_at_pod_addresses(
+        env,
+        ns,
+        "tls-src",
+        &job_log(env, ns, "tls-full"),
+        &announced,
+    )?;
 
     // Restored into a new TLS cluster (its own CA and password).
     let dst = cluster_manifest("tls-dst", 2, 1)
@@ -348,6 +359,64 @@ fn tls_backup_and_restore(env: &Env, ns: &str, work: &Path, s3: &Value) -> Resul
     let password = env.password(ns, "tls-dst")?;
     let checked = env.verify_cluster_keys(ns, "tls-dst", &password, &load.keys)?;
     println!("backup: restored into TLS cluster tls-dst: {checked}");
+    Ok(())
+}
+
+/// Waits until every one of the `members` members of `cluster` announces
+/// an external address in the status; returns those addresses.
+fn wait_external_addresses(
+    env: &Env,
+    ns: &str,
+    cluster: &str,
+    members: usize,
+) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    wait_until(Duration::from_secs(120), Duration::from_secs(1), || {
+        let c = env.cluster(ns, cluster)?;
+        found = c["status"]["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["externalAddress"].as_str())
+            .filter(|a| !a.is_empty())
+            .map(str::to_string)
+            .collect();
+        Ok(found.len() == members)
+    })
+    .with_context(|| format!("{cluster}: external addresses {found:?}"))?;
+    Ok(found)
+}
+
+/// Every snapshot of the backup Job (`log`) was taken at a member's pod
+/// address, none at an address the members announce to clients outside
+/// (a load balancer's or a node port: traffic that may leave the cluster,
+/// or that a firewall for clients refuses).
+fn read_at_pod_addresses(
+    env: &Env,
+    ns: &str,
+    cluster: &str,
+    log: &str,
+    announced: &[String],
+) -> Result<()> {
+    let pods: Vec<String> = env
+        .members(ns, cluster)?
+        .into_iter()
+        .map(|m| m.ip)
+        .collect();
+    let taken: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split("taking the snapshot from the ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().nth(1))
+        .collect();
+    ensure!(!taken.is_empty(), "no snapshot in the Job's log:\n{log}");
+    for addr in &taken {
+        let ip = addr.rsplit_once(':').map_or(*addr, |(ip, _)| ip);
+        ensure!(
+            pods.iter().any(|p| p == ip) && !announced.iter().any(|a| a == addr),
+            "a snapshot was taken at {addr}, not a pod address of {cluster} ({pods:?}; announced {announced:?})"
+        );
+    }
+    println!("backup: with external access on, every snapshot read at a pod address: {taken:?}");
     Ok(())
 }
 

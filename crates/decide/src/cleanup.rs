@@ -156,7 +156,12 @@ pub fn pending_pods_to_replace<'v>(
             template_annotation(live, ANNOTATION_PLACEMENT_HASH)
                 == template_annotation(sts, ANNOTATION_PLACEMENT_HASH)
         });
-        for pod in view.members.get(&k).into_iter().chain(view.surges.get(&k)) {
+        for pod in view
+            .members
+            .get(&k)
+            .into_iter()
+            .chain(view.new_copies.get(&k))
+        {
             let facts = PodFacts::of(pod);
             if facts.unscheduled()
                 && !facts.terminating
@@ -268,7 +273,7 @@ pub fn role_labels<'v>(f: &Facts<'v>) -> Vec<(&'v Pod, &'static str)> {
         .iter()
         .map(|(k, pod)| (k.0, MemberIndex::Member(k.1), pod))
         .collect();
-    for (k, pod) in &f.kube.surges {
+    for (k, pod) in &f.kube.new_copies {
         pods.push((k.0, MemberIndex::NewCopyOf(k.1), pod));
     }
     pods.into_iter()

@@ -38,7 +38,6 @@ pub mod restore;
 pub mod rolling;
 pub mod rotation;
 pub mod safety;
-pub mod surge;
 pub mod tls;
 pub mod users;
 pub mod valkey;
@@ -54,12 +53,12 @@ use ::valkey::planner::{self, Health, PlanError, PlannerOptions};
 use api::ValidatedCluster;
 use balance::BalanceState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use moves::{Move, MoveStep};
 use placement::Placement;
 use resources::statefulset::Ordinals;
 use resources::{self as builders, Desired, config};
 use rolling::{Roll, RollStep};
 use std::time::{Duration, Instant};
-use surge::{Surge, SurgeStep};
 
 /// The owned objects as they should be: the plan's placement, the live
 /// StatefulSets' volume claim templates (immutable) and ordinals (a moved
@@ -100,8 +99,8 @@ pub struct Decision {
     /// Healthy, every pod Ready, nothing blocking.
     pub cluster_ready: bool,
     /// The moves in flight and the next step of each.
-    pub surges: Vec<(Surge, SurgeStep)>,
-    /// How each move given up (`SurgeStep::Abort`) is given up, by member.
+    pub moves: Vec<(Move, MoveStep)>,
+    /// How each move given up (`MoveStep::Abort`) is given up, by member.
     pub give_up: std::collections::BTreeMap<(u32, u32), moves::GiveUp>,
     /// The rolling update's next step (`Wait` while a move is under way).
     pub roll: Roll,
@@ -128,9 +127,9 @@ pub fn next(
 ) -> Result<Decision, PlanError> {
     let opts = PlannerOptions::default();
     let members = valkey::members(f);
-    let health = valkey::without_surges(planner::health(&members, f.valkey, &opts)?);
-    let surges = moves::in_flight(f, placement);
-    let give_up = moves::giving_up(f, &surges);
+    let health = valkey::without_new_copies(planner::health(&members, f.valkey, &opts)?);
+    let in_flight = moves::in_flight(f, placement);
+    let give_up = moves::giving_up(f, &in_flight);
     let all_pods_ready = desired_members(f.cluster).all(|(s, m)| {
         f.kube
             .members
@@ -143,12 +142,12 @@ pub fn next(
     let mut roll = rolling::roll(f, desired, placement, cluster_ready);
     // One move at a time, and no restart or balancing failover in the
     // middle of one.
-    if let Some(why) = moves::move_in_flight(&surges, f.kube) {
+    if let Some(why) = moves::move_in_flight(&in_flight, f.kube) {
         roll.step = RollStep::Wait(why);
     }
     // The topology the planner works towards: the members, and the new
     // copies of moves in flight as extra replicas.
-    let mut topology = valkey::with_surges(&members, f, &surges);
+    let mut topology = valkey::with_new_copies(&members, f, &in_flight);
     topology.config.insert(
         config::NODE_TIMEOUT.to_string(),
         node_timeout_ms(f.valkey, bootstrapping && !health.is_ready()).to_string(),
@@ -192,7 +191,7 @@ pub fn next(
         health,
         all_pods_ready,
         cluster_ready,
-        surges,
+        moves: in_flight,
         give_up,
         roll,
         balance,

@@ -84,7 +84,7 @@ impl Memory {
         let bound: BTreeSet<String> = view
             .members
             .values()
-            .chain(view.surges.values())
+            .chain(view.new_copies.values())
             .chain(view.condemned.iter().map(|(_, p)| p))
             .filter_map(|p| PodFacts::of(p).node)
             .filter(|n| !known.contains(n.as_str()))

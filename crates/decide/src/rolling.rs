@@ -10,7 +10,7 @@
 //! Ready and in sync, which the Ready gate above enforces.
 //!
 //! A member the placement plan moves is not restarted but moved surge-first
-//! ([`RollStep::Surge`], see [`super::surge`]): its new copy comes up and
+//! ([`RollStep::Move`], see [`super::moves`]): its new copy comes up and
 //! syncs beside it before it goes, so a move never costs the shard a copy.
 //! A moving primary with an in-sync replica hands over to it first, like a
 //! restart; a lone primary moves too (its new copy is made the primary once
@@ -61,8 +61,8 @@ pub enum RollStep {
     /// data survives on its volume).
     Restart { shard: u32, member: u32 },
     /// Start moving this member: run its new copy beside it (see
-    /// [`super::surge`]).
-    Surge { shard: u32, member: u32 },
+    /// [`super::moves`]).
+    Move { shard: u32, member: u32 },
     /// Move the primary of `shard` to `to` first (graceful failover).
     Failover { shard: u32, to: u32 },
     /// A restart would lose data: the shard has no replica and no volume.
@@ -102,7 +102,7 @@ pub fn next_step(
     }
     if let Some(r) = stale.iter().find(|m| !m.primary) {
         return if r.moving {
-            RollStep::Surge {
+            RollStep::Move {
                 shard: r.shard,
                 member: r.member,
             }
@@ -124,7 +124,7 @@ pub fn next_step(
         // A lone primary moves by its new copy (which takes over once in
         // sync), and survives a restart only with its volume.
         return if p.moving {
-            RollStep::Surge {
+            RollStep::Move {
                 shard: p.shard,
                 member: p.member,
             }
@@ -357,7 +357,7 @@ mod tests {
         for persistent in [false, true] {
             assert_eq!(
                 next_step(std::slice::from_ref(&p), true, &none(), persistent),
-                RollStep::Surge {
+                RollStep::Move {
                     shard: 0,
                     member: 0
                 }
@@ -372,7 +372,7 @@ mod tests {
         let ms = [m(0, 0, true, false), r];
         assert_eq!(
             next_step(&ms, true, &none(), false),
-            RollStep::Surge {
+            RollStep::Move {
                 shard: 0,
                 member: 1
             }

@@ -146,10 +146,10 @@ pub fn pods_by_password(view: &KubeView) -> (usize, usize) {
     let with = view
         .members
         .values()
-        .chain(view.surges.values())
+        .chain(view.new_copies.values())
         .filter(|p| PodFacts::of(p).runs_with_password)
         .count();
-    (with, view.members.len() + view.surges.len() - with)
+    (with, view.members.len() + view.new_copies.len() - with)
 }
 
 /// What `<cluster>-auth-applied` said when read.
@@ -347,7 +347,7 @@ pub fn in_use(view: &KubeView) -> InUse {
     let pods = view
         .members
         .values()
-        .chain(view.surges.values())
+        .chain(view.new_copies.values())
         .filter_map(|p| number(p.metadata.annotations.as_ref()))
         .max()
         .unwrap_or(0);
@@ -475,7 +475,7 @@ pub fn default_fix(
 pub fn runs_with_password(view: &KubeView, m: &valkey::model::MemberRef) -> bool {
     let pod = match m.member {
         valkey::model::MemberIndex::Member(i) => view.members.get(&(m.shard.0, i)),
-        valkey::model::MemberIndex::NewCopyOf(i) => view.surges.get(&(m.shard.0, i)),
+        valkey::model::MemberIndex::NewCopyOf(i) => view.new_copies.get(&(m.shard.0, i)),
     };
     pod.is_some_and(|p| PodFacts::of(p).runs_with_password)
 }

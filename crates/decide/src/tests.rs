@@ -4,9 +4,9 @@
 use super::cleanup;
 use super::heal::{self, Heal};
 use super::moves;
+use super::moves::{Move, MoveStep};
 use super::placement::Placement;
 use super::rolling::{self, RollStep};
-use super::surge::{Surge, SurgeStep};
 use crate::facts::{Facts, claim_of};
 use crate::memory::{Announced, Memory};
 use crate::view::KubeView;
@@ -92,7 +92,7 @@ fn view(pods: Vec<Pod>, statefulsets: Vec<StatefulSet>, nodes: Vec<Node>) -> Kub
         nodes: nodes.into_iter().map(std::sync::Arc::new).collect(),
         all_pods: pods.into_iter().map(std::sync::Arc::new).collect(),
         members: sorted.members,
-        surges: sorted.surges,
+        new_copies: sorted.new_copies,
         condemned: sorted.condemned,
         statefulsets,
         ..Default::default()
@@ -308,7 +308,7 @@ fn the_old_copy_of_a_finished_move_on_a_lost_node_is_stranded() {
 
 #[test]
 fn a_move_in_flight_is_told_with_its_member_and_step() {
-    let surge = Surge {
+    let mv = Move {
         shard: 1,
         member: 2,
         ordinals: Ordinals {
@@ -321,10 +321,7 @@ fn a_move_in_flight_is_told_with_its_member_and_step() {
         still_wanted: true,
     };
     let v = view(vec![], vec![], vec![]);
-    let wait = [(
-        surge.clone(),
-        SurgeStep::Wait("its new copy is Pending".into()),
-    )];
+    let wait = [(mv.clone(), MoveStep::Wait("its new copy is Pending".into()))];
     assert_eq!(
         moves::move_in_flight(&wait, &v).as_deref(),
         Some("a member is moving (shard 1 member 2: its new copy is Pending)")

@@ -169,7 +169,7 @@ pub fn step(members: &[MemberWire], quiet: bool) -> Step {
 pub fn member_ips(cluster: &ValidatedCluster, view: &KubeView) -> BTreeSet<IpAddr> {
     view.members
         .values()
-        .chain(view.surges.values())
+        .chain(view.new_copies.values())
         .filter_map(|p| PodFacts::of(p).ip)
         .chain(
             crate::external::addresses(cluster, view)

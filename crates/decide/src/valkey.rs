@@ -4,7 +4,7 @@
 //! primary balancing want. `valkey::planner` turns it into the next commands.
 
 use super::balance;
-use super::surge::{Surge, SurgeStep};
+use super::moves::{Move, MoveStep};
 use crate::external;
 use crate::facts::{Facts, zone_of};
 use resources::config;
@@ -92,29 +92,29 @@ pub fn members(f: &Facts<'_>) -> DesiredCluster {
 
 /// `members` plus the new copy of every move in flight as one more replica
 /// of its shard (met, attached to the primary, promoted when asked).
-pub fn with_surges(
+pub fn with_new_copies(
     members: &DesiredCluster,
     f: &Facts<'_>,
-    surges: &[(Surge, SurgeStep)],
+    moves: &[(Move, MoveStep)],
 ) -> DesiredCluster {
     let mut out = members.clone();
-    for (surge, step) in surges {
-        if matches!(step, SurgeStep::Abort(_)) {
+    for (mv, step) in moves {
+        if matches!(step, MoveStep::Abort(_)) {
             continue;
         }
-        let Some(pod) = f.kube.surges.get(&(surge.shard, surge.member)) else {
+        let Some(pod) = f.kube.new_copies.get(&(mv.shard, mv.member)) else {
             continue;
         };
-        if let Some(shard) = out.shards.iter_mut().find(|d| d.index.0 == surge.shard) {
+        if let Some(shard) = out.shards.iter_mut().find(|d| d.index.0 == mv.shard) {
             shard.members.push(DesiredMember {
-                index: MemberIndex::NewCopyOf(surge.member),
+                index: MemberIndex::NewCopyOf(mv.member),
                 config: member_config(zone_of(f.kube, pod), None),
             });
         }
     }
-    for (surge, step) in surges {
-        if *step == SurgeStep::Promote {
-            set_primary(&mut out, surge.shard, MemberIndex::NewCopyOf(surge.member));
+    for (mv, step) in moves {
+        if *step == MoveStep::Promote {
+            set_primary(&mut out, mv.shard, MemberIndex::NewCopyOf(mv.member));
         }
     }
     out
@@ -129,7 +129,7 @@ pub fn set_primary(d: &mut DesiredCluster, shard: u32, member: MemberIndex) {
 
 /// The health of the members: what the new copies of moves in flight add
 /// (observed, but not members) is left out.
-pub fn without_surges(mut h: Health) -> Health {
+pub fn without_new_copies(mut h: Health) -> Health {
     h.issues.retain_mut(|i| match i {
         planner::HealthIssue::LeavingMembers { members } => {
             members.retain(|m| m.member.new_copy_of().is_none());

@@ -26,7 +26,7 @@ pub struct KubeView {
     /// over a terminating one).
     pub members: BTreeMap<(u32, u32), Pod>,
     /// The new copies of moves in flight, by the member they move.
-    pub surges: BTreeMap<(u32, u32), Pod>,
+    pub new_copies: BTreeMap<(u32, u32), Pod>,
     /// Copies outside their StatefulSet's ordinals (the old copy of a
     /// finished move, the new copy of a move given up), on their way out.
     pub condemned: Vec<((u32, u32), Pod)>,
@@ -100,7 +100,7 @@ pub fn failed_creates(
 #[derive(Debug, Default)]
 pub struct Sorted {
     pub members: BTreeMap<(u32, u32), Pod>,
-    pub surges: BTreeMap<(u32, u32), Pod>,
+    pub new_copies: BTreeMap<(u32, u32), Pod>,
     pub condemned: Vec<((u32, u32), Pod)>,
 }
 
@@ -139,7 +139,7 @@ pub fn sort_members<P: Borrow<Pod>>(
             let index = adapt::pods::pod_index(pod).unwrap_or(0);
             let target = match slot(ordinals, index) {
                 Slot::Member => &mut out.members,
-                Slot::Surge => &mut out.surges,
+                Slot::NewCopy => &mut out.new_copies,
                 Slot::Condemned => {
                     out.condemned.push(((s, m), Pod::clone(pod)));
                     continue;
@@ -166,7 +166,7 @@ pub enum Slot {
     /// The member proper (the old copy while a move runs).
     Member,
     /// The new copy of a move in flight.
-    Surge,
+    NewCopy,
     /// Outside the StatefulSet's range: the copy a finished (or given up)
     /// move removes; the StatefulSet controller is deleting it.
     Condemned,
@@ -176,8 +176,8 @@ pub enum Slot {
 pub fn slot(ordinals: Ordinals, index: u32) -> Slot {
     if index == ordinals.member() {
         Slot::Member
-    } else if ordinals.surge() == Some(index) {
-        Slot::Surge
+    } else if ordinals.new_copy() == Some(index) {
+        Slot::NewCopy
     } else {
         Slot::Condemned
     }
@@ -258,14 +258,14 @@ mod tests {
         let moving = BTreeMap::from([("cache-0-1".to_string(), sts(3, 2))]);
         let sorted = sort_members(&c, &moving, &pods);
         assert_eq!(names(&sorted.members), ["cache-0-0-0", "cache-0-1-3"]);
-        assert_eq!(names(&sorted.surges), ["cache-0-1-4"]);
+        assert_eq!(names(&sorted.new_copies), ["cache-0-1-4"]);
         assert!(sorted.condemned.is_empty());
 
         // Done: the old copy is outside the range until the controller removes it.
         let done = BTreeMap::from([("cache-0-1".to_string(), sts(4, 1))]);
         let sorted = sort_members(&c, &done, &pods);
         assert_eq!(names(&sorted.members), ["cache-0-0-0", "cache-0-1-4"]);
-        assert!(sorted.surges.is_empty());
+        assert!(sorted.new_copies.is_empty());
         assert_eq!(sorted.condemned.len(), 1);
         assert_eq!(sorted.condemned[0].0, (0, 1));
     }

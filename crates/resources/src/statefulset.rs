@@ -14,7 +14,7 @@
 //! one copy less, the operator runs a second pod for a while ([`Ordinals`]):
 //! `{start: k, replicas: 2}` adds `<name>-<k+1>` where the new template puts
 //! it, and `{start: k+1, replicas: 1}` then removes `<name>-<k>` (see the
-//! controller's `decide::surge` module). `updateStrategy: OnDelete`: a template
+//! controller's `decide::moves` module). `updateStrategy: OnDelete`: a template
 //! change never restarts a pod by itself; the operator deletes pods one at a
 //! time, replicas first, after a graceful failover (see the controller's
 //! rolling update).
@@ -143,12 +143,12 @@ impl Ordinals {
     }
 
     /// The pod index of the new copy while a move runs one.
-    pub fn surge(self) -> Option<u32> {
+    pub fn new_copy(self) -> Option<u32> {
         (self.replicas >= 2).then(|| self.start.saturating_add(1))
     }
 
     /// The ordinals that add a new copy beside the member.
-    pub fn with_surge(self) -> Ordinals {
+    pub fn with_new_copy(self) -> Ordinals {
         Ordinals {
             start: self.start,
             replicas: 2,

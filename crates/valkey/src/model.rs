@@ -344,13 +344,13 @@ mod tests {
 
     #[test]
     fn a_members_new_copy_has_its_own_index_and_says_whose_it_is() {
-        let surge = MemberIndex::NewCopyOf(2);
-        assert_eq!(surge.new_copy_of(), Some(2));
+        let new_copy = MemberIndex::NewCopyOf(2);
+        assert_eq!(new_copy.new_copy_of(), Some(2));
         assert_eq!(MemberIndex::Member(2).new_copy_of(), None);
-        assert!(MemberIndex::Member(u32::MAX) < surge);
+        assert!(MemberIndex::Member(u32::MAX) < new_copy);
         let r = MemberRef {
             shard: ShardIndex(1),
-            member: surge,
+            member: new_copy,
         };
         assert_eq!(r.to_string(), "shard 1 member 2 (new copy)");
         assert_eq!(MemberRef::new(1, 2).to_string(), "shard 1 member 2");

@@ -5,9 +5,10 @@
 //! ```text
 //!     dereference + validate (the spec into a ValidatedCluster; an invalid one stops here)
 //!       -> observe/   Kubernetes objects, then what every Valkey member says (thin I/O)
-//!       -> facts      what is derived from both, once, with `now` passed in (pure)
-//!       -> decide/    placement, desired objects, balance, rolling, surge, heal,
-//!                     cleanup, the next Valkey commands (pure: plain data in, a decision out)
+//!       -> decide     (crates/decide) the facts derived from both, once, with `now`
+//!                     passed in; placement, desired objects, balance, rolling, moves,
+//!                     heal, cleanup, the next Valkey commands, rotations (pure: plain
+//!                     data in, a decision out)
 //!       -> act/       server-side apply, deletions, Valkey commands (thin I/O)
 //!       -> report/    status conditions and observations (pure), events, the status write
 //! ```

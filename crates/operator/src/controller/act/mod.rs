@@ -67,16 +67,16 @@ pub async fn carry_out(
     // Moves, then the rolling update.
     let mut last_action = executed.last().cloned();
     let quiet = d.valkey.actions.is_empty();
-    for (surge, step) in &d.surges {
-        let give_up = d.give_up.get(&(surge.shard, surge.member));
-        if let Some(done) = moves::step(a, surge, step, give_up, quiet).await? {
+    for (mv, step) in &d.moves {
+        let give_up = d.give_up.get(&(mv.shard, mv.member));
+        if let Some(done) = moves::step(a, mv, step, give_up, quiet).await? {
             memory.last_disturbance = Some(now);
             last_action = Some(done);
         }
     }
     kube::delete_claims(ctx, cluster, &cleanup.moved_volumes).await?;
     let rolled = match &d.roll.step {
-        RollStep::Surge { shard, member } if quiet => moves::start(a, *shard, *member).await?,
+        RollStep::Move { shard, member } if quiet => moves::start(a, *shard, *member).await?,
         RollStep::Restart { shard, member } if quiet => moves::restart(a, *shard, *member).await?,
         _ => None,
     };

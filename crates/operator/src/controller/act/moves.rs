@@ -1,6 +1,6 @@
 //! Act on moves and restarts: a member's StatefulSet runs a second pod (a
 //! move starts), keeps only the new one (done) or the old one (given up); a
-//! pod is deleted for a rolling restart. See [`decide::surge`].
+//! pod is deleted for a rolling restart. See [`decide::moves`].
 
 use super::Actor;
 use super::kube::{apply_ordinals, delete_claim_of, delete_pod, force_delete_pod};
@@ -8,7 +8,7 @@ use crate::controller::events::reason;
 use crate::error::Error;
 use api::constants::member_name;
 use decide::moves::GiveUp;
-use decide::surge::{Surge, SurgeStep};
+use decide::moves::{Move, MoveStep};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use resources::adapt::pods::node_of;
@@ -22,8 +22,8 @@ pub async fn start(a: &Actor<'_>, s: u32, m: u32) -> Result<Option<String>, Erro
     let Some(live) = a.kube.statefulsets.get(&name) else {
         return Ok(None);
     };
-    let surging = Ordinals::of(live).with_surge();
-    let Some(next) = surging.surge() else {
+    let surging = Ordinals::of(live).with_new_copy();
+    let Some(next) = surging.new_copy() else {
         return Ok(None);
     };
     let new_pod = format!("{name}-{next}");
@@ -55,21 +55,21 @@ pub async fn start(a: &Actor<'_>, s: u32, m: u32) -> Result<Option<String>, Erro
 /// command is sent this reconcile. Returns what was done.
 pub async fn step(
     a: &Actor<'_>,
-    surge: &Surge,
-    step: &SurgeStep,
+    mv: &Move,
+    step: &MoveStep,
     give_up: Option<&GiveUp>,
     quiet: bool,
 ) -> Result<Option<String>, Error> {
-    let (s, m) = (surge.shard, surge.member);
+    let (s, m) = (mv.shard, mv.member);
     let name = member_name(&a.cluster.name, s, m);
     let old = a.kube.members.get(&(s, m));
-    let new = a.kube.surges.get(&(s, m));
+    let new = a.kube.new_copies.get(&(s, m));
     let pod_name = |p: Option<&Pod>| p.map(ResourceExt::name_any).unwrap_or_default();
     match step {
-        SurgeStep::Complete if quiet => {
+        MoveStep::Complete if quiet => {
             // The old pod goes; its claim is deleted by the sweep of moved
             // volumes (kept by Kubernetes until the pod is gone).
-            apply_ordinals(a, &name, surge.ordinals.completed()).await?;
+            apply_ordinals(a, &name, mv.ordinals.completed()).await?;
             let msg = format!(
                 "moved shard {s} member {m}: its new copy (pod {} on node {}) is in sync; removing the old copy (pod {} on node {})",
                 pod_name(new),
@@ -83,8 +83,8 @@ pub async fn step(
                 .await;
             Ok(Some(msg))
         }
-        SurgeStep::Abort(why) => {
-            let why = format!("{}: {why}", surge.what());
+        MoveStep::Abort(why) => {
+            let why = format!("{}: {why}", mv.what());
             if let Some(reason) = give_up.and_then(|g| g.waits.as_ref()) {
                 let msg = format!(
                     "shard {s} member {m}: giving up its move ({why}) waits: the new copy's volume is kept because {reason}"
@@ -92,7 +92,7 @@ pub async fn step(
                 tracing::info!(shard = s, member = m, "{msg}");
                 return Ok(None);
             }
-            apply_ordinals(a, &name, surge.ordinals.aborted()).await?;
+            apply_ordinals(a, &name, mv.ordinals.aborted()).await?;
             if let Some(pod) = new {
                 if a.cluster.persistence.is_some() {
                     delete_claim_of(a.ctx, a.cluster, &pod.name_any()).await?;

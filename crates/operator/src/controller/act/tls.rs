@@ -238,7 +238,7 @@ async fn every_member_answers(view: &KubeView, opts: &ConnectOptions) -> bool {
     let pods: Vec<Option<IpAddr>> = view
         .members
         .values()
-        .chain(view.surges.values())
+        .chain(view.new_copies.values())
         .map(|p| PodFacts::of(p).ip)
         .collect();
     if pods.is_empty() {

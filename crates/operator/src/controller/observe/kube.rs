@@ -4,7 +4,7 @@
 //! pods use node room the planner must count).
 //!
 //! A member's pods are told apart by ordinal against its live StatefulSet
-//! (see [`decide::surge`]): the member proper, the new copy of a move in
+//! (see [`decide::moves`]): the member proper, the new copy of a move in
 //! flight, and copies on their way out.
 
 use crate::context::Context;
@@ -152,7 +152,7 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
         nodes,
         all_pods,
         members: sorted.members,
-        surges: sorted.surges,
+        new_copies: sorted.new_copies,
         condemned: sorted.condemned,
         statefulsets,
         config_maps,

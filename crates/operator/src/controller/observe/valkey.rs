@@ -96,7 +96,7 @@ fn targets(
         })
         .collect();
     // The new copies of moves in flight, under their own index.
-    targets.extend(view.surges.iter().map(|(&(s, m), pod)| Target {
+    targets.extend(view.new_copies.iter().map(|(&(s, m), pod)| Target {
         member: MemberRef {
             shard: ShardIndex(s),
             member: MemberIndex::NewCopyOf(m),

@@ -189,7 +189,7 @@ pub fn build(
     if let decide::rolling::RollStep::Blocked(why) = &d.roll.step {
         blocked.push(why.clone());
     }
-    let moves = moves::move_lines(f, placement, &d.surges);
+    let moves = moves::move_lines(f, placement, &d.moves);
     let spread = moves::spread_now(placement, &moves);
     let bootstrapping = observations::is_bootstrapping(f.valkey, t.old);
     let activity = Activity {
@@ -349,7 +349,7 @@ pub fn converging(
         || !d.cluster_ready
         || d.roll.stale > 0
         || d.roll.moving > 0
-        || !moves::move_lines(f, placement, &d.surges).is_empty()
+        || !moves::move_lines(f, placement, &d.moves).is_empty()
         || !f.kube.condemned.is_empty()
         || done.stranded > 0
         || replaced > 0

@@ -345,7 +345,7 @@ pub async fn keep_primaryauth(
 pub use decide::rotation::Listed;
 
 /// Asks every connected member for its `ACL LIST`, all at once: what
-/// [`sync`] and the `default` user's check (`rotation::close_default`)
+/// [`sync`] and the `default` user's check (`decide::rotation::default_fixes`)
 /// read, once per reconcile.
 pub async fn list(session: &Session) -> Listed {
     let listed = futures::future::join_all(

@@ -87,7 +87,7 @@ pub struct Rotation {
     pub previous: Option<String>,
     /// The number of the rotation the members should run with (goes into
     /// their restart hash).
-    pub generation: u64,
+    pub number: u64,
     /// Auth is being turned on or off.
     pub switch: Option<Switch>,
     /// `<cluster>-auth-applied` is gone while members run: which password
@@ -159,10 +159,10 @@ pub struct Recorded {
     pub exists: bool,
     /// The password the members were last given in full (`None`: "" or absent).
     pub password: Option<String>,
-    pub generation: u64,
+    pub number: u64,
     /// A rotation under way: the password it moves to and its number.
     pub target: Option<(String, u64)>,
-    /// The highest rotation number handed out (at least `generation` and
+    /// The highest rotation number handed out (at least `number` and
     /// the target's).
     pub highest: u64,
 }
@@ -173,17 +173,17 @@ impl Recorded {
             return Recorded::default();
         };
         let text = |key| resources::secret::secret_text(secret, key);
-        let number = |key| text(key).and_then(|g| g.trim().parse::<u64>().ok());
-        let generation = number(APPLIED_GENERATION_KEY).unwrap_or(0);
-        let target = text(APPLIED_TARGET_KEY).zip(number(APPLIED_TARGET_GENERATION_KEY));
-        let highest = number(APPLIED_HIGHEST_KEY)
+        let parsed = |key| text(key).and_then(|g| g.trim().parse::<u64>().ok());
+        let number = parsed(APPLIED_GENERATION_KEY).unwrap_or(0);
+        let target = text(APPLIED_TARGET_KEY).zip(parsed(APPLIED_TARGET_GENERATION_KEY));
+        let highest = parsed(APPLIED_HIGHEST_KEY)
             .unwrap_or(0)
-            .max(generation)
+            .max(number)
             .max(target.as_ref().map_or(0, |(_, g)| *g));
         Recorded {
             exists: true,
             password: text(APPLIED_KEY),
-            generation,
+            number,
             target,
             highest,
         }
@@ -194,7 +194,7 @@ impl Recorded {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordWrite {
     pub password: String,
-    pub generation: u64,
+    pub number: u64,
     pub target: Option<(String, u64)>,
     pub highest: u64,
 }
@@ -236,25 +236,25 @@ pub fn decide(
     pods: (usize, usize),
     in_use: InUse,
 ) -> RotationDecision {
-    let generation = if recorded.exists {
-        recorded.generation
+    let number = if recorded.exists {
+        recorded.number
     } else {
         in_use.desired
     };
     // A pod's number says which password it started with: a number is
     // never handed out twice, a reverted rotation's included.
-    let highest = recorded.highest.max(in_use.highest).max(generation);
+    let highest = recorded.highest.max(in_use.highest).max(number);
     let switch = switch_of(enabled, recorded.password.as_deref(), pods);
-    let rotation = |previous: Option<String>, generation: u64, switch: Option<Switch>| Rotation {
+    let rotation = |previous: Option<String>, number: u64, switch: Option<Switch>| Rotation {
         previous,
-        generation,
+        number,
         switch,
         unrecorded: false,
-        highest: highest.max(generation),
+        highest: highest.max(number),
     };
     let record = |password: &str, target: Option<(String, u64)>| RecordWrite {
         password: password.to_string(),
-        generation,
+        number,
         highest: highest.max(target.as_ref().map_or(0, |(_, g)| *g)),
         target,
     };
@@ -274,16 +274,16 @@ pub fn decide(
         // Off, and no member runs with the password any more: record it.
         if switch.is_none() && recorded.password.is_some() {
             return RotationDecision {
-                rotation: rotation(None, generation, None),
+                rotation: rotation(None, number, None),
                 write: Some(record("", None)),
                 announce: Some(Announce::AuthDisabled),
             };
         }
-        return keep(rotation(None, generation, switch));
+        return keep(rotation(None, number, switch));
     }
     // The password Secret is missing: keep the members as they are.
     let Some(password) = password else {
-        return keep(rotation(None, generation, None));
+        return keep(rotation(None, number, None));
     };
     match recorded.password.as_deref() {
         Some(r) if r == password => {
@@ -292,19 +292,19 @@ pub fn decide(
             // extra password is dropped once all have (`default_fixes`).
             let w = record(r, None);
             RotationDecision {
-                rotation: rotation(None, generation, switch),
+                rotation: rotation(None, number, switch),
                 write: changed(&w).then_some(w),
                 announce: None,
             }
         }
         Some(r) => {
-            let target_generation = match &recorded.target {
+            let target_number = match &recorded.target {
                 Some((t, g)) if t == password => *g,
                 _ => highest + 1,
             };
-            let w = record(r, Some((password.to_string(), target_generation)));
+            let w = record(r, Some((password.to_string(), target_number)));
             RotationDecision {
-                rotation: rotation(Some(r.to_string()), target_generation, switch.clone()),
+                rotation: rotation(Some(r.to_string()), target_number, switch.clone()),
                 write: changed(&w).then_some(w),
                 announce: None,
             }
@@ -315,7 +315,7 @@ pub fn decide(
         None if !recorded.exists && pods.0 > 0 => RotationDecision {
             rotation: Rotation {
                 unrecorded: true,
-                ..rotation(None, generation, switch)
+                ..rotation(None, number, switch)
             },
             write: None,
             announce: None,
@@ -324,7 +324,7 @@ pub fn decide(
         // off: the members get this password from now on.
         None => RotationDecision {
             announce: switch.is_some().then_some(Announce::AuthEnabled),
-            rotation: rotation(None, generation, switch),
+            rotation: rotation(None, number, switch),
             write: Some(record(password, None)),
         },
     }
@@ -364,7 +364,7 @@ pub fn in_use(view: &KubeView) -> InUse {
 pub fn rebuilt_record(
     password: &str,
     started_with: &[Option<String>],
-    (generation, highest): (u64, u64),
+    (number, highest): (u64, u64),
 ) -> Option<RecordWrite> {
     let known: Vec<&str> = started_with
         .iter()
@@ -380,13 +380,13 @@ pub fn rebuilt_record(
         // carries is not known to go with which password.
         Some(other) => RecordWrite {
             password: other,
-            generation: highest + 1,
+            number: highest + 1,
             target: None,
             highest: highest + 1,
         },
         None => RecordWrite {
             password: password.to_string(),
-            generation,
+            number,
             target: None,
             highest,
         },
@@ -735,7 +735,7 @@ mod tests {
     fn while_auth_goes_off_the_operator_logs_in_with_the_old_password() {
         let off = Rotation {
             previous: None,
-            generation: 0,
+            number: 0,
             switch: Some(Switch::Off {
                 password: "old".into(),
             }),
@@ -745,7 +745,7 @@ mod tests {
         assert_eq!(off.login(None), (Some("old"), None));
         let rotating = Rotation {
             previous: Some("old".into()),
-            generation: 1,
+            number: 1,
             switch: None,
             unrecorded: false,
             highest: 0,
@@ -753,20 +753,20 @@ mod tests {
         assert_eq!(rotating.login(Some("new")), (Some("new"), Some("old")));
     }
 
-    fn recorded(password: &str, generation: u64, target: Option<(&str, u64)>) -> Recorded {
+    fn recorded(password: &str, number: u64, target: Option<(&str, u64)>) -> Recorded {
         Recorded {
             exists: true,
             password: (!password.is_empty()).then(|| password.to_string()),
-            generation,
-            highest: generation.max(target.map_or(0, |(_, g)| g)),
+            number,
+            highest: number.max(target.map_or(0, |(_, g)| g)),
             target: target.map(|(p, g)| (p.to_string(), g)),
         }
     }
 
-    fn at(generation: u64) -> InUse {
+    fn at(number: u64) -> InUse {
         InUse {
-            desired: generation,
-            highest: generation,
+            desired: number,
+            highest: number,
         }
     }
 
@@ -775,7 +775,7 @@ mod tests {
         // A -> B: number 4, B recorded as the target.
         let d = decide(true, Some("B"), &recorded("A", 3, None), (3, 0), at(3));
         assert_eq!(d.rotation.previous.as_deref(), Some("A"));
-        assert_eq!(d.rotation.generation, 4);
+        assert_eq!(d.rotation.number, 4);
         assert_eq!(
             d.write.as_ref().and_then(|w| w.target.clone()),
             Some(("B".into(), 4))
@@ -788,7 +788,7 @@ mod tests {
             (3, 0),
             at(4),
         );
-        assert_eq!((d.rotation.generation, d.write), (4, None));
+        assert_eq!((d.rotation.number, d.write), (4, None));
         // B -> C before B finished: a number past B's, so members already
         // restarted onto B restart again onto C.
         let d = decide(
@@ -798,7 +798,7 @@ mod tests {
             (3, 0),
             at(4),
         );
-        assert_eq!(d.rotation.generation, 5);
+        assert_eq!(d.rotation.number, 5);
         assert_eq!(d.rotation.previous.as_deref(), Some("A"));
         // Back to A: no rotation, the recorded number (members on B restart
         // back), the target cleared.
@@ -809,7 +809,7 @@ mod tests {
             (3, 0),
             at(4),
         );
-        assert_eq!((d.rotation.previous, d.rotation.generation), (None, 3));
+        assert_eq!((d.rotation.previous, d.rotation.number), (None, 3));
         assert_eq!(d.write.map(|w| w.target), Some(None));
     }
 
@@ -818,7 +818,7 @@ mod tests {
         // The StatefulSets say their pods run rotation 7; the members are
         // asked which password they run before anything is written.
         let d = decide(true, Some("pw"), &Recorded::default(), (3, 0), at(7));
-        assert_eq!(d.rotation.generation, 7);
+        assert_eq!(d.rotation.number, 7);
         assert_eq!(d.rotation.previous, None);
         assert!(d.rotation.unrecorded);
         assert_eq!((d.write, d.announce), (None, None));
@@ -828,7 +828,7 @@ mod tests {
             rebuilt_record("pw", &same, (7, 7)),
             Some(RecordWrite {
                 password: "pw".into(),
-                generation: 7,
+                number: 7,
                 target: None,
                 highest: 7,
             })
@@ -938,7 +938,7 @@ mod tests {
     fn nothing_is_asked_of_default_while_auth_goes_off_or_without_a_password() {
         let off = Rotation {
             previous: None,
-            generation: 0,
+            number: 0,
             switch: Some(Switch::Off {
                 password: "old".into(),
             }),
@@ -952,7 +952,7 @@ mod tests {
         assert_eq!(settled.password, password_hash("pw"));
         let rotating = Rotation {
             previous: Some("old".into()),
-            generation: 1,
+            number: 1,
             switch: None,
             unrecorded: false,
             highest: 0,
@@ -994,12 +994,12 @@ mod model {
         /// The password in its environment (`None`: started without one).
         env: Option<String>,
         /// The rotation number its pod was made with.
-        generation: u64,
+        number: u64,
         default: AclEntry,
     }
 
     impl Member {
-        fn started(env: Option<String>, generation: u64) -> Member {
+        fn started(env: Option<String>, number: u64) -> Member {
             let default = AclEntry {
                 enabled: true,
                 nopass: env.is_none(),
@@ -1008,7 +1008,7 @@ mod model {
             };
             Member {
                 env,
-                generation,
+                number,
                 default,
             }
         }
@@ -1031,7 +1031,7 @@ mod model {
         /// The Secret's password (`None`: deleted, not made again yet).
         secret: Option<String>,
         record: Option<Recorded>,
-        statefulsets_generation: u64,
+        statefulsets_number: u64,
         /// What the StatefulSets ask for: the number and whether with a password.
         desired: (u64, bool),
         members: Vec<Member>,
@@ -1068,7 +1068,7 @@ mod model {
                 enabled: true,
                 secret: Some("p0".into()),
                 record: None,
-                statefulsets_generation: 0,
+                statefulsets_number: 0,
                 desired: (0, true),
                 members: Vec::new(),
                 next_password: 1,
@@ -1094,7 +1094,7 @@ mod model {
             };
             // The restart hash, and the password it started with
             // (`password_stale`) when the Secret is known.
-            m.generation != self.desired.0
+            m.number != self.desired.0
                 || m.env.is_some() != self.desired.1
                 || (expected.is_some() || !self.enabled) && m.env != expected
         }
@@ -1130,21 +1130,21 @@ mod model {
                 &self.record.clone().unwrap_or_default(),
                 self.pods(),
                 InUse {
-                    desired: self.statefulsets_generation,
+                    desired: self.statefulsets_number,
                     highest: self
                         .members
                         .iter()
-                        .map(|m| m.generation)
+                        .map(|m| m.number)
                         .max()
                         .unwrap_or(0)
-                        .max(self.statefulsets_generation),
+                        .max(self.statefulsets_number),
                 },
             );
             if let Some(w) = &d.write {
                 self.record = Some(Recorded {
                     exists: true,
                     password: (!w.password.is_empty()).then(|| w.password.clone()),
-                    generation: w.generation,
+                    number: w.number,
                     target: w.target.clone(),
                     highest: w.highest,
                 });
@@ -1158,21 +1158,19 @@ mod model {
                     .iter()
                     .map(|m| Some(m.env.clone().unwrap_or_default()))
                     .collect();
-                if let Some(w) =
-                    rebuilt_record(p, &started, (rotation.generation, rotation.highest))
-                {
+                if let Some(w) = rebuilt_record(p, &started, (rotation.number, rotation.highest)) {
                     self.record = Some(Recorded {
                         exists: true,
                         password: Some(w.password),
-                        generation: w.generation,
+                        number: w.number,
                         target: None,
                         highest: w.highest,
                     });
                 }
             }
             // The StatefulSets are applied.
-            self.desired = (rotation.generation, self.enabled);
-            self.statefulsets_generation = rotation.generation;
+            self.desired = (rotation.number, self.enabled);
+            self.statefulsets_number = rotation.number;
             let rolled = self.members.iter().all(|m| !self.needs_restart(m));
             // advance_switch
             if let Some(Switch::Off { .. }) = &rotation.switch {
@@ -1203,7 +1201,7 @@ mod model {
                     self.record = Some(Recorded {
                         exists: true,
                         password: Some(password.clone()),
-                        generation: rotation.generation,
+                        number: rotation.number,
                         target: None,
                         highest: rotation.highest,
                     });

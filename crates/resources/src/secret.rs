@@ -45,7 +45,7 @@ pub struct AppliedRecord<'a> {
     /// The password the members were last given in full ("" once auth is off).
     pub password: &'a str,
     /// The number of the rotation the members run with (their restart hash).
-    pub generation: u64,
+    pub number: u64,
     /// A rotation under way: the password it moves to and its number. Each
     /// new password gets a number of its own, so a second change before the
     /// first finished restarts the members again (onto the newest password)
@@ -69,18 +69,18 @@ pub fn applied_secret(
         (APPLIED_KEY.to_string(), bytes(record.password)),
         (
             APPLIED_GENERATION_KEY.to_string(),
-            bytes(&record.generation.to_string()),
+            bytes(&record.number.to_string()),
         ),
     ]);
     data.insert(
         APPLIED_HIGHEST_KEY.to_string(),
         bytes(&record.highest.to_string()),
     );
-    if let Some((password, generation)) = record.target {
+    if let Some((password, number)) = record.target {
         data.insert(APPLIED_TARGET_KEY.to_string(), bytes(password));
         data.insert(
             APPLIED_TARGET_GENERATION_KEY.to_string(),
-            bytes(&generation.to_string()),
+            bytes(&number.to_string()),
         );
     }
     Secret {

@@ -76,7 +76,7 @@ pub const RESTORE_CONTAINER: &str = "restore";
 pub const ANNOTATION_RESTART_HASH: &str = "valkey.rs/restart-hash";
 /// On the StatefulSet and its pod template (the number is in the restart
 /// hash already, so it restarts nothing more): the password rotation's
-/// number the pods run with (`auth_generation`). Should
+/// number the pods run with (`password_rotation`). Should
 /// `<cluster>-auth-applied` be deleted, the operator reads the numbers back
 /// from here instead of starting again at 0, which would restart every
 /// member for nothing, or give a number twice.
@@ -224,8 +224,8 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
         .feed_json(&config::restart_config(c));
     // A password rotation restarts the members onto the new password (their
     // environment); before the first one the hash is as it always was.
-    if c.auth_generation > 0 {
-        restart = restart.feed_json(&c.auth_generation);
+    if c.password_rotation > 0 {
+        restart = restart.feed_json(&c.password_rotation);
     }
     // Modules load at start only, and the overlay's labels and annotations
     // reach a pod only when it is made again: both roll the members. Fed
@@ -269,10 +269,10 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     annotations.insert(ANNOTATION_RESTART_HASH.into(), restart_hash);
     // Which rotation's password the pod starts with (already in the restart
     // hash, so it restarts nothing more): read back when the record is gone.
-    if c.auth_generation > 0 {
+    if c.password_rotation > 0 {
         annotations.insert(
             ANNOTATION_AUTH_GENERATION.into(),
-            c.auth_generation.to_string(),
+            c.password_rotation.to_string(),
         );
     }
     annotations.insert(ANNOTATION_PLACEMENT_HASH.into(), placement_hash);
@@ -318,10 +318,10 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
             name: Some(name),
             namespace: Some(c.namespace.clone()),
             labels: Some(labels.clone()),
-            annotations: (c.auth_generation > 0).then(|| {
+            annotations: (c.password_rotation > 0).then(|| {
                 BTreeMap::from([(
                     ANNOTATION_AUTH_GENERATION.to_string(),
-                    c.auth_generation.to_string(),
+                    c.password_rotation.to_string(),
                 )])
             }),
             owner_references: Some(vec![input.owner.clone()]),

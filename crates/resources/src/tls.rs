@@ -62,10 +62,10 @@ pub const CA_PRIVATE_KEY: &str = "ca.key";
 pub const ANNOTATION_NOT_AFTER: &str = "valkey.rs/tls-not-after";
 /// Annotation on `<cluster>-tls`: the pod IPs its certificate names, comma-separated.
 pub const ANNOTATION_IPS: &str = "valkey.rs/tls-ips";
-/// Annotation on `<cluster>-tls`: the generation of the CA that signed it
+/// Annotation on `<cluster>-tls`: the number of the CA that signed it
 /// (absent: 1).
 pub const ANNOTATION_SIGNER: &str = "valkey.rs/tls-ca-generation";
-/// Annotation on `<cluster>-tls-ca-key`: the signing CA's generation
+/// Annotation on `<cluster>-tls-ca-key`: the signing CA's number
 /// (absent: 1, the first CA).
 pub const ANNOTATION_CA_GENERATION: &str = "valkey.rs/ca-generation";
 /// Annotation on `<cluster>-tls-ca-key`: when the signing CA ends (Unix
@@ -108,14 +108,14 @@ pub enum TlsError {
     Time(String),
 }
 
-/// A CA: its certificate and private key, PEM, its generation (1 for the
+/// A CA: its certificate and private key, PEM, its number (1 for the
 /// cluster's first CA, one more for each rotation: it is in the CA's name, so
 /// two CAs trusted side by side never share a subject) and its end.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Ca {
     pub cert_pem: String,
     pub key_pem: String,
-    pub generation: u32,
+    pub number: u32,
     pub not_after_unix: i64,
 }
 
@@ -126,14 +126,14 @@ impl std::fmt::Debug for Ca {
 }
 
 /// A serving certificate and its key, PEM, with what it names and the
-/// generation of the CA that signed it.
+/// number of the CA that signed it.
 #[derive(Clone)]
 pub struct Issued {
     pub cert_pem: String,
     pub key_pem: String,
     pub not_after_unix: i64,
     pub ips: BTreeSet<IpAddr>,
-    pub ca_generation: u32,
+    pub ca_number: u32,
 }
 
 /// What the existing `<cluster>-tls` Secret says about its certificate.
@@ -145,8 +145,8 @@ pub struct IssuedFacts {
     pub complete: bool,
     pub not_after_unix: Option<i64>,
     pub ips: BTreeSet<IpAddr>,
-    /// The generation of the CA that signed it.
-    pub ca_generation: u32,
+    /// The number of the CA that signed it.
+    pub ca_number: u32,
 }
 
 impl IssuedFacts {
@@ -168,7 +168,7 @@ impl IssuedFacts {
                         .collect()
                 })
                 .unwrap_or_default(),
-            ca_generation: annotations
+            ca_number: annotations
                 .get(ANNOTATION_SIGNER)
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1),
@@ -177,7 +177,7 @@ impl IssuedFacts {
 }
 
 /// Why the serving certificate must be issued (again), or `None` to keep it:
-/// `trust_pem` is what the members must trust, `signer` the generation of
+/// `trust_pem` is what the members must trust, `signer` the number of
 /// the CA that must have signed it.
 pub fn issue_reason(
     existing: Option<&IssuedFacts>,
@@ -192,7 +192,7 @@ pub fn issue_reason(
     if !e.complete {
         return Some("the Secret lacks tls.crt or tls.key");
     }
-    if e.ca_generation != signer {
+    if e.ca_number != signer {
         return Some("a new CA signs");
     }
     if e.ca_pem.as_deref() != Some(trust_pem) {
@@ -232,21 +232,21 @@ fn random_serial() -> SerialNumber {
     SerialNumber::from_slice(&bytes)
 }
 
-/// The CA's identity: the same every time for a generation, so a
+/// The CA's identity: the same every time for a number, so a
 /// certificate signed with the stored key names the stored CA certificate
 /// as its issuer. The first CA is "valkey-operator CA", the later ones carry
-/// their generation.
-fn ca_params(cluster: &ValidatedCluster, generation: u32) -> Result<CertificateParams, TlsError> {
+/// their number.
+fn ca_params(cluster: &ValidatedCluster, number: u32) -> Result<CertificateParams, TlsError> {
     let mut p =
         CertificateParams::new(Vec::<String>::new()).map_err(|source| TlsError::Generate {
             what: "CA certificate",
             source,
         })?;
     p.distinguished_name = rcgen::DistinguishedName::new();
-    let name = if generation <= 1 {
+    let name = if number <= 1 {
         "valkey-operator CA".to_string()
     } else {
-        format!("valkey-operator CA {generation}")
+        format!("valkey-operator CA {number}")
     };
     p.distinguished_name.push(DnType::CommonName, name);
     p.distinguished_name.push(
@@ -262,11 +262,11 @@ fn ca_params(cluster: &ValidatedCluster, generation: u32) -> Result<CertificateP
     Ok(p)
 }
 
-/// A new CA of `generation` for `cluster`, valid from an hour before
+/// A new CA of `number` for `cluster`, valid from an hour before
 /// `now_unix` for [`CA_LIFETIME`].
-pub fn new_ca(cluster: &ValidatedCluster, generation: u32, now_unix: i64) -> Result<Ca, TlsError> {
+pub fn new_ca(cluster: &ValidatedCluster, number: u32, now_unix: i64) -> Result<Ca, TlsError> {
     let key = generate_key("CA key")?;
-    let mut p = ca_params(cluster, generation)?;
+    let mut p = ca_params(cluster, number)?;
     p.serial_number = Some(random_serial());
     let not_after = now_unix.saturating_add(secs(CA_LIFETIME));
     p.not_before = offset(now_unix - secs(BACKDATE))?;
@@ -278,7 +278,7 @@ pub fn new_ca(cluster: &ValidatedCluster, generation: u32, now_unix: i64) -> Res
     Ok(Ca {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
-        generation,
+        number,
         not_after_unix: not_after,
     })
 }
@@ -312,7 +312,7 @@ pub fn issue(
         message,
     };
     let ca_key = KeyPair::from_pem(&ca.key_pem).map_err(|e| bad_ca(e.to_string()))?;
-    let issuer = Issuer::new(ca_params(cluster, ca.generation)?, ca_key);
+    let issuer = Issuer::new(ca_params(cluster, ca.number)?, ca_key);
     let key = generate_key("serving key")?;
     let mut p =
         CertificateParams::new(dns_names(cluster)).map_err(|source| TlsError::Generate {
@@ -352,7 +352,7 @@ pub fn issue(
         key_pem: key.serialize_pem(),
         not_after_unix: not_after,
         ips: ips.clone(),
-        ca_generation: ca.generation,
+        ca_number: ca.number,
     })
 }
 
@@ -383,7 +383,7 @@ pub fn ca_key_secret(cluster: &ValidatedCluster, owner: &OwnerReference, set: &C
     let mut annotations = BTreeMap::from([
         (
             ANNOTATION_CA_GENERATION.to_string(),
-            set.signer.generation.to_string(),
+            set.signer.number.to_string(),
         ),
         (
             ANNOTATION_CA_NOT_AFTER.to_string(),
@@ -445,10 +445,7 @@ pub fn serving_secret(
             issued.not_after_unix.to_string(),
         ),
         (ANNOTATION_IPS.to_string(), ips.join(",")),
-        (
-            ANNOTATION_SIGNER.to_string(),
-            issued.ca_generation.to_string(),
-        ),
+        (ANNOTATION_SIGNER.to_string(), issued.ca_number.to_string()),
     ]);
     let name = cluster
         .tls
@@ -490,10 +487,10 @@ pub fn lost_trust<'a>(bundles: impl IntoIterator<Item = &'a str>) -> Option<Stri
     (!seen.is_empty()).then(|| seen.concat())
 }
 
-/// The generation of a CA made after `<cluster>-tls-ca-key` was lost: past
+/// The number of a CA made after `<cluster>-tls-ca-key` was lost: past
 /// the one that signed the serving certificate and a next one that may have
 /// been in flight, so its name differs from every CA still trusted.
-pub fn recovery_generation(serving_signer: Option<u32>) -> u32 {
+pub fn recovery_number(serving_signer: Option<u32>) -> u32 {
     serving_signer.unwrap_or(1).saturating_add(2)
 }
 
@@ -513,7 +510,7 @@ pub fn retrusted_serving_secret(
         key_pem: secret_text(existing, TLS_KEY_KEY)?,
         not_after_unix: facts.not_after_unix.unwrap_or(0),
         ips: facts.ips,
-        ca_generation: facts.ca_generation,
+        ca_number: facts.ca_number,
     };
     Some(serving_secret(cluster, owner, trust_pem, &issued))
 }
@@ -578,8 +575,8 @@ impl CaSet {
     /// key is missing. A next CA without its key is ignored.
     pub fn of(secret: &Secret) -> Option<CaSet> {
         let annotations = secret.metadata.annotations.clone().unwrap_or_default();
-        let number = |k: &str| annotations.get(k).and_then(|v| v.parse::<i64>().ok());
-        let generation = number(ANNOTATION_CA_GENERATION)
+        let annotated = |k: &str| annotations.get(k).and_then(|v| v.parse::<i64>().ok());
+        let number = annotated(ANNOTATION_CA_GENERATION)
             .and_then(|g| u32::try_from(g).ok())
             .unwrap_or(1);
         // A CA made before its end was recorded: it ends CA_LIFETIME after
@@ -593,8 +590,8 @@ impl CaSet {
         let signer = Ca {
             cert_pem: secret_text(secret, TLS_CA_KEY)?,
             key_pem: secret_text(secret, CA_PRIVATE_KEY)?,
-            generation,
-            not_after_unix: number(ANNOTATION_CA_NOT_AFTER)
+            number,
+            not_after_unix: annotated(ANNOTATION_CA_NOT_AFTER)
                 .unwrap_or_else(|| made.saturating_add(secs(CA_LIFETIME))),
         };
         let next = match (
@@ -604,8 +601,8 @@ impl CaSet {
             (Some(cert_pem), Some(key_pem)) => Some(Ca {
                 cert_pem,
                 key_pem,
-                generation: generation.saturating_add(1),
-                not_after_unix: number(ANNOTATION_NEXT_NOT_AFTER).unwrap_or(i64::MAX),
+                number: number.saturating_add(1),
+                not_after_unix: annotated(ANNOTATION_NEXT_NOT_AFTER).unwrap_or(i64::MAX),
             }),
             _ => None,
         };
@@ -759,7 +756,7 @@ mod tests {
             complete: true,
             not_after_unix: Some(end),
             ips: ips(named),
-            ca_generation: 1,
+            ca_number: 1,
         }
     }
 
@@ -854,14 +851,14 @@ mod tests {
             ),
             ..Default::default()
         };
-        assert_eq!(IssuedFacts::of(&unannotated).ca_generation, 1);
+        assert_eq!(IssuedFacts::of(&unannotated).ca_number, 1);
     }
 
     fn set_of(signer_end: i64) -> CaSet {
         CaSet::of_one(Ca {
             cert_pem: "CA1".into(),
             key_pem: "KEY1".into(),
-            generation: 1,
+            number: 1,
             not_after_unix: signer_end,
         })
     }
@@ -895,7 +892,7 @@ mod tests {
         let next = Ca {
             cert_pem: "CA2\n".into(),
             key_pem: "KEY2".into(),
-            generation: 2,
+            number: 2,
             not_after_unix: NOW + 10 * 365 * 24 * 3600,
         };
         let start = CaStep::Start {
@@ -946,7 +943,7 @@ mod tests {
         }
         // The second CA has its own name and signs certificates that say so.
         let issued = issue(&c, &second, &ips(&["10.0.0.1"]), NOW)?;
-        assert_eq!(issued.ca_generation, 2);
+        assert_eq!(issued.ca_number, 2);
         assert_ne!(first.cert_pem, second.cert_pem);
         Ok(())
     }
@@ -961,9 +958,9 @@ mod tests {
             .expect("a certificate");
         assert_eq!(lost.matches("BEGIN CERTIFICATE").count(), 1);
         assert_eq!(lost_trust(["", "no pem here"]), None);
-        let generation = recovery_generation(Some(1));
-        assert_eq!(generation, 3);
-        let fresh = new_ca(&c, generation, NOW)?;
+        let number = recovery_number(Some(1));
+        assert_eq!(number, 3);
+        let fresh = new_ca(&c, number, NOW)?;
         let recovering = CaSet::recovering(fresh.clone(), lost.clone());
         assert_eq!(recovering.phase(), CaPhase::Recovering);
         assert!(recovering.trust_pem().contains(&fresh.cert_pem));

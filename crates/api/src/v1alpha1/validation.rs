@@ -276,7 +276,7 @@ pub struct ValidatedCluster {
     /// Not from the spec: how many password rotations the controller has
     /// started (0 until the first). Part of the members' restart hash when
     /// above 0, so a rotation rolls the members onto the new password.
-    pub auth_generation: u64,
+    pub password_rotation: u64,
     /// Not from the spec: the restore in progress (`spec.restore` whose
     /// backup was found usable, until the cluster was Ready with its data),
     /// with the image that loads it (the operator's own). `None` otherwise.
@@ -710,7 +710,7 @@ fn validate_spec(
             ),
             operator: None,
         },
-        auth_generation: 0,
+        password_rotation: 0,
         restore: None,
         pod_template,
         modules,

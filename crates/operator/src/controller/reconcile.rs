@@ -365,7 +365,7 @@ async fn kubernetes(
     );
     let rotation = act::rotation::record(ctx, (&cluster, &owner), rotation, events).await?;
     let cluster = ValidatedCluster {
-        auth_generation: rotation.generation,
+        password_rotation: rotation.number,
         ..cluster
     };
     let rotate_request = io
@@ -567,7 +567,7 @@ async fn passwords(
         let rebuilt = decide::rotation::rebuilt_record(
             password,
             &started_with,
-            (cluster.auth_generation, rotation.highest),
+            (cluster.password_rotation, rotation.highest),
         );
         if let Some(rebuilt) = &rebuilt {
             act::rotation::rebuild_record(ctx, (cluster, owner), rebuilt, password).await?;

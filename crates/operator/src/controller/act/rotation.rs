@@ -73,7 +73,7 @@ async fn write_record(
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     let record = AppliedRecord {
         password: &w.password,
-        generation: w.generation,
+        number: w.number,
         target: w.target.as_ref().map(|(p, g)| (p.as_str(), *g)),
         highest: w.highest,
     };
@@ -197,7 +197,7 @@ pub async fn advance(
     }
     let record = RecordWrite {
         password: password.to_string(),
-        generation: cluster.auth_generation,
+        number: cluster.password_rotation,
         target: None,
         highest,
     };

@@ -88,7 +88,7 @@ pub async fn ensure(
         return Ok(TlsState::Ready(trust.into_bytes(), Some(set)));
     }
     let signer = &set.signer;
-    if let Some(why) = tls::issue_reason(facts.as_ref(), &trust, signer.generation, ips, now_unix) {
+    if let Some(why) = tls::issue_reason(facts.as_ref(), &trust, signer.number, ips, now_unix) {
         let issued = tls::issue(cluster, signer, ips, now_unix).map_err(Error::Tls)?;
         secrets::apply(
             ctx,
@@ -142,8 +142,7 @@ async fn ensure_ca(
     let lost = tls::lost_trust(bundles.iter().map(String::as_str));
     let ca = match &lost {
         Some(lost) => {
-            let generation =
-                tls::recovery_generation(serving.map(|s| IssuedFacts::of(s).ca_generation));
+            let number = tls::recovery_number(serving.map(|s| IssuedFacts::of(s).ca_number));
             // A rotation asked for before the loss was for the lost CA:
             // the new one is that rotation's answer, not a reason for another.
             CaSet {
@@ -151,7 +150,7 @@ async fn ensure_ca(
                     .map(|r| r.trim().to_string())
                     .filter(|r| !r.is_empty()),
                 ..CaSet::recovering(
-                    tls::new_ca(cluster, generation, now_unix).map_err(Error::Tls)?,
+                    tls::new_ca(cluster, number, now_unix).map_err(Error::Tls)?,
                     lost.clone(),
                 )
             }
@@ -187,7 +186,7 @@ async fn ensure_ca(
                                 "Secret {name} is gone while the members trust {} CA certificate(s) whose key it held: \
                                  CA {} is made and trusted beside them first, and signs once every member trusts it",
                                 lost.matches("BEGIN CERTIFICATE").count(),
-                                ca.signer.generation
+                                ca.signer.number
                             ),
                         )
                         .await
@@ -338,7 +337,7 @@ pub async fn advance_rotation(
         CaStep::Start { .. } => Some(
             tls::new_ca(
                 cluster,
-                set.signer.generation.saturating_add(1),
+                set.signer.number.saturating_add(1),
                 inputs.now_unix,
             )
             .map_err(Error::Tls)?,
@@ -381,29 +380,29 @@ pub async fn advance_rotation(
             reason::CA_ROTATION_STARTED,
             format!(
                 "rotating the cluster's CA ({reason}): the members and Secret {public} trust CA {} beside CA {} first",
-                after.signer.generation.saturating_add(1),
-                after.signer.generation
+                after.signer.number.saturating_add(1),
+                after.signer.number
             ),
         ),
         CaStep::Sign if set.phase() == CaPhase::Recovering => (
             reason::CA_SIGNING,
             format!(
                 "every member trusts CA {}: it signs the members' certificate from now on; the CAs of the lost Secret stay trusted until every member presents the new certificate",
-                after.signer.generation
+                after.signer.number
             ),
         ),
         CaStep::Sign => (
             reason::CA_SIGNING,
             format!(
                 "every member trusts CA {}: it signs the members' certificate from now on; CA {} stays trusted until every member presents the new certificate",
-                after.signer.generation, set.signer.generation
+                after.signer.number, set.signer.number
             ),
         ),
         CaStep::Finish => (
             reason::CA_ROTATED,
             format!(
                 "every member presents a certificate of CA {}: the previous CA is trusted no more; Secret {public} holds CA {} alone",
-                after.signer.generation, after.signer.generation
+                after.signer.number, after.signer.number
             ),
         ),
     };

@@ -313,10 +313,7 @@ fn a_member_dies_mid_backup(env: &Env, ns: &str, work: &Path, s3: &Value) -> Res
 /// cluster holding every key written before.
 fn tls_backup_and_restore(env: &Env, ns: &str, work: &Path, s3: &Value) -> Result<()> {
     let tls = "  tls:\n    enabled: true\n";
-    // External access on: the members announce their NodePort addresses,
-    // and the backup still reads each member at its pod address.
-    let m = cluster_manifest("tls-src", 2, 1)
-        .extra_spec(&format!("{tls}  externalAccess:\n    type: NodePort\n"));
+    let m = cluster_manifest("tls-src", 2, 1).extra_spec(tls);
     env.apply(ns, &m.yaml())?;
     wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
         Ok(env.secret_text(ns, "tls-src-tls-ca", "ca.crt").is_ok())
@@ -325,7 +322,6 @@ fn tls_backup_and_restore(env: &Env, ns: &str, work: &Path, s3: &Value) -> Resul
     std::fs::write(&ca, env.secret_text(ns, "tls-src-tls-ca", "ca.crt")?)?;
     env.use_tls(Some(ca.clone()));
     env.wait_ready_shape(ns, &m, Duration::from_secs(240))?;
-    let announced = wait_external_addresses(env, ns, "tls-src", 4)?;
     let password = env.password(ns, "tls-src")?;
     let mut load = env.start_member_load(ns, "tls-src", &password, work, "tls", &[])?;
     std::thread::sleep(Duration::from_secs(3));
@@ -337,13 +333,23 @@ fn tls_backup_and_restore(env: &Env, ns: &str, work: &Path, s3: &Value) -> Resul
         "backup: TLS cluster with auth ({summary}) backed up: {}",
         status["message"]
     );
-    read_at_pod_addresses(
-        env,
-        ns,
-        "tls-src",
-        &job_log(env, ns, "tls-full"),
-        &announced,
-    )?;
+
+    // External access turned on: the members announce their NodePort
+    // addresses (CLUSTER SHARDS and NODES say those), and a backup still
+    // reads each member at its pod address.
+    let external = cluster_manifest("tls-src", 2, 1)
+        .extra_spec(&format!("{tls}  externalAccess:\n    type: NodePort\n"));
+    env.apply(ns, &external.yaml())?;
+    let announced = wait_external_addresses(env, ns, "tls-src", 4)?;
+    env.wait_condition(ns, "tls-src", "Ready", "True", Duration::from_secs(240))?;
+    env.apply(ns, &backup_yaml("tls-external", "tls-src", s3, "s3"))?;
+    let status = wait_final(env, ns, "tls-external", Duration::from_secs(180))?;
+    ensure!(
+        status["phase"] == "Completed",
+        "TLS backup with external access: {status}"
+    );
+    let log = job_log(env, ns, "tls-external");
+    read_at_pod_addresses(env, ns, "tls-src", &log, &announced)?;
 
     // Restored into a new TLS cluster (its own CA and password).
     let dst = cluster_manifest("tls-dst", 2, 1)

@@ -27,13 +27,14 @@
 use super::act::{self, Actor};
 use super::done::Done;
 use super::events::{Events, reason};
-use super::observe::valkey::{AuthState, MemberAuths, TlsState, ValkeyObservation};
+use super::observe::valkey::{AuthState, TlsState, ValkeyObservation};
 use super::report::{self, Target};
 use super::{Context, Error, Memory, Settings, observe};
 use crate::backup::restore;
 use crate::metrics;
 use api::{ValidatedCluster, ValkeyCluster};
 use decide::facts::{Facts, recorded_members};
+use decide::rotation::{Listed, MemberAuths};
 use decide::view::KubeView;
 use decide::{self, Decision, cleanup, placement::Placement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -293,7 +294,7 @@ struct KubeSide {
     /// The value of `valkey.rs/rotate-ca`, if set.
     rotate_request: Option<String>,
     tls: TlsState,
-    users: act::users::Users,
+    users: decide::users::Users,
     system: act::users::SystemLogins,
     desired: Desired,
     /// Pending pods re-created with new scheduling rules.
@@ -543,7 +544,7 @@ async fn passwords(
     io: &Io<'_>,
     k: &KubeSide,
     seen: &Seen,
-    (listed, facts): (&act::users::Listed, &Facts<'_>),
+    (listed, facts): (&Listed, &Facts<'_>),
     memory: &mut Memory,
 ) -> Result<(), Error> {
     let (ctx, events, cluster, owner) = (io.ctx, io.events, &k.cluster, &k.owner);

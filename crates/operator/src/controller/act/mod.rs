@@ -13,7 +13,7 @@ pub mod tls_switch;
 pub mod users;
 pub mod valkey;
 
-pub use super::done::Done;
+use super::done::Done;
 use super::events::{Events, reason};
 use super::valkey_io::Session;
 use crate::context::Context;

@@ -75,8 +75,8 @@ pub fn effective_rules(rules: &[String]) -> Vec<String> {
     out
 }
 
-pub use decide::users::{Users, UsersPlan};
-pub use valkey::acl::password_hash;
+use decide::users::{Users, UsersPlan};
+use valkey::acl::password_hash;
 
 /// The users of `spec.users` with their password hashes, read from their
 /// Secrets.
@@ -315,7 +315,7 @@ pub struct SystemLogins {
 pub async fn keep_primaryauth(
     ctx: &Context,
     session: &Session,
-    auth: &crate::controller::observe::valkey::MemberAuths,
+    auth: &decide::rotation::MemberAuths,
     replication_password: &str,
 ) {
     for (m, admin) in session {
@@ -342,7 +342,7 @@ pub async fn keep_primaryauth(
 
 /// Every connected member's `ACL LIST`, by member (one whose list failed
 /// is absent).
-pub use decide::rotation::Listed;
+use decide::rotation::Listed;
 
 /// Asks every connected member for its `ACL LIST`, all at once: what
 /// [`sync`] and the `default` user's check (`decide::rotation::default_fixes`)

@@ -144,7 +144,7 @@ pub async fn members(
     }
 }
 
-pub use decide::rotation::{MemberAuth, MemberAuths};
+use decide::rotation::{MemberAuth, MemberAuths};
 
 /// Asks every connected member how it authenticates, all at once; a
 /// member that did not answer is absent.

@@ -19,6 +19,7 @@ pub mod exporter;
 pub mod exposition;
 pub mod http;
 pub mod leader;
+pub mod malloc;
 pub mod metrics;
 pub mod plan_cmd;
 pub mod probe_cmd;

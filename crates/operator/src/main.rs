@@ -82,6 +82,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if matches!(cli.command, Command::Run(_) | Command::Exporter(_)) {
+        operator::malloc::tune();
+    }
     match cli.command {
         Command::Run(args) => {
             if args.log_format == run::LogFormat::Json {

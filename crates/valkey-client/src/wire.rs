@@ -1,5 +1,6 @@
-//! The byte stream under every admin connection: TCP, TLS when asked, and a bound
-//! on how many bytes one reply can make this process hold.
+//! The byte stream under every admin connection: TCP, TLS when asked, a bound
+//! on how many bytes one reply can make this process hold, and one budget for
+//! the large replies of all connections together ([`LARGE_REPLY_TICKETS`]).
 //!
 //! A member runs the image its cluster's spec names, which a tenant chooses, so a
 //! member may answer `INFO` with `$2000000000\r\n` and then stream bytes for ever.
@@ -28,38 +29,85 @@ use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureSc
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::PollSemaphore;
 
 /// The most bytes one reply may make a connection hold (counted from the last
 /// request written, so replies to requests sent together share it). The largest
 /// replies the admin client asks for are CLUSTER NODES and CLUSTER SHARDS: about
 /// 200 KB for 1000 nodes (the most members a cluster may have), a few hundred KB
 /// more with fragmented slot ranges; INFO and ACL LIST are a few KB. 4 MiB is ten
-/// times that, and small enough that many members observed at once stay far from
-/// the operator's memory limit.
+/// times that.
 pub const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
+
+/// What a connection may read since its last request without a ticket of
+/// [`LARGE_REPLY_TICKETS`]: every reply of a cluster of up to 1000 members
+/// (above), so that no healthy member ever waits for one.
+pub const FREE_REPLY_BYTES: usize = 512 * 1024;
+
+/// How many connections of this process may hold more than
+/// [`FREE_REPLY_BYTES`] of replies at once (each up to [`MAX_REPLY_BYTES`]).
+///
+/// The bound of one connection does not bound the sum: a tenant's cluster of
+/// many members whose image answers every command with 4 MB would have the
+/// operator hold 4 MB (and redis-rs's buffer, the parsed value and the text
+/// made of it: four to five times that) per member, all at once. So beyond
+/// [`FREE_REPLY_BYTES`] a connection needs one of these tickets, taken whole
+/// (a holder never waits for another, so holders cannot wait on each other)
+/// and kept until the connection writes its next request or closes, so that
+/// what was made of the reply is counted while the caller still holds the
+/// connection. A connection without a ticket waits for one (its caller's
+/// command timeout bounds the wait). Healthy members never need one; large
+/// replies all together make the operator hold at most this many times
+/// [`MAX_REPLY_BYTES`] (and its copies) beyond the free part of each.
+pub const LARGE_REPLY_TICKETS: usize = 4;
+
+/// The process's tickets (see [`LARGE_REPLY_TICKETS`]).
+fn tickets() -> Arc<Semaphore> {
+    static TICKETS: LazyLock<Arc<Semaphore>> =
+        LazyLock::new(|| Arc::new(Semaphore::new(LARGE_REPLY_TICKETS)));
+    TICKETS.clone()
+}
 
 /// The most one read takes from the stream (see [`Bounded`]'s `poll_read`).
 const READ_CHUNK: usize = 64 * 1024;
 
 /// A stream whose reads fail once more than `limit` bytes arrived since the last
-/// write. Once failed, it stays failed: the bytes of the reply are no longer in
-/// step with the requests.
+/// write, and that needs a ticket of `tickets` to read more than `free` of them
+/// (see [`LARGE_REPLY_TICKETS`]). Once failed, it stays failed: the bytes of the
+/// reply are no longer in step with the requests.
 pub(crate) struct Bounded<S> {
     inner: S,
     limit: usize,
+    free: usize,
+    tickets: PollSemaphore,
+    ticket: Option<OwnedSemaphorePermit>,
     read_since_write: usize,
     failed: bool,
 }
 
 impl<S> Bounded<S> {
+    /// Bounded by `limit`, with the process's tickets beyond [`FREE_REPLY_BYTES`].
     pub(crate) fn new(inner: S, limit: usize) -> Bounded<S> {
+        Bounded::with_tickets(inner, limit, FREE_REPLY_BYTES, tickets())
+    }
+
+    pub(crate) fn with_tickets(
+        inner: S,
+        limit: usize,
+        free: usize,
+        tickets: Arc<Semaphore>,
+    ) -> Bounded<S> {
         Bounded {
             inner,
             limit,
+            free: free.min(limit),
+            tickets: PollSemaphore::new(tickets),
+            ticket: None,
             read_since_write: 0,
             failed: false,
         }
@@ -85,12 +133,25 @@ impl<S: AsyncRead + Unpin> AsyncRead for Bounded<S> {
         if self.failed {
             return Poll::Ready(Err(self.too_large()));
         }
+        if self.read_since_write >= self.free && self.ticket.is_none() {
+            match self.tickets.poll_acquire(cx) {
+                Poll::Ready(Some(ticket)) => self.ticket = Some(ticket),
+                Poll::Ready(None) => {
+                    return Poll::Ready(Err(io::Error::other("the reply tickets are closed")));
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
         // Never read past the bound: a read takes at most what is left of it plus
-        // one byte (to tell "at the bound" from "over it"), in chunks of at most
+        // one byte (to tell "at the bound" from "over it"), and without a ticket
+        // no more than what is left of the free part, in chunks of at most
         // READ_CHUNK (the chunk is zeroed first, as safe code must).
-        let room = (self.limit.saturating_sub(self.read_since_write) + 1)
-            .min(buf.remaining())
-            .min(READ_CHUNK);
+        let room = if self.ticket.is_some() {
+            self.limit.saturating_sub(self.read_since_write) + 1
+        } else {
+            self.free - self.read_since_write
+        };
+        let room = room.min(buf.remaining()).min(READ_CHUNK);
         let mut chunk = ReadBuf::new(buf.initialize_unfilled_to(room));
         let result = Pin::new(&mut self.inner).poll_read(cx, &mut chunk);
         let n = chunk.filled().len();
@@ -117,6 +178,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Bounded<S> {
             && n > 0
         {
             self.read_since_write = 0;
+            self.ticket = None;
         }
         result
     }
@@ -333,7 +395,10 @@ impl ServerCertVerifier for ChainOnly {
 #[cfg(test)]
 mod tests {
     use super::Bounded;
+    use std::sync::Arc;
+    use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
+    use tokio::sync::Semaphore;
 
     /// Reads until `want` bytes arrived or the read fails.
     async fn read_n<S: tokio::io::AsyncRead + Unpin>(
@@ -384,5 +449,58 @@ mod tests {
         // Without a request in between, the next 800 pass the bound.
         server.write_all(&[b'x'; 800]).await.unwrap();
         assert!(read_n(&mut bounded, 800).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn past_the_free_part_a_read_waits_for_a_ticket_and_a_write_gives_it_back() {
+        let tickets = Arc::new(Semaphore::new(1));
+        let (mut server_a, a) = duplex(1 << 16);
+        let (mut server_b, b) = duplex(1 << 16);
+        let mut a = Bounded::with_tickets(a, 1000, 100, tickets.clone());
+        let mut b = Bounded::with_tickets(b, 1000, 100, tickets.clone());
+        server_a.write_all(&[b'x'; 500]).await.unwrap();
+        server_b.write_all(&[b'x'; 500]).await.unwrap();
+        // a takes the one ticket and reads its large reply whole.
+        assert_eq!(read_n(&mut a, 500).await.unwrap(), 500);
+        assert_eq!(tickets.available_permits(), 0);
+        // b reads its free part, then waits: no ticket is left.
+        assert_eq!(read_n(&mut b, 100).await.unwrap(), 100);
+        let waited = tokio::time::timeout(Duration::from_millis(200), read_n(&mut b, 1)).await;
+        assert!(
+            waited.is_err(),
+            "b read past its free part without a ticket"
+        );
+        // a's next request gives the ticket back (to b, which waits for
+        // it), and b reads on.
+        a.write_all(b"PING\r\n").await.unwrap();
+        assert_eq!(read_n(&mut b, 400).await.unwrap(), 400);
+        assert_eq!(tickets.available_permits(), 0);
+        // Closing b gives it back too.
+        drop(b);
+        assert_eq!(tickets.available_permits(), 1);
+    }
+
+    #[tokio::test]
+    async fn replies_within_the_free_part_never_take_a_ticket() {
+        let tickets = Arc::new(Semaphore::new(0));
+        let (mut server, client) = duplex(1 << 16);
+        let mut bounded = Bounded::with_tickets(client, 1000, 100, tickets);
+        for _ in 0..5 {
+            bounded.write_all(b"INFO\r\n").await.unwrap();
+            server.write_all(&[b'x'; 100]).await.unwrap();
+            assert_eq!(read_n(&mut bounded, 100).await.unwrap(), 100);
+        }
+    }
+
+    #[tokio::test]
+    async fn with_a_ticket_the_bound_still_holds() {
+        let tickets = Arc::new(Semaphore::new(1));
+        let (mut server, client) = duplex(1 << 16);
+        let mut bounded = Bounded::with_tickets(client, 1000, 100, tickets.clone());
+        server.write_all(&[b'x'; 1001]).await.unwrap();
+        let err = read_n(&mut bounded, 1001).await.unwrap_err();
+        assert!(err.to_string().contains("larger than 1000 bytes"), "{err}");
+        drop(bounded);
+        assert_eq!(tickets.available_permits(), 1);
     }
 }

@@ -19,6 +19,7 @@
 //! not, so nothing reads them as a backup).
 
 use super::job::{self, LABEL_BACKUP};
+use super::store::{STORE_BUSY_RETRY, StoreSlots};
 use super::take::Outcome;
 use crate::context::Context;
 use api::ValkeyCluster;
@@ -493,6 +494,9 @@ async fn clean_up(backup: &ValkeyBackup, ctx: &Context) -> Result<Action, Backup
         }
         Cleanup::WaitForJob => return Ok(Action::requeue(Duration::from_secs(2))),
         Cleanup::DeleteObjects => {
+            let Some(_slot) = StoreSlots::process().try_take(&ns) else {
+                return Ok(Action::requeue(STORE_BUSY_RETRY));
+            };
             let secret = Api::<Secret>::namespaced(ctx.client.clone(), &ns)
                 .get_opt(&backup.spec.s3.credentials_secret)
                 .await
@@ -664,6 +668,9 @@ async fn take(
             outcome: o @ None, ..
         } = &mut state
         {
+            let Some(_slot) = StoreSlots::process().try_take(&ns) else {
+                return Ok(Action::requeue(STORE_BUSY_RETRY));
+            };
             *o = outcome_from_bucket(&ctx, &backup).await;
         }
         observed.job = Some(state);
@@ -711,6 +718,9 @@ async fn take(
         && observed.cluster_exists
         && let Some(secret) = secret.as_ref()
     {
+        let Some(_slot) = StoreSlots::process().try_take(&ns) else {
+            return Ok(Action::requeue(STORE_BUSY_RETRY));
+        };
         observed.bucket_error = check_bucket(&backup, secret).await.err();
     }
 

@@ -80,6 +80,9 @@ pub enum Gate {
     Off,
     /// The backup cannot be used (yet): no member is made.
     Refused(Refusal),
+    /// The store must be asked and no slot is free now (see
+    /// [`super::store::StoreSlots`]): nothing changes, ask again soon.
+    Busy,
     /// The record of the restore: in progress, or done.
     Go(RestoreStatus),
 }
@@ -266,6 +269,9 @@ pub async fn gate(
     let backup = match check_backup(&spec.backup, &ns, backup.as_ref()) {
         Ok(b) => b,
         Err(r) => return Ok(Gate::Refused(r)),
+    };
+    let Some(_slot) = super::store::StoreSlots::process().try_take(&ns) else {
+        return Ok(Gate::Busy);
     };
     Ok(match read_backup(ctx, &ns, backup, shards).await {
         Ok(record) => Gate::Go(record),

@@ -10,8 +10,74 @@ use object_store::client::{
     HttpResponseBody, HttpService, ReqwestConnector,
 };
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
+
+/// How many calls to tenants' stores the operator process makes at once, in
+/// all: each holds a worker (of the cluster controller's for a restore's
+/// check, of the backup controller's for a bucket check or a deletion) for
+/// up to its deadline, so a tenant whose store stalls holds at most this
+/// many, and no namespace holds more than one (see [`StoreSlots`]).
+pub const STORE_CALLS_AT_ONCE: usize = 2;
+
+/// How long a reconcile that found no free slot waits before it asks again.
+pub const STORE_BUSY_RETRY: Duration = Duration::from_secs(5);
+
+/// Who may talk to a tenant's object store now: one call per namespace and
+/// [`STORE_CALLS_AT_ONCE`] in all. A reconcile that gets no slot does not
+/// wait for one (a worker waiting is a worker held): it asks again after
+/// [`STORE_BUSY_RETRY`]. So a tenant whose stores stall shares the workers
+/// fairly: each of its namespaces holds one at most, and the others stay
+/// free for every other tenant's reconciles.
+#[derive(Debug)]
+pub struct StoreSlots {
+    at_once: usize,
+    busy: Mutex<HashSet<String>>,
+}
+
+/// A slot taken; given back when dropped.
+#[derive(Debug)]
+pub struct StoreSlot<'a> {
+    slots: &'a StoreSlots,
+    namespace: String,
+}
+
+impl StoreSlots {
+    pub fn new(at_once: usize) -> StoreSlots {
+        StoreSlots {
+            at_once,
+            busy: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The process's slots.
+    pub fn process() -> &'static StoreSlots {
+        static SLOTS: LazyLock<StoreSlots> = LazyLock::new(|| StoreSlots::new(STORE_CALLS_AT_ONCE));
+        &SLOTS
+    }
+
+    /// A slot for a call from `namespace`, or `None` when that namespace
+    /// has one already or every slot is taken.
+    pub fn try_take(&self, namespace: &str) -> Option<StoreSlot<'_>> {
+        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        if busy.len() >= self.at_once || busy.contains(namespace) {
+            return None;
+        }
+        busy.insert(namespace.to_string());
+        Some(StoreSlot {
+            slots: self,
+            namespace: namespace.to_string(),
+        })
+    }
+}
+
+impl Drop for StoreSlot<'_> {
+    fn drop(&mut self) {
+        let mut busy = self.slots.busy.lock().unwrap_or_else(|e| e.into_inner());
+        busy.remove(&self.namespace);
+    }
+}
 
 /// Where and how to reach the bucket.
 #[derive(Clone)]
@@ -205,6 +271,26 @@ pub async fn delete_folder(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    #[test]
+    fn one_store_call_per_namespace_and_a_few_in_all() {
+        let slots = super::StoreSlots::new(2);
+        let a = slots.try_take("tenant-a").unwrap();
+        assert!(
+            slots.try_take("tenant-a").is_none(),
+            "a second call of one namespace"
+        );
+        let b = slots.try_take("tenant-b").unwrap();
+        assert!(
+            slots.try_take("tenant-c").is_none(),
+            "a third call while two are in flight"
+        );
+        drop(a);
+        let c = slots.try_take("tenant-c").unwrap();
+        drop((b, c));
+        assert!(slots.try_take("tenant-a").is_some());
+    }
+
     use std::io::{Read, Write};
 
     /// A one-connection-at-a-time HTTP server on 127.0.0.1 that answers

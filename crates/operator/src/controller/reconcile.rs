@@ -219,6 +219,9 @@ async fn restore_gate(
     memory: &mut Memory,
 ) -> Result<Result<restore::Gate, Action>, Error> {
     let gate = restore::gate(io.ctx, io.vc, cluster.shards, io.target.old).await?;
+    if matches!(gate, restore::Gate::Busy) {
+        return Ok(Err(Action::requeue(crate::backup::store::STORE_BUSY_RETRY)));
+    }
     if let restore::Gate::Refused(refusal) = &gate {
         let status = report::restore_refused(&io.target, io.vc.metadata.generation, refusal);
         write_alone(io, status).await?;

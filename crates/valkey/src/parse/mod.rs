@@ -29,7 +29,7 @@ use std::str::FromStr;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
     /// A CLUSTER NODES line with a field that does not parse.
-    #[error("CLUSTER NODES line {line:?}: field {field}: {reason}")]
+    #[error("CLUSTER NODES line {}: field {field}: {reason}", excerpt(.line))]
     ClusterNodesLine {
         line: String,
         field: &'static str,
@@ -45,7 +45,7 @@ pub enum ParseError {
     #[error("CLUSTER GETSLOTMIGRATIONS reply at {path}: {reason}")]
     SlotMigrations { path: String, reason: String },
     /// An INFO field whose value does not parse.
-    #[error("INFO field {field}: {reason} (value {value:?})")]
+    #[error("INFO field {}: {reason} (value {})", excerpt(.field), excerpt(.value))]
     InfoField {
         field: String,
         value: String,
@@ -67,9 +67,35 @@ pub enum ParseError {
         reason: String,
     },
     /// Text that is not a Valkey node id.
-    #[error("node id {value:?}: {reason}")]
+    #[error("node id {}: {reason}", excerpt(.value))]
     NodeId { value: String, reason: &'static str },
 }
+
+/// Text a server sent, quoted for a message: its first [`EXCERPT_CHARS`]
+/// characters and its length when longer. A member runs the image its
+/// tenant chose, and a reply can be megabytes long: messages carry what
+/// helps, never the reply (they reach logs, statuses and events).
+pub fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        None => format!("{text:?}"),
+        Some((end, _)) => format!("{:?}... ({} bytes)", &text[..end], text.len()),
+    }
+}
+
+/// [`excerpt`] without the quotes: for a message that is a server's text
+/// already (an error reply).
+pub fn truncated(text: &str) -> String {
+    match text.char_indices().nth(MESSAGE_CHARS) {
+        None => text.to_string(),
+        Some((end, _)) => format!("{}... ({} bytes)", &text[..end], text.len()),
+    }
+}
+
+/// How much of a server's error text a message keeps (see [`truncated`]).
+pub const MESSAGE_CHARS: usize = 300;
+
+/// How much of a server's text a message quotes (see [`excerpt`]).
+pub const EXCERPT_CHARS: usize = 80;
 
 impl ParseError {
     /// A stable category string for metrics and events.
@@ -159,6 +185,26 @@ impl fmt::Display for Role {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_message_quotes_a_long_reply_only_in_part() {
+        let line = "x".repeat(4_000_000);
+        let e = super::ParseError::ClusterNodesLine {
+            line,
+            field: "id",
+            reason: "must be 40 characters".into(),
+        };
+        let message = e.to_string();
+        assert!(message.len() < 200, "{} bytes", message.len());
+        assert!(message.contains("(4000000 bytes)"), "{message}");
+        assert_eq!(super::excerpt("short"), "\"short\"");
+        // Cut on a character, not a byte.
+        let wide = "é".repeat(100);
+        assert_eq!(
+            super::excerpt(&wide),
+            format!("{:?}... (200 bytes)", "é".repeat(80))
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -258,15 +258,27 @@ pub struct ClusterNodes {
     myself: usize,
 }
 
+/// The most lines a CLUSTER NODES reply may have: twice the most members a
+/// cluster may have (1000), for nodes that are leaving, forgotten or in a
+/// handshake. A reply of more is no cluster the operator made (a tenant's
+/// image may answer anything), and the view of every member is kept for a
+/// whole reconcile, so it is refused rather than held.
+pub const MAX_NODES: usize = 2000;
+
 impl ClusterNodes {
-    /// Parses a reply; it must have exactly one `myself` line.
+    /// Parses a reply; it must have exactly one `myself` line and at most
+    /// [`MAX_NODES`] lines.
     pub fn parse(text: &str) -> Result<ClusterNodes, ParseError> {
-        let nodes = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(ClusterNode::parse)
-            .collect::<Result<Vec<_>, _>>()?;
+        let lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+        let mut nodes = Vec::new();
+        for line in lines {
+            if nodes.len() == MAX_NODES {
+                return Err(ParseError::ClusterNodes {
+                    reason: format!("more than {MAX_NODES} nodes listed"),
+                });
+            }
+            nodes.push(ClusterNode::parse(line)?);
+        }
         ClusterNodes::from_nodes(nodes)
     }
 
@@ -501,6 +513,23 @@ c1c15d512c42d114ec7d1752ff4fb59311542412 127.0.0.1:7101@7201 myself,master - 0 0
             ClusterNodes::parse(no_me),
             Err(ParseError::ClusterNodes { .. })
         ));
+    }
+
+    #[test]
+    fn a_reply_of_more_nodes_than_a_cluster_can_have_is_refused() {
+        let line = |i: usize| {
+            let flags = if i == 0 { "myself,master" } else { "master" };
+            format!("{i:040x} 10.0.0.1:6379@16379 {flags} - 0 0 0 connected\n")
+        };
+        let most: String = (0..MAX_NODES).map(line).collect();
+        assert_eq!(ClusterNodes::parse(&most).unwrap().nodes().len(), MAX_NODES);
+        let more: String = (0..=MAX_NODES).map(line).collect();
+        match ClusterNodes::parse(&more) {
+            Err(ParseError::ClusterNodes { reason }) => {
+                assert_eq!(reason, format!("more than {MAX_NODES} nodes listed"));
+            }
+            other => panic!("expected the reply refused, got {other:?}"),
+        }
     }
 
     use proptest::prelude::*;

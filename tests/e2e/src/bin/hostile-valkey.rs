@@ -10,10 +10,17 @@
 //! - `$2000000000\r\n` and bytes for as long as the client reads them (an
 //!   operator that buffers the whole reply runs out of memory);
 //! - no answer, ever (an operator without a deadline waits for ever);
-//! - `$100\r\n`, then one byte a second.
+//! - `$100\r\n`, then one byte a second;
+//! - a bulk string of [`BIG_REPLY`] bytes (just under the operator's 4 MiB
+//!   bound of one reply) to this and every later command of the connection.
 //!
 //! The connection is useless after that: whatever the client sends later is
-//! read and dropped. It exits on SIGTERM or SIGINT, like valkey-server.
+//! read and dropped.
+//!
+//! With `HOSTILE_ANSWER=big` in its environment every connection gets the
+//! last harm (the reply-memory benchmark of `e2e-bench`).
+//!
+//! It exits on SIGTERM or SIGINT, like valkey-server.
 
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -33,16 +40,27 @@ enum Answer {
     Silent,
     /// `$100\r\n`, then a byte a second.
     Trickle,
+    /// A bulk string of [`BIG_REPLY`] bytes, and the connection serves on.
+    Big,
 }
 
-/// The harms, one per connection in turn.
-const HARMS: [Answer; 3] = [Answer::EndlessBulk, Answer::Silent, Answer::Trickle];
+/// The size of each reply in the `big` mode: 4 MB, under the 4 MiB bound.
+const BIG_REPLY: usize = 4_000_000;
 
-fn answer(command: &[String], connection: usize) -> Answer {
+/// The harms, one per connection in turn.
+const HARMS: [Answer; 4] = [
+    Answer::EndlessBulk,
+    Answer::Silent,
+    Answer::Trickle,
+    Answer::Big,
+];
+
+fn answer(command: &[String], connection: usize, big: bool) -> Answer {
     let name = command.first().map(|c| c.to_ascii_uppercase());
     match name.as_deref().unwrap_or_default() {
         "AUTH" | "CLIENT" | "SELECT" | "READONLY" => Answer::Ok,
         "HELLO" => Answer::NoHello,
+        _ if big => Answer::Big,
         _ => HARMS[connection % HARMS.len()],
     }
 }
@@ -68,20 +86,33 @@ async fn read_command<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> Option
     Some(args)
 }
 
-async fn serve(stream: TcpStream, connection: usize) {
+async fn serve(stream: TcpStream, connection: usize, big: bool) {
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
+    let mut told_big = false;
     let harm = loop {
         let Some(command) = read_command(&mut reader).await else {
             return;
         };
-        let reply: &[u8] = match answer(&command, connection) {
+        let big_reply;
+        let reply: &[u8] = match answer(&command, connection, big) {
             Answer::Ok => b"+OK\r\n",
             Answer::NoHello => b"-ERR unknown command 'HELLO'\r\n",
+            Answer::Big => {
+                if !told_big {
+                    println!("{peer}: {:?} -> Big", command.first());
+                    told_big = true;
+                }
+                let mut r = format!("${BIG_REPLY}\r\n").into_bytes();
+                r.resize(r.len() + BIG_REPLY, b'x');
+                r.extend_from_slice(b"\r\n");
+                big_reply = r;
+                &big_reply
+            }
             harm => {
                 println!("{peer}: {:?} -> {harm:?}", command.first());
                 break harm;
@@ -138,16 +169,17 @@ fn port_from_args() -> u16 {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::io::Result<()> {
     let port = port_from_args();
+    let big = std::env::var("HOSTILE_ANSWER").is_ok_and(|v| v == "big");
     let listener = TcpListener::bind(("0.0.0.0", port)).await?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    println!("hostile-valkey listening on 0.0.0.0:{port}");
+    println!("hostile-valkey listening on 0.0.0.0:{port} (big replies: {big})");
     let mut connections = 0;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((stream, _)) = accepted {
-                    tokio::spawn(serve(stream, connections));
+                    tokio::spawn(serve(stream, connections, big));
                     connections += 1;
                 }
             }

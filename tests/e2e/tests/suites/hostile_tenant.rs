@@ -1,7 +1,7 @@
 //! No tenant can harm another: a ValkeyCluster whose member image is a hostile
 //! fake Valkey server (`src/bin/hostile-valkey.rs`: after the login, a
 //! connection gets `$2000000000` and bytes for ever, or no answer at all, or
-//! a byte a second) runs beside a healthy 3x1
+//! a byte a second, or 4 MB to every command) runs beside a healthy 3x1
 //! cluster, served by the same operator. While the operator talks to the
 //! hostile member:
 //! - the healthy cluster heals a SIGKILLed primary (Valkey fails over, the
@@ -37,8 +37,7 @@ use std::time::{Duration, Instant};
 
 const HEALTHY: &str = "tenant";
 const HOSTILE: &str = "hostile";
-/// No "valkey" in it: the testbed would run the host's valkey-server.
-const HOSTILE_IMAGE: &str = "hostile/server:1";
+const HOSTILE_IMAGE: &str = e2e::hostile::IMAGE;
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the operator talks to the hostile member before the fault.
 const SOAK: Duration = Duration::from_secs(20);
@@ -50,28 +49,10 @@ const RSS_LIMIT_KIB: u64 = 128 * 1024;
 /// Builds the hostile image from the `hostile-valkey` binary cargo built for
 /// this test, and loads it into the testbed as [`HOSTILE_IMAGE`].
 fn load_hostile_image(env: &Env) -> Result<()> {
-    let out_dir = env.work_dir("hostile_tenant-image")?;
-    let binary = env!("CARGO_BIN_EXE_hostile-valkey");
-    let built = std::process::Command::new("python3")
-        .arg(env.root.join("scripts/image/build.py"))
-        .args(["--binary", binary, "--name", "hostile-server"])
-        .args(["--path-in-image", "/usr/local/bin/valkey-server"])
-        .arg("--out-dir")
-        .arg(&out_dir)
-        .output()
-        .context("running scripts/image/build.py")?;
-    ensure!(
-        built.status.success(),
-        "build.py for the hostile image failed: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let archive = std::fs::read_dir(&out_dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.to_string_lossy().ends_with(".oci.tar"))
-        .with_context(|| format!("build.py wrote no .oci.tar in {}", out_dir.display()))?;
-    let archive = archive.to_string_lossy();
-    env.testbed(&["image", "load", &archive, "--name", HOSTILE_IMAGE])?;
-    Ok(())
+    e2e::hostile::load_image(
+        env,
+        std::path::Path::new(env!("CARGO_BIN_EXE_hostile-valkey")),
+    )
 }
 
 /// VmRSS of `pid` in KiB, from /proc/PID/status.
@@ -140,7 +121,7 @@ fn wait_operator_attacked(env: &Env, ns: &str) -> Result<()> {
             text.lines()
                 .any(|l| !l.starts_with("127.0.0.1:") && l.ends_with(harm))
         };
-        Ok(["-> EndlessBulk", "-> Silent", "-> Trickle"]
+        Ok(["-> EndlessBulk", "-> Silent", "-> Trickle", "-> Big"]
             .iter()
             .all(|h| from_operator(h)))
     })
@@ -353,7 +334,7 @@ fn scenario(env: &Env, ns: &str, operator_pid: u32) -> Result<()> {
     let attacked = Instant::now();
     wait_operator_attacked(env, ns)?;
     println!(
-        "hostile_tenant: the operator met each harm of the hostile member {:.1}s after apply (an endless reply, none, a trickle)",
+        "hostile_tenant: the operator met each harm of the hostile member {:.1}s after apply (an endless reply, none, a trickle, 4 MB to every command)",
         attacked.elapsed().as_secs_f64()
     );
     std::thread::sleep(SOAK);

@@ -29,6 +29,9 @@
 //!   RSS and apply -> Ready before and after 3,000 Pending pods and 500
 //!   Secrets and ConfigMaps of other namespaces (`--foreign-pods N`);
 //!   `--foreign-only` runs it alone;
+//! - bounded memory whatever the members answer (issue 38, item 3, see
+//!   [`replies`]): 20 members answering every command with 4 MB;
+//!   `--replies-only` runs it alone;
 //! - one big cluster (issue 26, item 6; see [`big`]): 40x2 on a testbed of
 //!   its own (5 zones x 10 nodes), last in the default run; `--big-only`
 //!   runs it alone, `--no-big` skips it, `--big-dir DIR` names its testbed
@@ -39,6 +42,7 @@ mod backup;
 mod big;
 mod foreign;
 mod official;
+mod replies;
 mod status;
 
 use anyhow::{Context, Result, bail};
@@ -124,6 +128,8 @@ fn main() -> Result<()> {
         ready_only(&env, &operator_args)
     } else if args.iter().any(|a| a == "--backup-only") {
         backup_bench(&env, &operator_args, backup_gib)
+    } else if args.iter().any(|a| a == "--replies-only") {
+        replies::figures(&env, &operator_args)
     } else if args.iter().any(|a| a == "--official-only") {
         official_bench(&env, &operator_args)
     } else {
@@ -137,6 +143,7 @@ fn main() -> Result<()> {
             })
             .and_then(|()| official_bench(&env, &operator_args))
             .and_then(|()| foreign::figures(&env, &operator_args, foreign_pods))
+            .and_then(|()| replies::figures(&env, &operator_args))
     };
     let _ = Command::new(&testbed)
         .args(["down", "--dir", &dir_s])
@@ -150,6 +157,7 @@ fn main() -> Result<()> {
                 | "--backup-only"
                 | "--official-only"
                 | "--foreign-only"
+                | "--replies-only"
         )
     });
     if many > 0 && !only {

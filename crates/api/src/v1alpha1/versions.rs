@@ -137,9 +137,60 @@ pub fn downgrade_refusal(image: &str, running: &[(u32, u32, u32)]) -> Option<Str
     })
 }
 
+/// Why the members that already run `image` show it to be a downgrade, or
+/// `None`: one of them says (INFO server) an older major, or the same major
+/// and an older minor, than the newest version a member on another image
+/// says. The truth behind tags that name no version (`latest`, digests,
+/// `stable`): [`downgrade_refusal`] passes them, and the first member rolled
+/// to such an image tells what it runs before a second one is rolled.
+/// `on_image`: (pod, version) of the members whose pod runs `image`;
+/// `others`: the versions of the members whose pod runs another image.
+pub fn rolled_downgrade_refusal(
+    image: &str,
+    on_image: &[(String, (u32, u32, u32))],
+    others: &[(u32, u32, u32)],
+) -> Option<String> {
+    let newest = others.iter().max()?;
+    let (pod, v) = on_image
+        .iter()
+        .filter(|(_, v)| (v.0, v.1) < (newest.0, newest.1))
+        .min_by_key(|(_, v)| *v)?;
+    Some(format!(
+        "spec.image: {image} runs Valkey {}.{}.{} (member pod {pod} says so), older than the \
+         {}.{}.{} the other members run: an older major or minor version may not load the data \
+         files a newer one wrote (the RDB format), so the roll goes no further; set spec.image \
+         back, or set the annotation {ANNOTATION_ALLOW_DOWNGRADE}=true on the cluster to go ahead \
+         anyway",
+        v.0, v.1, v.2, newest.0, newest.1, newest.2
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_rolled_to_an_unversioned_tag_tells_the_downgrade() {
+        let rolled = [("c-0-1-0".to_string(), (9, 0, 0))];
+        let why =
+            rolled_downgrade_refusal("valkey/valkey:stable", &rolled, &[(9, 1, 2), (9, 1, 2)])
+                .unwrap();
+        assert!(
+            why.starts_with(
+                "spec.image: valkey/valkey:stable runs Valkey 9.0.0 (member pod c-0-1-0"
+            ),
+            "{why}"
+        );
+        assert!(why.contains("older than the 9.1.2"), "{why}");
+        assert!(why.contains(ANNOTATION_ALLOW_DOWNGRADE), "{why}");
+        // A patch release older, a newer one, or nothing to compare with: no refusal.
+        let patch = [("c-0-1-0".to_string(), (9, 1, 0))];
+        assert_eq!(rolled_downgrade_refusal("v:x", &patch, &[(9, 1, 2)]), None);
+        let newer = [("c-0-1-0".to_string(), (10, 0, 0))];
+        assert_eq!(rolled_downgrade_refusal("v:x", &newer, &[(9, 1, 2)]), None);
+        assert_eq!(rolled_downgrade_refusal("v:x", &rolled, &[]), None);
+        assert_eq!(rolled_downgrade_refusal("v:x", &[], &[(9, 1, 2)]), None);
+    }
 
     #[test]
     fn tags_name_versions_or_nothing() {

@@ -42,6 +42,7 @@ use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use resources::Desired;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// The reconcile: runs the pipeline with what is remembered about the
@@ -88,7 +89,7 @@ async fn run(
             .normal(reason::RESUMED, "Pause", "reconciles resumed")
             .await;
     }
-    let cluster = match validate(vc, &ctx.settings) {
+    let cluster = match validate(vc, &ctx.settings, &member_images(vc, ctx)) {
         Ok(cluster) => cluster,
         Err(message) => return refuse(&io, message, memory).await,
     };
@@ -172,13 +173,17 @@ async fn pause(io: &Io<'_>, memory: &mut Memory) -> Result<Action, Error> {
 /// The spec as the operator runs it, or why it may not run: the schema's
 /// rules and the operator's own (`--allowed-images`, no downgrade the
 /// members cannot follow).
-fn validate(vc: &ValkeyCluster, settings: &Settings) -> Result<ValidatedCluster, String> {
+fn validate(
+    vc: &ValkeyCluster,
+    settings: &Settings,
+    member_images: &BTreeMap<String, String>,
+) -> Result<ValidatedCluster, String> {
     let cluster =
         api::v1alpha1::validate_with(vc, &settings.validation).map_err(|e| e.to_string())?;
     if let Some(why) = settings.images_refused(&cluster) {
         return Err(why);
     }
-    if let Some(why) = downgrade_refused(vc, &cluster.image) {
+    if let Some(why) = downgrade_refused(vc, &cluster.image, member_images) {
         return Err(why);
     }
     Ok(cluster)
@@ -733,10 +738,42 @@ fn next_look(converging: bool, wake_in: Option<Duration>, settings: &Settings) -
     }
 }
 
+/// The image of each member pod's `valkey` container, by pod name (from the
+/// pod cache).
+fn member_images(vc: &ValkeyCluster, ctx: &Context) -> BTreeMap<String, String> {
+    use kube::ResourceExt as _;
+    let ns = vc.namespace();
+    let name = vc.name_any();
+    ctx.pods
+        .state()
+        .iter()
+        .filter(|p| {
+            p.namespace() == ns && p.labels().get(api::constants::LABEL_CLUSTER) == Some(&name)
+        })
+        .filter_map(|p| {
+            let image = p
+                .spec
+                .as_ref()?
+                .containers
+                .iter()
+                .find(|c| c.name == api::constants::VALKEY_CONTAINER)?
+                .image
+                .clone()?;
+            Some((p.name_any(), image))
+        })
+        .collect()
+}
+
 /// Why `image` would take the members back across a major or minor Valkey
-/// version (from the versions the last status recorded), unless the cluster
-/// carries `valkey.rs/allow-downgrade: "true"`.
-fn downgrade_refused(vc: &ValkeyCluster, image: &str) -> Option<String> {
+/// version, unless the cluster carries `valkey.rs/allow-downgrade: "true"`:
+/// from its tag against the versions the last status recorded, or, for a tag
+/// that names no version, from what the members already rolled to it say
+/// they run (`member_images`: each member pod's image).
+fn downgrade_refused(
+    vc: &ValkeyCluster,
+    image: &str,
+    member_images: &BTreeMap<String, String>,
+) -> Option<String> {
     use api::v1alpha1::versions;
     let forced = vc
         .metadata
@@ -747,17 +784,28 @@ fn downgrade_refused(vc: &ValkeyCluster, image: &str) -> Option<String> {
     if forced {
         return None;
     }
-    let running: Vec<(u32, u32, u32)> = vc
+    let running: Vec<(String, (u32, u32, u32))> = vc
         .status
         .as_ref()
         .map(|s| {
             s.members
                 .iter()
-                .filter_map(|m| m.version.as_deref().and_then(versions::parse_running))
+                .filter_map(|m| {
+                    let v = m.version.as_deref().and_then(versions::parse_running)?;
+                    Some((m.pod.clone(), v))
+                })
                 .collect()
         })
         .unwrap_or_default();
-    versions::downgrade_refusal(image, &running)
+    let versions: Vec<(u32, u32, u32)> = running.iter().map(|(_, v)| *v).collect();
+    if let Some(why) = versions::downgrade_refusal(image, &versions) {
+        return Some(why);
+    }
+    let (on_image, others): (Vec<_>, Vec<_>) = running
+        .into_iter()
+        .partition(|(pod, _)| member_images.get(pod).map(String::as_str) == Some(image));
+    let others: Vec<(u32, u32, u32)> = others.into_iter().map(|(_, v)| v).collect();
+    versions::rolled_downgrade_refusal(image, &on_image, &others)
 }
 
 /// Plans where the members run, on a blocking thread: the planner is
@@ -785,6 +833,54 @@ async fn plan_placement(cluster: &ValidatedCluster, kube: &KubeView) -> Placemen
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_rolled_to_an_unversioned_tag_that_runs_an_older_valkey_stops_the_roll() {
+        let vc: ValkeyCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.rs/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"shards": 1, "replicas": 2, "image": "valkey/valkey:stable"},
+            "status": {"members": [
+                {"shard": 0, "member": 0, "pod": "c-0-0-0", "ready": true, "version": "9.1.2"},
+                {"shard": 0, "member": 1, "pod": "c-0-1-0", "ready": true, "version": "9.0.0"},
+                {"shard": 0, "member": 2, "pod": "c-0-2-0", "ready": true, "version": "9.1.2"},
+            ]}
+        }))
+        .unwrap();
+        let images = |rolled: &str| {
+            ["c-0-0-0", "c-0-1-0", "c-0-2-0"]
+                .iter()
+                .map(|p| {
+                    let image = if *p == rolled {
+                        "valkey/valkey:stable"
+                    } else {
+                        "valkey/valkey:9.1.2"
+                    };
+                    (p.to_string(), image.to_string())
+                })
+                .collect::<BTreeMap<_, _>>()
+        };
+        let why = downgrade_refused(&vc, "valkey/valkey:stable", &images("c-0-1-0")).unwrap();
+        assert!(why.contains("member pod c-0-1-0"), "{why}");
+        // Set back to the old image: the roll back goes on.
+        assert_eq!(
+            downgrade_refused(&vc, "valkey/valkey:9.1.2", &images("c-0-1-0")),
+            None
+        );
+        // Allowed by the annotation.
+        let mut allowed = vc.clone();
+        allowed.metadata.annotations = Some(
+            [(
+                api::v1alpha1::versions::ANNOTATION_ALLOW_DOWNGRADE.to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            downgrade_refused(&allowed, "valkey/valkey:stable", &images("c-0-1-0")),
+            None
+        );
+    }
 
     #[test]
     fn a_steady_cluster_waiting_on_a_quiet_period_is_looked_at_when_it_ends() {

@@ -72,6 +72,11 @@ fn json_panics() {
     }));
 }
 
+/// With `--features heap-profile`, every allocation is counted by dhat.
+#[cfg(feature = "heap-profile")]
+#[global_allocator]
+static HEAP_PROFILE: dhat::Alloc = dhat::Alloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -87,6 +92,9 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Run(args) => {
+            // Written to dhat-heap.json when `run` returns (on SIGTERM).
+            #[cfg(feature = "heap-profile")]
+            let _profiler = dhat::Profiler::new_heap();
             if args.log_format == run::LogFormat::Json {
                 json_panics();
             }

@@ -62,11 +62,13 @@ impl Env {
     }
 
     /// The environment for the testbed in `testbed_dir`, with the binaries of
-    /// the release build under `root`.
+    /// the release build under `root` (the operator's: `OPERATOR_BIN` when set,
+    /// e.g. a build with the `heap-profile` feature).
     pub fn for_testbed(root: &Path, testbed_dir: &Path) -> Env {
         let cache = cache_dir();
         Env {
-            operator_bin: root.join("target/release/valkey-operator"),
+            operator_bin: std::env::var_os("OPERATOR_BIN")
+                .map_or_else(|| root.join("target/release/valkey-operator"), PathBuf::from),
             testbed_bin: root.join("target/release/testbed"),
             kubectl: cache.join("bin/kube-v1.36.3/kubectl"),
             python: cache.join("venv/bin/python"),

@@ -10,7 +10,8 @@
 //! `valkey-server` ([`BUILDS`]), so `INFO server` reports it.
 //!
 //! Everything else that names valkey and was not loaded with `testbed image
-//! load` (a tag the table does not have, a digest, `valkey/valkey-bundle`, the
+//! load` (a tag the table does not have, a digest other than the testbed's own
+//! [`DIGESTS`], `valkey/valkey-bundle`, the
 //! operator's image before it is loaded) has no image here: the agent fails
 //! it as a kubelet fails an image it cannot pull (ErrImagePull, then
 //! ImagePullBackOff), never with a stand-in of another version. Images that
@@ -54,7 +55,7 @@ pub const BUILDS: [Build; 2] = [LATEST, V9_0_0];
 /// points to on the real registry: a full version, its minor and major
 /// lines (`9.1` and `9` follow the newest 9.1.x and 9.x.y; `9.0` the newest
 /// 9.0.z this testbed has), and `latest`. Variants (`-alpine`, `-trixie`),
-/// other patch releases and digests are not here: they fail as missing.
+/// other patch releases and digests (but [`DIGESTS`]) are not here: they fail as missing.
 pub const TAGS: [(&str, &str); 6] = [
     ("latest", LATEST.version),
     ("9", LATEST.version),
@@ -62,6 +63,22 @@ pub const TAGS: [(&str, &str); 6] = [
     ("9.1.2", LATEST.version),
     ("9.0", V9_0_0.version),
     ("9.0.0", V9_0_0.version),
+];
+
+/// The digests this testbed gives its builds, so that an image pinned by
+/// digest (which names no version: `valkey/valkey@sha256:...`) runs too.
+/// They are the testbed's own (SHA-256 of `testbed valkey <version>`), not
+/// the registry's: nothing is pulled here, and a real digest names bytes the
+/// testbed does not have. Any other digest is missing, as before.
+pub const DIGESTS: [(&str, &str); 2] = [
+    (
+        "sha256:6d9483be1b907f18a6e08a57550c9d277ff621ff400fded0297c3ffbc4a604e1",
+        LATEST.version,
+    ),
+    (
+        "sha256:498923d6f1207acca4df6674ac9c0467e931a8bd95e311d872cc09155253fb6f",
+        V9_0_0.version,
+    ),
 ];
 
 /// What the agent runs for a container image that was not loaded.
@@ -92,6 +109,10 @@ pub fn resolve(image: &str) -> Image {
     let reference = normalize(image);
     let found = valkey_tag(&reference)
         .and_then(|tag| TAGS.iter().find(|(t, _)| *t == tag))
+        .or_else(|| {
+            let digest = valkey_digest(&reference)?;
+            DIGESTS.iter().find(|(d, _)| *d == digest)
+        })
         .and_then(|(_, version)| build(version));
     match found {
         Some(b) => Image::Valkey(b),
@@ -100,8 +121,7 @@ pub fn resolve(image: &str) -> Image {
 }
 
 /// The tag of a normalized reference to a Valkey repository (`None` for
-/// another repository, or a reference by digest: the testbed knows no
-/// digests, so it cannot say it has that image).
+/// another repository, or a reference by digest: see [`valkey_digest`]).
 fn valkey_tag(normalized: &str) -> Option<&str> {
     if normalized.contains('@') {
         return None;
@@ -115,6 +135,13 @@ fn valkey_tag(normalized: &str) -> Option<&str> {
     }
     let name = repository.rsplit('/').next()?;
     (name == "valkey").then_some(tag)
+}
+
+/// The digest of a normalized reference by digest to a Valkey repository.
+fn valkey_digest(normalized: &str) -> Option<&str> {
+    let (repository, digest) = normalized.split_once('@')?;
+    let name = repository.rsplit('/').next()?;
+    (name == "valkey").then_some(digest)
 }
 
 /// Every tag of the table for a version, for messages and docs
@@ -188,6 +215,20 @@ mod tests {
         for image in ["valkey/valkey:9.0.0", "valkey/valkey:9.0"] {
             assert_eq!(version_of(image), Some("9.0.0"), "{image}");
         }
+    }
+
+    #[test]
+    fn the_testbeds_own_digests_pin_a_build_and_others_are_missing() {
+        let pinned = format!("valkey/valkey@{}", DIGESTS[1].0);
+        assert_eq!(version_of(&pinned), Some("9.0.0"));
+        let mirror = format!("registry.example.com/team/valkey@{}", DIGESTS[0].0);
+        assert_eq!(version_of(&mirror), Some("9.1.2"));
+        let other = format!("valkey/valkey@sha256:{}", "0".repeat(64));
+        assert!(matches!(resolve(&other), Image::Missing { .. }));
+        assert!(matches!(
+            resolve(&format!("valkey/valkey-bundle@{}", DIGESTS[1].0)),
+            Image::Missing { .. }
+        ));
     }
 
     #[test]

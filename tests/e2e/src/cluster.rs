@@ -67,8 +67,10 @@ impl Env {
     pub fn for_testbed(root: &Path, testbed_dir: &Path) -> Env {
         let cache = cache_dir();
         Env {
-            operator_bin: std::env::var_os("OPERATOR_BIN")
-                .map_or_else(|| root.join("target/release/valkey-operator"), PathBuf::from),
+            operator_bin: std::env::var_os("OPERATOR_BIN").map_or_else(
+                || root.join("target/release/valkey-operator"),
+                PathBuf::from,
+            ),
             testbed_bin: root.join("target/release/testbed"),
             kubectl: cache.join("bin/kube-v1.36.3/kubectl"),
             python: cache.join("venv/bin/python"),

@@ -17,7 +17,10 @@
 //!     downgrade to 9.0.0 is refused (`InvalidSpec`, naming
 //!     `valkey.rs/allow-downgrade`) and restarts nothing; `valkey/valkey:7.2`
 //!     and `8.1`, older than the oldest supported version (9.0), are refused
-//!     by the API server naming `spec.image`, and restart nothing either.
+//!     by the API server naming `spec.image`, and restart nothing either;
+//! (d) an image pinned by digest (no version in it) that runs 9.0.0 passes
+//!     the tag check: its first member says what it runs and the roll stops
+//!     there (`InvalidSpec` naming that pod); the image set back rolls it back.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use anyhow::{Context, Result, bail, ensure};
@@ -37,6 +40,10 @@ const OLD_IMAGE: &str = "valkey/valkey:9.0.0";
 const OLD_VERSION: &str = "9.0.0";
 const NEW_IMAGE: &str = "valkey/valkey:9.1.2";
 const NEW_VERSION: &str = "9.1.2";
+/// Valkey 9.0.0 pinned by the testbed's own digest of it: an image that
+/// names no version (docs/testbed.md).
+const PINNED_OLD_IMAGE: &str =
+    "valkey/valkey@sha256:498923d6f1207acca4df6674ac9c0467e931a8bd95e311d872cc09155253fb6f";
 /// A tag the registry does not have.
 const MISSING_IMAGE: &str = "valkey/valkey:0.0.0-missing";
 
@@ -469,6 +476,79 @@ fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
     println!(
         "operator_rolling: a downgrade to {OLD_VERSION} refused (InvalidSpec), nothing restarted"
     );
+    pinned_downgrade_stops_after_one_member(env, ns, password)
+}
+
+/// (d) An image that names no version (pinned by digest) and runs an older
+/// Valkey passes the tag check; the first member rolled to it says what it
+/// runs, and the roll goes no further (`InvalidSpec` naming that pod and
+/// both versions). Setting the image back rolls that member back.
+fn pinned_downgrade_stops_after_one_member(env: &Env, ns: &str, password: &str) -> Result<()> {
+    let before = env.pod_identities(ns, NAME)?;
+    let started = Instant::now();
+    env.patch_cluster(
+        ns,
+        NAME,
+        &format!(r#"{{"spec":{{"image":"{PINNED_OLD_IMAGE}"}}}}"#),
+    )?;
+    let mut last = Value::Null;
+    wait_until(Duration::from_secs(180), Duration::from_millis(500), || {
+        last = env.cluster(ns, NAME)?;
+        Ok(condition(&last, "Ready").is_some_and(|c| {
+            c["reason"] == "InvalidSpec"
+                && c["message"].as_str().is_some_and(|m| {
+                    m.contains(&format!("runs Valkey {OLD_VERSION}"))
+                        && m.contains(NEW_VERSION)
+                        && m.contains("valkey.rs/allow-downgrade")
+                })
+        }))
+    })
+    .with_context(|| {
+        format!(
+            "a roll to {PINNED_OLD_IMAGE} (Valkey {OLD_VERSION}) was not stopped: {}",
+            last["status"]
+        )
+    })?;
+    let refused_after = started.elapsed();
+    // Give the operator time to (wrongly) go on, then count re-created pods.
+    std::thread::sleep(Duration::from_secs(10));
+    let now = env.pod_identities(ns, NAME)?;
+    let recreated: Vec<&String> = before
+        .iter()
+        .filter(|(name, id)| now.get(*name).is_none_or(|n| n.uid != id.uid))
+        .map(|(name, _)| name)
+        .collect();
+    ensure!(
+        recreated.len() == 1,
+        "the roll should stop after its first member: re-created {recreated:?}"
+    );
+    let message = condition(&last, "Ready")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        message.contains(recreated[0].as_str()),
+        "the refusal should name the rolled member {}: {message}",
+        recreated[0]
+    );
+    println!(
+        "operator_rolling: (d) {PINNED_OLD_IMAGE} refused {:.1}s after the change, once {recreated:?} said it runs {OLD_VERSION}: {message}",
+        refused_after.as_secs_f64()
+    );
+    env.patch_cluster(
+        ns,
+        NAME,
+        &format!(r#"{{"spec":{{"image":"{NEW_IMAGE}"}}}}"#),
+    )?;
+    env.wait_ready_shape(ns, &cluster_manifest(NAME, 3, 1), READY_TIMEOUT)
+        .context("setting the image back did not bring the cluster back")?;
+    let imgs = images(env, ns)?;
+    ensure!(
+        imgs.values().all(|i| i == NEW_IMAGE),
+        "after setting the image back every pod should run {NEW_IMAGE}: {imgs:?}"
+    );
+    versions_everywhere(env, ns, password, NEW_VERSION)?;
+    println!("operator_rolling: (d) image set back: every member on {NEW_VERSION}, Ready");
     Ok(())
 }
 

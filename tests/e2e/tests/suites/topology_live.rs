@@ -278,6 +278,10 @@ fn zone_loss(env: &Env, ns: &str, name: &str, undo: &mut Faults) -> Result<()> {
         );
     }
     println!(
+        "topology_live: FIGURE zone loss to status told (lost members unready, the zone named): {:.1}s",
+        fault_at.elapsed().as_secs_f64()
+    );
+    println!(
         "topology_live: zone loss: {}; {}",
         cond_brief(&last, "TopologySpread"),
         cond_brief(&last, "Degraded")

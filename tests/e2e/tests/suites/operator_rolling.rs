@@ -535,19 +535,35 @@ fn pinned_downgrade_stops_after_one_member(env: &Env, ns: &str, password: &str) 
         "operator_rolling: (d) {PINNED_OLD_IMAGE} refused {:.1}s after the change, once {recreated:?} said it runs {OLD_VERSION}: {message}",
         refused_after.as_secs_f64()
     );
+    let back = Instant::now();
     env.patch_cluster(
         ns,
         NAME,
         &format!(r#"{{"spec":{{"image":"{NEW_IMAGE}"}}}}"#),
     )?;
+    // Ready can say True before the member is rolled back (the cluster
+    // serves meanwhile): wait for every pod on the image and Ready first.
+    let mut imgs = BTreeMap::new();
+    wait_until(ROLL_TIMEOUT, Duration::from_millis(500), || {
+        imgs = images(env, ns)?;
+        let members = env.members(ns, NAME)?;
+        Ok(imgs.len() == 6
+            && imgs.values().all(|i| i == NEW_IMAGE)
+            && members.len() == 6
+            && members.iter().all(|m| m.ready && !m.deleting))
+    })
+    .with_context(|| {
+        format!(
+            "setting the image back: the pods never all ran {NEW_IMAGE} and were Ready: {imgs:?}"
+        )
+    })?;
     env.wait_ready_shape(ns, &cluster_manifest(NAME, 3, 1), READY_TIMEOUT)
         .context("setting the image back did not bring the cluster back")?;
-    let imgs = images(env, ns)?;
-    ensure!(
-        imgs.values().all(|i| i == NEW_IMAGE),
-        "after setting the image back every pod should run {NEW_IMAGE}: {imgs:?}"
-    );
     versions_everywhere(env, ns, password, NEW_VERSION)?;
+    println!(
+        "operator_rolling: (d) rolled back {:.1}s after the image was set back",
+        back.elapsed().as_secs_f64()
+    );
     println!("operator_rolling: (d) image set back: every member on {NEW_VERSION}, Ready");
     Ok(())
 }

@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod exporter;
 pub mod helm;
 pub mod hostile;
+pub mod image;
 pub mod manifest;
 pub mod prometheus;
 pub mod rbac;

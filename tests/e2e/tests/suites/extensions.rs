@@ -48,30 +48,15 @@ fn load_image(env: &Env) -> Result<()> {
         .context("cargo build -p valkey-hello-module")?;
     ensure!(built.success(), "cargo build -p valkey-hello-module failed");
     let release = env.root.join("target/release");
-    let out_dir = env.work_dir("extensions-image")?;
-    let out = std::process::Command::new("python3")
-        .arg(env.root.join("scripts/image/build.py"))
-        .arg("--binary")
-        .arg(release.join("e2e-helper"))
-        .args(["--name", "valkey-hello"])
-        .args(["--path-in-image", "/usr/local/bin/e2e-helper"])
-        .arg("--extra")
-        .arg(format!(
-            "{}:/usr/lib/valkey/libvalkey_hello_module.so",
-            release.join("libvalkey_hello_module.so").display()
-        ))
-        .arg("--out-dir")
-        .arg(&out_dir)
-        .output()
-        .context("running scripts/image/build.py")?;
-    ensure!(
-        out.status.success(),
-        "build.py for {IMAGE} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let archive = out_dir.join("valkey-hello-0.1.0.oci.tar");
-    env.testbed(&["image", "load", &archive.to_string_lossy(), "--name", IMAGE])?;
-    Ok(())
+    let module = release.join("libvalkey_hello_module.so");
+    e2e::image::build_and_load(
+        env,
+        &release.join("e2e-helper"),
+        "valkey-hello",
+        "/usr/local/bin/e2e-helper",
+        &[(&module, "/usr/lib/valkey/libvalkey_hello_module.so")],
+        IMAGE,
+    )
 }
 
 fn spec() -> String {

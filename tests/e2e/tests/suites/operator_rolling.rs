@@ -359,42 +359,18 @@ fn versions_everywhere(env: &Env, ns: &str, password: &str, want: &str) -> Resul
 /// cluster serves every slot meanwhile, Ready says which image and why);
 /// naming a good tag again resumes it. Then a downgrade across a minor
 /// version is refused (InvalidSpec) and restarts nothing.
-#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
 fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
     env: &Env,
     ns: &str,
     password: &str,
 ) -> Result<()> {
     let before = env.pod_identities(ns, NAME)?;
-    env.patch_cluster(
-        ns,
-        NAME,
-        &format!(r#"{{"spec":{{"image":"{MISSING_IMAGE}"}}}}"#),
-    )?;
-    let mut last = Value::Null;
-    wait_until(Duration::from_secs(120), Duration::from_millis(500), || {
-        last = env.cluster(ns, NAME)?;
-        Ok(condition(&last, "Ready").is_some_and(|c| {
-            c["reason"] == "ImagePullFailed"
-                && c["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains(MISSING_IMAGE))
-        }))
+    set_image(env, ns, MISSING_IMAGE)?;
+    let last = wait_ready_reason(env, ns, "ImagePullFailed", Duration::from_secs(120), |m| {
+        m.contains(MISSING_IMAGE)
     })
-    .with_context(|| {
-        format!(
-            "Ready never said the image cannot be pulled: {}",
-            last["status"]
-        )
-    })?;
-    // Give the operator time to (wrongly) go on, then count re-created pods.
-    std::thread::sleep(Duration::from_secs(10));
-    let now = env.pod_identities(ns, NAME)?;
-    let recreated: Vec<&String> = before
-        .iter()
-        .filter(|(name, id)| now.get(*name).is_none_or(|n| n.uid != id.uid))
-        .map(|(name, _)| name)
-        .collect();
+    .context("Ready never said the image cannot be pulled")?;
+    let recreated = recreated_after_a_while(env, ns, &before)?;
     ensure!(
         recreated.len() == 1,
         "the roll should stop after its first member: re-created {recreated:?}"
@@ -409,18 +385,11 @@ fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
         info.contains("cluster_state:ok") && info.contains("cluster_slots_assigned:16384"),
         "the cluster should serve every slot while the roll is stopped: {info}"
     );
-    let message = condition(&last, "Ready")
-        .and_then(|c| c["message"].as_str())
-        .unwrap_or_default()
-        .to_string();
+    let message = ready_message(&last);
     println!("operator_rolling: missing tag: {recreated:?} re-created, roll stopped: {message}");
 
     // The fix resumes it: the member that could not start is re-created.
-    env.patch_cluster(
-        ns,
-        NAME,
-        &format!(r#"{{"spec":{{"image":"{NEW_IMAGE}"}}}}"#),
-    )?;
+    set_image(env, ns, NEW_IMAGE)?;
     env.wait_ready_shape(ns, &cluster_manifest(NAME, 3, 1), READY_TIMEOUT)
         .context("the roll did not resume once the tag was fixed")?;
     let imgs = images(env, ns)?;
@@ -446,7 +415,7 @@ fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
         "valkey/valkey:8.1",
         "valkey/valkey:8.1.4-alpine",
     ] {
-        let refused = env.patch_cluster(ns, NAME, &format!(r#"{{"spec":{{"image":"{old}"}}}}"#));
+        let refused = set_image(env, ns, old);
         let message = format!(
             "{:#}",
             refused.err().context(format!("{old} was admitted"))?
@@ -467,11 +436,7 @@ fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
     println!(
         "operator_rolling: valkey/valkey:7.2, 8.1 and 8.1.4-alpine refused at admission naming spec.image"
     );
-    env.patch_cluster(
-        ns,
-        NAME,
-        &format!(r#"{{"spec":{{"image":"{NEW_IMAGE}"}}}}"#),
-    )?;
+    set_image(env, ns, NEW_IMAGE)?;
     env.wait_ready_shape(ns, &cluster_manifest(NAME, 3, 1), READY_TIMEOUT)?;
     println!(
         "operator_rolling: a downgrade to {OLD_VERSION} refused (InvalidSpec), nothing restarted"
@@ -486,46 +451,22 @@ fn missing_tag_stops_the_roll_and_a_downgrade_is_refused(
 fn pinned_downgrade_stops_after_one_member(env: &Env, ns: &str, password: &str) -> Result<()> {
     let before = env.pod_identities(ns, NAME)?;
     let started = Instant::now();
-    env.patch_cluster(
-        ns,
-        NAME,
-        &format!(r#"{{"spec":{{"image":"{PINNED_OLD_IMAGE}"}}}}"#),
-    )?;
-    let mut last = Value::Null;
-    wait_until(Duration::from_secs(180), Duration::from_millis(500), || {
-        last = env.cluster(ns, NAME)?;
-        Ok(condition(&last, "Ready").is_some_and(|c| {
-            c["reason"] == "InvalidSpec"
-                && c["message"].as_str().is_some_and(|m| {
-                    m.contains(&format!("runs Valkey {OLD_VERSION}"))
-                        && m.contains(NEW_VERSION)
-                        && m.contains("valkey.rs/allow-downgrade")
-                })
-        }))
+    set_image(env, ns, PINNED_OLD_IMAGE)?;
+    let last = wait_ready_reason(env, ns, "InvalidSpec", Duration::from_secs(180), |m| {
+        m.contains(&format!("runs Valkey {OLD_VERSION}"))
+            && m.contains(NEW_VERSION)
+            && m.contains("valkey.rs/allow-downgrade")
     })
     .with_context(|| {
-        format!(
-            "a roll to {PINNED_OLD_IMAGE} (Valkey {OLD_VERSION}) was not stopped: {}",
-            last["status"]
-        )
+        format!("a roll to {PINNED_OLD_IMAGE} (Valkey {OLD_VERSION}) was not stopped")
     })?;
     let refused_after = started.elapsed();
-    // Give the operator time to (wrongly) go on, then count re-created pods.
-    std::thread::sleep(Duration::from_secs(10));
-    let now = env.pod_identities(ns, NAME)?;
-    let recreated: Vec<&String> = before
-        .iter()
-        .filter(|(name, id)| now.get(*name).is_none_or(|n| n.uid != id.uid))
-        .map(|(name, _)| name)
-        .collect();
+    let recreated = recreated_after_a_while(env, ns, &before)?;
     ensure!(
         recreated.len() == 1,
         "the roll should stop after its first member: re-created {recreated:?}"
     );
-    let message = condition(&last, "Ready")
-        .and_then(|c| c["message"].as_str())
-        .unwrap_or_default()
-        .to_string();
+    let message = ready_message(&last);
     ensure!(
         message.contains(recreated[0].as_str()),
         "the refusal should name the rolled member {}: {message}",
@@ -536,11 +477,7 @@ fn pinned_downgrade_stops_after_one_member(env: &Env, ns: &str, password: &str) 
         refused_after.as_secs_f64()
     );
     let back = Instant::now();
-    env.patch_cluster(
-        ns,
-        NAME,
-        &format!(r#"{{"spec":{{"image":"{NEW_IMAGE}"}}}}"#),
-    )?;
+    set_image(env, ns, NEW_IMAGE)?;
     // Ready can say True before the member is rolled back (the cluster
     // serves meanwhile): wait for every pod on the image and Ready first.
     let mut imgs = BTreeMap::new();
@@ -568,22 +505,63 @@ fn pinned_downgrade_stops_after_one_member(env: &Env, ns: &str, password: &str) 
     Ok(())
 }
 
+/// Sets `spec.image` (the API server may refuse it: the error is returned).
+fn set_image(env: &Env, ns: &str, image: &str) -> Result<()> {
+    env.patch_cluster(ns, NAME, &format!(r#"{{"spec":{{"image":"{image}"}}}}"#))
+}
+
+/// Waits until Ready has `reason` and a message `fits`; returns the cluster
+/// object it was seen in (the error carries the last status).
+fn wait_ready_reason(
+    env: &Env,
+    ns: &str,
+    reason: &str,
+    timeout: Duration,
+    fits: impl Fn(&str) -> bool,
+) -> Result<Value> {
+    let mut last = Value::Null;
+    wait_until(timeout, Duration::from_millis(500), || {
+        last = env.cluster(ns, NAME)?;
+        Ok(condition(&last, "Ready")
+            .is_some_and(|c| c["reason"] == reason && c["message"].as_str().is_some_and(&fits)))
+    })
+    .with_context(|| format!("Ready never said {reason} as expected: {}", last["status"]))?;
+    Ok(last)
+}
+
+/// Ready's message in `obj`.
+fn ready_message(obj: &Value) -> String {
+    condition(obj, "Ready")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Gives the operator time to (wrongly) go on, then names the member pods
+/// re-created since `before` (a name gone or with another uid).
+fn recreated_after_a_while(
+    env: &Env,
+    ns: &str,
+    before: &BTreeMap<String, PodIdentity>,
+) -> Result<Vec<String>> {
+    std::thread::sleep(Duration::from_secs(10));
+    let now = env.pod_identities(ns, NAME)?;
+    Ok(before
+        .iter()
+        .filter(|(name, id)| now.get(*name).is_none_or(|n| n.uid != id.uid))
+        .map(|(name, _)| name.clone())
+        .collect())
+}
+
 /// Sets `image` and waits until Ready says InvalidSpec with every one of
 /// `words`; then no member pod may have been re-created.
 fn refused_without_restart(env: &Env, ns: &str, image: &str, words: &[&str]) -> Result<()> {
     let before = env.pod_identities(ns, NAME)?;
-    env.patch_cluster(ns, NAME, &format!(r#"{{"spec":{{"image":"{image}"}}}}"#))?;
-    let mut last = serde_json::Value::Null;
-    wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
-        last = env.cluster(ns, NAME)?;
-        Ok(condition(&last, "Ready").is_some_and(|c| {
-            c["reason"] == "InvalidSpec"
-                && c["message"]
-                    .as_str()
-                    .is_some_and(|m| words.iter().all(|w| m.contains(w)))
-        }))
+    set_image(env, ns, image)?;
+    wait_ready_reason(env, ns, "InvalidSpec", Duration::from_secs(60), |m| {
+        words.iter().all(|w| m.contains(w))
     })
-    .with_context(|| format!("{image} was not refused: {}", last["status"]))?;
+    .with_context(|| format!("{image} was not refused"))?;
     std::thread::sleep(Duration::from_secs(3));
     let now = env.pod_identities(ns, NAME)?;
     ensure!(

@@ -52,9 +52,6 @@ impl Env {
         if let Some(k) = std::env::var_os("KUBECONFIG") {
             env.kubeconfig = PathBuf::from(k);
         }
-        if let Some(b) = std::env::var_os("OPERATOR_BIN") {
-            env.operator_bin = PathBuf::from(b);
-        }
         if let Some(b) = std::env::var_os("TESTBED_BIN") {
             env.testbed_bin = PathBuf::from(b);
         }

@@ -44,6 +44,8 @@ crd: build
 	$(OPERATOR) crd --kind cluster > deploy/crd/valkeycluster.yaml
 	$(OPERATOR) crd --kind backup > deploy/crd/valkeybackup.yaml
 	$(OPERATOR) crd --kind schedule > deploy/crd/valkeybackupschedule.yaml
+	$(OPERATOR) crd --kind replication > deploy/crd/valkeyreplication.yaml
+	cp deploy/crd/valkeyreplication.yaml deploy/helm/valkey-operator/crds/valkeyreplication.yaml
 	cp deploy/crd/valkeybackupschedule.yaml deploy/helm/valkey-operator/crds/valkeybackupschedule.yaml
 	cp deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
 	cp deploy/crd/valkeybackup.yaml deploy/helm/valkey-operator/crds/valkeybackup.yaml
@@ -51,6 +53,7 @@ crd: build
 	$(OPERATOR) crd-reference --kind backup > docs/reference/valkeybackup.md
 	$(OPERATOR) crd-reference --kind reasons > docs/reference/reasons.md
 	$(OPERATOR) crd-reference --kind schedule > docs/reference/valkeybackupschedule.md
+	$(OPERATOR) crd-reference --kind replication > docs/reference/valkeyreplication.md
 
 # The committed CRD, and the reference generated from it (docs/reference), must
 # equal what the Rust types generate.
@@ -58,12 +61,15 @@ crd-check: build
 	@diff -u deploy/crd/valkeycluster.yaml <($(OPERATOR) crd --kind cluster)
 	@diff -u deploy/crd/valkeybackup.yaml <($(OPERATOR) crd --kind backup)
 	@diff -u deploy/crd/valkeybackupschedule.yaml <($(OPERATOR) crd --kind schedule)
+	@diff -u deploy/crd/valkeyreplication.yaml <($(OPERATOR) crd --kind replication)
+	@diff -u deploy/crd/valkeyreplication.yaml deploy/helm/valkey-operator/crds/valkeyreplication.yaml
 	@diff -u deploy/crd/valkeybackupschedule.yaml deploy/helm/valkey-operator/crds/valkeybackupschedule.yaml
 	@diff -u deploy/crd/valkeycluster.yaml deploy/helm/valkey-operator/crds/valkeycluster.yaml
 	@diff -u deploy/crd/valkeybackup.yaml deploy/helm/valkey-operator/crds/valkeybackup.yaml
 	@diff -u docs/reference/valkeycluster.md <($(OPERATOR) crd-reference --kind cluster) || { echo "docs/reference/valkeycluster.md is out of date: run make crd"; exit 1; }
 	@diff -u docs/reference/valkeybackup.md <($(OPERATOR) crd-reference --kind backup) || { echo "docs/reference/valkeybackup.md is out of date: run make crd"; exit 1; }
 	@diff -u docs/reference/valkeybackupschedule.md <($(OPERATOR) crd-reference --kind schedule) || { echo "docs/reference/valkeybackupschedule.md is out of date: run make crd"; exit 1; }
+	@diff -u docs/reference/valkeyreplication.md <($(OPERATOR) crd-reference --kind replication) || { echo "docs/reference/valkeyreplication.md is out of date: run make crd"; exit 1; }
 	@diff -u docs/reference/reasons.md <($(OPERATOR) crd-reference --kind reasons) || { echo "docs/reference/reasons.md is out of date: run make crd"; exit 1; }
 	@echo "crd: deploy/crd, the Helm chart's copy and docs/reference are up to date"
 

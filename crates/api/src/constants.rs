@@ -12,6 +12,14 @@ pub const KIND: &str = "ValkeyCluster";
 
 /// Label on every object the operator owns: the name of its ValkeyCluster.
 pub const LABEL_CLUSTER: &str = "valkey.rs/cluster";
+/// The kind of the replication set resource (one primary and its replicas).
+pub const KIND_REPLICATION: &str = "ValkeyReplication";
+/// Label on every object a ValkeyReplication owns: the set's name.
+pub const LABEL_REPLICATION: &str = "valkey.rs/replication";
+/// Annotation on a ValkeyReplication: the name of a replica's pod asks the
+/// operator for a planned switchover to it (`FAILOVER`, no acknowledged
+/// write lost); removed once done or refused.
+pub const ANNOTATION_SWITCHOVER: &str = "valkey.rs/switchover";
 /// Label on member pods (and their StatefulSets): the shard index, `0..shards`.
 pub const LABEL_SHARD: &str = "valkey.rs/shard";
 /// Label on member pods (and their StatefulSets): the member index within its
@@ -31,6 +39,11 @@ pub const LABEL_PREFIX: &str = "valkey.rs/";
 /// to the scale subresource (`valkey.rs/cluster=<name>,valkey.rs/member`).
 pub fn member_selector(cluster: &str) -> String {
     format!("{LABEL_CLUSTER}={cluster},{LABEL_MEMBER}")
+}
+/// The selector of a replication set's member pods, as `status.selector`
+/// gives it (`valkey.rs/replication=<name>,valkey.rs/member`).
+pub fn replication_member_selector(set: &str) -> String {
+    format!("{LABEL_REPLICATION}={set},{LABEL_MEMBER}")
 }
 /// Annotation on a ValkeyCluster: `"true"` pauses its reconciles (for
 /// maintenance); the status says so with the condition `Paused`.

@@ -9,7 +9,8 @@ pub mod quantity;
 pub mod v1alpha1;
 
 pub use v1alpha1::{
-    ValidatedCluster, ValkeyBackup, ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus,
+    SetKind, ValidatedCluster, ValkeyBackup, ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus,
+    ValkeyReplication,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -33,6 +34,16 @@ pub fn backup_crd() -> CustomResourceDefinition {
 /// The `ValkeyBackupSchedule` CustomResourceDefinition.
 pub fn schedule_crd() -> CustomResourceDefinition {
     v1alpha1::ValkeyBackupSchedule::crd()
+}
+
+/// The `ValkeyReplication` CustomResourceDefinition.
+pub fn replication_crd() -> CustomResourceDefinition {
+    v1alpha1::ValkeyReplication::crd()
+}
+
+/// [`replication_crd`] as YAML (`valkey-operator crd --kind replication`).
+pub fn replication_crd_yaml() -> Result<String, CrdYamlError> {
+    Ok(serde_saphyr::to_string(&replication_crd())?)
 }
 
 /// [`schedule_crd`] as YAML (`valkey-operator crd --kind schedule`).

@@ -21,6 +21,7 @@
 //! - [`heal`]: members on lost nodes;
 //! - [`cleanup`]: what to delete or patch (budgets, leaving members, Pending
 //!   pods, volumes, role labels);
+//! - [`replication`]: a replication set's primary, failovers and role labels;
 //! - [`safety`]: the rules that keep data, shared by heal, moves and scale-in.
 
 pub mod balance;
@@ -34,6 +35,7 @@ pub mod moves;
 pub mod notes;
 pub mod placement;
 pub mod pods;
+pub mod replication;
 pub mod restore;
 pub mod rolling;
 pub mod rotation;

@@ -55,6 +55,36 @@ pub const RULES: &[Rule] = &[
         ],
         why: "one controller does not reach into another's steps",
     },
+    Rule {
+        from: &["replication", "observe"],
+        to: &[
+            &["replication", "act"],
+            &["replication", "report"],
+            &["replication", "reconcile"],
+        ],
+        why: "observe reads only",
+    },
+    Rule {
+        from: &["replication", "act"],
+        to: &[&["replication", "report"], &["replication", "reconcile"]],
+        why: "act says what happened; report writes it",
+    },
+    Rule {
+        from: &["replication", "report"],
+        to: &[&["replication", "act"], &["replication", "reconcile"]],
+        why: "report writes status from what act said",
+    },
+    Rule {
+        from: &["replication"],
+        to: &[
+            &["controller", "observe"],
+            &["controller", "act"],
+            &["controller", "report"],
+            &["controller", "reconcile"],
+            &["backup"],
+        ],
+        why: "one controller does not reach into another's steps",
+    },
 ];
 
 /// A file's module path: `a/b.rs` and `a/b/mod.rs` are `a::b`; `lib.rs` and

@@ -1,9 +1,10 @@
 //! `valkey-operator crd`: prints the CustomResourceDefinitions generated from
 //! the Rust types: every kind, as one multi-document YAML stream that
 //! `kubectl apply -f -` takes, or one kind with `--kind`.
-//! `deploy/crd/valkeycluster.yaml`, `deploy/crd/valkeybackup.yaml` and
-//! `deploy/crd/valkeybackupschedule.yaml` are the outputs of `--kind cluster`,
-//! `--kind backup` and `--kind schedule`, committed; tests fail when they
+//! `deploy/crd/valkeycluster.yaml`, `deploy/crd/valkeybackup.yaml`,
+//! `deploy/crd/valkeybackupschedule.yaml` and `deploy/crd/valkeyreplication.yaml`
+//! are the outputs of `--kind cluster`, `--kind backup`, `--kind schedule` and
+//! `--kind replication`, committed; tests fail when they
 //! differ.
 
 use std::io::Write;
@@ -38,6 +39,8 @@ pub enum CrdKind {
     Backup,
     /// `ValkeyBackupSchedule` (deploy/crd/valkeybackupschedule.yaml).
     Schedule,
+    /// `ValkeyReplication` (deploy/crd/valkeyreplication.yaml).
+    Replication,
 }
 
 /// `valkey-operator crd` arguments.
@@ -54,11 +57,13 @@ pub fn yaml(kind: CrdKind) -> Result<String, CrdError> {
         CrdKind::Cluster => api::crd_yaml()?,
         CrdKind::Backup => api::backup_crd_yaml()?,
         CrdKind::Schedule => api::schedule_crd_yaml()?,
+        CrdKind::Replication => api::replication_crd_yaml()?,
         CrdKind::All => format!(
-            "{}---\n{}---\n{}",
+            "{}---\n{}---\n{}---\n{}",
             api::crd_yaml()?,
             api::backup_crd_yaml()?,
-            api::schedule_crd_yaml()?
+            api::schedule_crd_yaml()?,
+            api::replication_crd_yaml()?
         ),
     })
 }
@@ -79,6 +84,8 @@ pub enum ReferenceKind {
     Backup,
     /// `ValkeyBackupSchedule` (docs/reference/valkeybackupschedule.md).
     Schedule,
+    /// `ValkeyReplication` (docs/reference/valkeyreplication.md).
+    Replication,
     /// Every condition and event reason (docs/reference/reasons.md).
     Reasons,
 }
@@ -113,6 +120,7 @@ pub fn reference(kind: ReferenceKind) -> Result<String, ReferenceError> {
         ReferenceKind::Cluster => serde_json::to_value(api::crd())?,
         ReferenceKind::Backup => serde_json::to_value(api::backup_crd())?,
         ReferenceKind::Schedule => serde_json::to_value(api::schedule_crd())?,
+        ReferenceKind::Replication => serde_json::to_value(api::replication_crd())?,
         ReferenceKind::Reasons => return Ok(crate::reasons::markdown()),
     };
     Ok(crate::crd_reference::render(&crd))

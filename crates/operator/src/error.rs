@@ -87,6 +87,14 @@ pub enum Error {
     /// An owned object's name is taken by an object the cluster does not own.
     #[error("{kind} {name} exists and is not owned by this ValkeyCluster: rename or delete it")]
     NotOwned { kind: &'static str, name: String },
+    /// A command the operator sent a member failed (a replication set's
+    /// REPLICAOF or FAILOVER).
+    #[error("{command} on {member}: {message}")]
+    Valkey {
+        member: String,
+        command: &'static str,
+        message: String,
+    },
 }
 
 impl Error {
@@ -94,7 +102,7 @@ impl Error {
     /// `valkey_operator_reconcile_errors_total` at 0 for each, so a healthy
     /// operator's error rate reads 0 rather than no data, and `rate()` sees a
     /// category's first error (a series born at 1 hides it).
-    pub const CATEGORIES: [&'static str; 12] = [
+    pub const CATEGORIES: [&'static str; 13] = [
         "KubernetesRead",
         "KubernetesApply",
         "SecretCreate",
@@ -107,6 +115,7 @@ impl Error {
         "MissingMetadata",
         "Deadline",
         "NotOwned",
+        "ValkeyCommand",
     ];
 
     /// Stable name for metrics and events.
@@ -124,6 +133,7 @@ impl Error {
             Error::MissingMetadata(_) => "MissingMetadata",
             Error::Deadline(_) => "Deadline",
             Error::NotOwned { .. } => "NotOwned",
+            Error::Valkey { .. } => "ValkeyCommand",
         }
     }
 }

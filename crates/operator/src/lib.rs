@@ -9,12 +9,14 @@
 //! - [`probe_cmd`]: `valkey-operator probe-metrics` (the chart's `helm test`);
 //! - [`run`]: `valkey-operator run`, the controller.
 
+pub mod apply;
 pub mod backup;
 pub mod context;
 pub mod controller;
 pub mod crd_cmd;
 pub mod crd_reference;
 pub mod error;
+pub mod events;
 pub mod exporter;
 pub mod exposition;
 pub mod http;
@@ -24,5 +26,8 @@ pub mod metrics;
 pub mod plan_cmd;
 pub mod probe_cmd;
 pub mod reasons;
+pub mod replication;
 pub mod run;
+pub mod system_users;
 pub mod topology_cmd;
+pub mod watches;

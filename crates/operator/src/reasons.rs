@@ -32,6 +32,7 @@ const fn r(
 const VKC: &str = "ValkeyCluster";
 const VKB: &str = "ValkeyBackup";
 const VKBS: &str = "ValkeyBackupSchedule";
+const VKR: &str = "ValkeyReplication";
 
 /// Every reason, grouped by object, then as a user meets them.
 #[rustfmt::skip]
@@ -157,6 +158,32 @@ pub const REASONS: &[Reason] = &[
     r("BackupScheduled", VKBS, "event", "a ValkeyBackup was made for a run of the schedule"),
     r("BackupSkipped", VKBS, "event", "a run was skipped: the previous backup is still unfinished"),
     r("BackupPruned", VKBS, "event", "a ValkeyBackup beyond the schedule's keep was deleted"),
+    // ValkeyReplication: Ready
+    r("Ready", VKR, "Ready", "the primary serves and every replica of the spec follows it in sync, every member's pod Ready"),
+    r("NoPrimary", VKR, "Ready; Degraded", "no member serves as the primary and none answers to be promoted (or the first members are awaited)"),
+    r("PrimaryNotAnswering", VKR, "Ready", "the primary does not answer; the operator fails over if it does not within 5 s"),
+    r("FailingOver", VKR, "Ready; Progressing", "the operator promotes the most advanced replica (or, at creation, the first primary)"),
+    r("SwitchingOver", VKR, "Ready; Progressing", "a planned switchover (FAILOVER TO): asked for by annotation, a scale-in or a roll"),
+    r("MembersMissing", VKR, "Ready; Progressing", "members of the spec have no pod yet"),
+    r("ReplicaNotInSync", VKR, "Ready; Progressing", "a replica does not follow the primary with its link up yet (or the primary's pod is not Ready)"),
+    r("InvalidSpec", VKR, "Ready; Degraded; Warning event", "the spec was refused; the message names the field"),
+    r("PasswordSecretMissing", VKR, "Ready; Degraded", "the password Secret the spec names is missing, or lacks its key"),
+    r("Paused", VKR, "Ready; Progressing; Degraded", "the `valkey.rs/paused` annotation is set: the operator changes nothing"),
+    // ValkeyReplication: Progressing, Degraded, TopologySpread
+    r("RollingUpdate", VKR, "Progressing", "members restart one at a time onto a new spec, replicas first, the primary after a switchover"),
+    r("Stable", VKR, "Progressing", "nothing to do"),
+    r("AsExpected", VKR, "Degraded", "nothing is degraded"),
+    r("Met", VKR, "TopologySpread", "every replicaSpreadConstraint holds"),
+    r("Unplaceable", VKR, "TopologySpread", "a member cannot be placed (a Required constraint, or no room)"),
+    r("Exceeded", VKR, "TopologySpread", "a Preferred constraint is exceeded (the best placement there is)"),
+    r("Moving", VKR, "TopologySpread", "members are to move where the plan puts them"),
+    r("Unknown", VKR, "TopologySpread", "the placement could not be planned; the message says why"),
+    // ValkeyReplication: events
+    r("PrimaryChanged", VKR, "event", "the operator failed over: which member is the primary now, and why"),
+    r("ClusterReady", VKR, "event", "the set became Ready"),
+    r("PasswordSecretCreated", VKR, "event", "the operator generated the password Secret `<name>-auth`"),
+    r("ValkeyCommandFailed", VKR, "Warning event", "a REPLICAOF or FAILOVER the operator sent failed; it is tried again"),
+    r("SwitchoverRefused", VKR, "Warning event", "the `valkey.rs/switchover` annotation names no replica in sync with the primary; it is removed"),
 ];
 
 /// The table as Markdown (docs/reference/reasons.md).
@@ -167,7 +194,7 @@ pub fn markdown() -> String {
          (`kubectl get events`), generated from the code (`valkey-operator crd-reference --kind reasons`);\n\
          [Troubleshooting](../guide/troubleshooting.md) says what to do about the common ones.\n",
     );
-    for object in [VKC, VKB, VKBS] {
+    for object in [VKC, VKB, VKBS, VKR] {
         let _ = write!(
             out,
             "\n## {object}\n\n| Reason | Shown as | What it means |\n|---|---|---|\n"
@@ -192,10 +219,10 @@ mod tests {
     /// actions, object kinds, phases, Valkey command kinds.
     #[rustfmt::skip]
     const NOT_REASONS: &[&str] = &[
-        "AddSlotsRange", "AnnounceAddress", "Backup", "BumpEpoch", "ConfigSet", "ConflictingPrimaries",
+        "AddSlotsRange", "AnnounceAddress", "Backup", "BumpEpoch", "ConfigSet", "ConflictingPrimaries", "CreateSecret",
         "Delete", "Failed", "Forget", "Job", "Meet", "MemberHoldsKeys", "MigrateSlots", "NoInSyncReplica",
         "OrphanOwnsSlots", "Pending", "PrimaryCandidateIsReplica", "Ready", "Replicate", "ResetNode",
-        "Running", "S3", "Schedule", "SeparateCluster", "Succeeded", "True", "ValkeyBackup",
+        "Reconcile", "Running", "S3", "Schedule", "SeparateCluster", "Succeeded", "Switchover", "True", "Validate", "ValkeyBackup",
         "ValkeyBackupSchedule", "ValkeyCluster",
     ];
 
@@ -210,6 +237,18 @@ mod tests {
         ("backup/controller.rs", include_str!("backup/controller.rs")),
         ("backup/schedule.rs", include_str!("backup/schedule.rs")),
         ("backup/restore.rs", include_str!("backup/restore.rs")),
+        (
+            "decide replication.rs",
+            include_str!("../../decide/src/replication.rs"),
+        ),
+        (
+            "replication/report.rs",
+            include_str!("replication/report.rs"),
+        ),
+        (
+            "replication/reconcile.rs",
+            include_str!("replication/reconcile.rs"),
+        ),
         (
             "valkey health.rs",
             include_str!("../../valkey/src/planner/health.rs"),

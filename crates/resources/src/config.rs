@@ -14,7 +14,7 @@
 //! (see [`super::statefulset`]); `availability-zone` is set live by the
 //! operator once the pod's node is known.
 
-use api::ValidatedCluster;
+use api::{SetKind, ValidatedCluster};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -235,7 +235,7 @@ pub fn durable(cluster: &ValidatedCluster) -> bool {
 /// The operator's defaults, in file order.
 fn overridable_defaults(cluster: &ValidatedCluster) -> Vec<(&'static str, String)> {
     let persistent = cluster.persistence.is_some();
-    vec![
+    let mut defaults = vec![
         ("appendonly", yes_no(persistent)),
         // Without a volume, snapshots only cost CPU and disk: a restarted pod
         // starts empty anyway and is reseeded by its shard's primary.
@@ -258,7 +258,11 @@ fn overridable_defaults(cluster: &ValidatedCluster) -> Vec<(&'static str, String
         // shard's replicas in one go (milliseconds apart), so 1 s catches them
         // all and a new or re-created replica is in sync 4 s sooner.
         ("repl-diskless-sync-delay", "1".into()),
-    ]
+    ];
+    if cluster.kind == SetKind::Replication {
+        defaults.retain(|(k, _)| !k.starts_with("cluster-"));
+    }
+    defaults
 }
 
 /// The settings the operator owns, in file order.
@@ -288,6 +292,12 @@ fn owned_settings(cluster: &ValidatedCluster) -> Vec<(&'static str, String)> {
         // operator (and clients) connect from outside the pod.
         ("protected-mode", "no".into()),
         ("dir", DATA_DIR.into()),
+    ]);
+    if cluster.kind == SetKind::Replication {
+        owned.extend(replication_settings());
+        return owned;
+    }
+    owned.extend(vec![
         ("cluster-enabled", "yes".into()),
         ("cluster-port", api::constants::CLUSTER_BUS_PORT.to_string()),
         ("cluster-config-file", NODES_CONF.into()),
@@ -301,6 +311,31 @@ fn owned_settings(cluster: &ValidatedCluster) -> Vec<(&'static str, String)> {
         ("shutdown-on-sigint", "default".into()),
     ]);
     owned
+}
+
+/// Where a replication set's member points before the operator tells it
+/// which member is the primary: an address where nothing listens (port 1 of
+/// the pod's own loopback; no process of a restricted pod may bind it). So
+/// every member starts as a replica that is linked to nobody: it refuses
+/// writes (`replica-read-only`), and, not linked to a primary, refuses to be
+/// the source of a sync (`NOMASTERLINK`). A member that restarts empty can
+/// never be written to as a primary, nor hand its emptiness to a replica;
+/// only the operator promotes (`REPLICAOF NO ONE`) the member it chose.
+pub const REPLICA_OF_NOBODY: (&str, u16) = ("127.0.0.1", 1);
+
+/// The settings a replication set's member owns beyond the common ones.
+fn replication_settings() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "replicaof",
+            format!("{} {}", REPLICA_OF_NOBODY.0, REPLICA_OF_NOBODY.1),
+        ),
+        ("replica-read-only", "yes".into()),
+        // A member stopped by Kubernetes saves (with persistence) and exits;
+        // the operator promotes the most advanced replica.
+        ("shutdown-on-sigterm", "default".into()),
+        ("shutdown-on-sigint", "default".into()),
+    ]
 }
 
 /// The wire of a TLS member: TLS on the client port, plaintext nowhere,

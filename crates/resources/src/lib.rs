@@ -25,8 +25,8 @@ pub mod services;
 pub mod statefulset;
 pub mod tls;
 
-use api::ValidatedCluster;
-use api::constants::{FIELD_MANAGER, LABEL_CLUSTER, LABEL_MEMBER, LABEL_SHARD};
+use api::constants::{FIELD_MANAGER, LABEL_MEMBER, LABEL_SHARD};
+use api::{SetKind, ValidatedCluster};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -44,6 +44,11 @@ pub fn client_service_name(cluster: &str) -> String {
     cluster.to_string()
 }
 
+/// `<replication>-ro`: a replication set's replicas.
+pub fn read_only_service_name(set: &str) -> String {
+    format!("{set}-ro")
+}
+
 /// `<cluster>-<shard>-<member>-external`: the member's Service for clients
 /// outside Kubernetes (at most 61 characters: a member name is at most 52).
 pub fn external_service_name(cluster: &str, shard: u32, member: u32) -> String {
@@ -58,20 +63,22 @@ pub fn config_map_name(cluster: &str) -> String {
     format!("{cluster}-config")
 }
 
-/// `<cluster>-<shard>`.
+/// `<cluster>-<shard>` (a replication set's one budget is `<name>-0`).
 pub fn pdb_name(cluster: &str, shard: u32) -> String {
     format!("{cluster}-{shard}")
 }
 
 /// Labels on every object a cluster owns.
 pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
+    set_labels(SetKind::Cluster, cluster)
+}
+
+/// Labels on every object a set of `kind` owns (its kind's label names it).
+pub fn set_labels(kind: SetKind, name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (LABEL_CLUSTER.to_string(), cluster.to_string()),
+        (kind.label().to_string(), name.to_string()),
         ("app.kubernetes.io/name".to_string(), "valkey".to_string()),
-        (
-            "app.kubernetes.io/instance".to_string(),
-            cluster.to_string(),
-        ),
+        ("app.kubernetes.io/instance".to_string(), name.to_string()),
         (
             "app.kubernetes.io/managed-by".to_string(),
             FIELD_MANAGER.to_string(),
@@ -85,7 +92,7 @@ pub fn owned_meta(c: &ValidatedCluster, owner: &OwnerReference, name: String) ->
     ObjectMeta {
         name: Some(name),
         namespace: Some(c.namespace.clone()),
-        labels: Some(cluster_labels(&c.name)),
+        labels: Some(set_labels(c.kind, &c.name)),
         owner_references: Some(vec![owner.clone()]),
         ..Default::default()
     }
@@ -93,27 +100,58 @@ pub fn owned_meta(c: &ValidatedCluster, owner: &OwnerReference, name: String) ->
 
 /// Selects every member pod of a cluster.
 pub fn cluster_selector(cluster: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([(LABEL_CLUSTER.to_string(), cluster.to_string())])
+    set_selector(SetKind::Cluster, cluster)
+}
+
+/// Selects every member pod of a set of `kind`.
+pub fn set_selector(kind: SetKind, name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(kind.label().to_string(), name.to_string())])
 }
 
 /// Selects the member pods of one shard.
 pub fn shard_selector(cluster: &str, shard: u32) -> BTreeMap<String, String> {
-    let mut l = cluster_selector(cluster);
+    set_shard_selector(SetKind::Cluster, cluster, shard)
+}
+
+/// Selects the member pods of one shard of a set of `kind` (a replication
+/// set is shard 0).
+pub fn set_shard_selector(kind: SetKind, name: &str, shard: u32) -> BTreeMap<String, String> {
+    let mut l = set_selector(kind, name);
     l.insert(LABEL_SHARD.to_string(), shard.to_string());
     l
 }
 
 /// Selects one member's pod (the StatefulSet selector; immutable).
 pub fn member_selector(cluster: &str, shard: u32, member: u32) -> BTreeMap<String, String> {
-    let mut l = shard_selector(cluster, shard);
+    set_member_selector(SetKind::Cluster, cluster, shard, member)
+}
+
+/// [`member_selector`] of a set of `kind`.
+pub fn set_member_selector(
+    kind: SetKind,
+    name: &str,
+    shard: u32,
+    member: u32,
+) -> BTreeMap<String, String> {
+    let mut l = set_shard_selector(kind, name, shard);
     l.insert(LABEL_MEMBER.to_string(), member.to_string());
     l
 }
 
 /// Labels of a member's StatefulSet and pod (without the live role).
 pub fn member_labels(cluster: &str, shard: u32, member: u32) -> BTreeMap<String, String> {
-    let mut l = cluster_labels(cluster);
-    l.extend(member_selector(cluster, shard, member));
+    set_member_labels(SetKind::Cluster, cluster, shard, member)
+}
+
+/// [`member_labels`] of a set of `kind`.
+pub fn set_member_labels(
+    kind: SetKind,
+    name: &str,
+    shard: u32,
+    member: u32,
+) -> BTreeMap<String, String> {
+    let mut l = set_labels(kind, name);
+    l.extend(set_member_selector(kind, name, shard, member));
     l
 }
 
@@ -136,6 +174,8 @@ pub struct Desired {
     pub config_map: ConfigMap,
     pub headless: Service,
     pub client: Service,
+    /// A replication set's `<name>-ro` (its replicas); `None` for a cluster.
+    pub read_only: Option<Service>,
     /// One Service per member with `spec.externalAccess`, else none.
     pub external: Vec<Service>,
     pub pdbs: Vec<PodDisruptionBudget>,
@@ -161,7 +201,7 @@ pub fn desired<'a>(
     for shard in 0..c.shards {
         for member in 0..=c.replicas {
             let p = placement(shard, member);
-            let name = api::constants::member_name(&c.name, shard, member);
+            let name = c.member_name(shard, member);
             let ordinals = ordinals(&name).unwrap_or(statefulset::Ordinals::INITIAL);
             if let Some(access) = &c.external_access {
                 // The member proper is the pod at its StatefulSet's start
@@ -184,6 +224,7 @@ pub fn desired<'a>(
         config_map: config_map(c, owner),
         headless: services::headless(c, owner),
         client: services::client(c, owner),
+        read_only: (c.kind == SetKind::Replication).then(|| services::read_only(c, owner)),
         external,
         pdbs: if c.pod_disruption_budget {
             (0..c.shards).map(|s| pdb::pdb(c, owner, s)).collect()
@@ -276,6 +317,20 @@ pub mod test_support {
         api::v1alpha1::validate(&vc).unwrap()
     }
 
+    /// A `ValkeyReplication` named `name` with `replicas` replicas, validated.
+    pub fn replication(name: &str, replicas: i32) -> ValidatedCluster {
+        let mut set = api::v1alpha1::ValkeyReplication::new(
+            name,
+            api::v1alpha1::ValkeyReplicationSpec {
+                replicas,
+                ..Default::default()
+            },
+        );
+        set.metadata.namespace = Some("ns".into());
+        set.metadata.uid = Some("uid-2".into());
+        api::v1alpha1::validate_replication(&set, &Default::default()).unwrap()
+    }
+
     pub fn owner() -> OwnerReference {
         OwnerReference {
             api_version: "valkey.rs/v1alpha1".into(),
@@ -318,6 +373,63 @@ mod tests {
         assert_eq!(names[8], "cache-2-2");
         assert_eq!(d.pdbs.len(), 3);
         assert_eq!(d.config_map.metadata.name.as_deref(), Some("cache-config"));
+    }
+
+    #[test]
+    fn a_replication_set_owns_one_statefulset_per_member_and_a_service_per_role() {
+        use api::constants::{LABEL_REPLICATION, LABEL_ROLE};
+        let c = test_support::replication("cache", 2);
+        let d = unplanned(&c);
+        let names: Vec<_> = d
+            .statefulsets
+            .iter()
+            .filter_map(|s| s.metadata.name.clone())
+            .collect();
+        assert_eq!(names, ["cache-0", "cache-1", "cache-2"]);
+        let labels = d.statefulsets[1].metadata.labels.clone().unwrap();
+        assert_eq!(labels[LABEL_REPLICATION], "cache");
+        assert!(!labels.contains_key(api::constants::LABEL_CLUSTER));
+        let rw = d.client.spec.unwrap().selector.unwrap();
+        assert_eq!(rw[LABEL_ROLE], "primary");
+        assert_eq!(rw[LABEL_REPLICATION], "cache");
+        let ro = d.read_only.unwrap();
+        assert_eq!(ro.metadata.name.as_deref(), Some("cache-ro"));
+        assert_eq!(ro.spec.unwrap().selector.unwrap()[LABEL_ROLE], "replica");
+        let conf = &d.config_map.data.unwrap()[config::CONFIG_FILE];
+        assert!(conf.contains("replicaof 127.0.0.1 1"), "{conf}");
+        assert!(!conf.contains("cluster-enabled"), "{conf}");
+        let pod = d.statefulsets[0]
+            .spec
+            .clone()
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let valkey = &pod.containers[0];
+        let ports: Vec<i32> = valkey
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| p.container_port)
+            .collect();
+        assert_eq!(ports, [6379]);
+        assert!(
+            valkey
+                .args
+                .iter()
+                .flatten()
+                .any(|a| a == "--replica-announce-ip")
+        );
+        assert_eq!(
+            valkey.command.as_ref().unwrap()[2],
+            statefulset::FORGET_DATA_SCRIPT
+        );
+        // The anti-affinity selects the set's own members.
+        let cluster_cluster = cluster("cache", 1, 2);
+        assert_ne!(
+            unplanned(&cluster_cluster).statefulsets[0].metadata.labels,
+            d.statefulsets[0].metadata.labels
+        );
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! Egress is left alone: members dial only their peers and, for DNS, the
 //! cluster's resolver, and a policy there would have to name the resolver.
 
-use super::cluster_selector;
 use super::owned_meta;
+use super::set_selector;
 use api::ValidatedCluster;
 use api::constants::{CLUSTER_BUS_PORT, EXPORTER_PORT, VALKEY_PORT};
 use k8s_openapi::api::networking::v1::{
@@ -66,7 +66,7 @@ pub fn network_policy(c: &ValidatedCluster, owner: &OwnerReference) -> Option<Ne
         return None;
     }
     let members = NetworkPolicyPeer {
-        pod_selector: selector(cluster_selector(&c.name)),
+        pod_selector: selector(set_selector(c.kind, &c.name)),
         ..Default::default()
     };
     let mut ingress = vec![
@@ -101,7 +101,7 @@ pub fn network_policy(c: &ValidatedCluster, owner: &OwnerReference) -> Option<Ne
     Some(NetworkPolicy {
         metadata: owned_meta(c, owner, network_policy_name(&c.name)),
         spec: Some(NetworkPolicySpec {
-            pod_selector: selector(cluster_selector(&c.name)),
+            pod_selector: selector(set_selector(c.kind, &c.name)),
             policy_types: Some(vec!["Ingress".to_string()]),
             ingress: Some(ingress),
             egress: None,

@@ -3,7 +3,7 @@
 //! deletions are not evictions and follow its rolling order instead).
 
 use super::owned_meta;
-use super::{pdb_name, shard_selector};
+use super::{pdb_name, set_shard_selector};
 use api::ValidatedCluster;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
@@ -16,7 +16,7 @@ pub fn pdb(c: &ValidatedCluster, owner: &OwnerReference, shard: u32) -> PodDisru
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
             selector: Some(LabelSelector {
-                match_labels: Some(shard_selector(&c.name, shard)),
+                match_labels: Some(set_shard_selector(c.kind, &c.name, shard)),
                 match_expressions: None,
             }),
             ..Default::default()

@@ -22,7 +22,7 @@
 //! satisfies (key [`UNPLACEABLE_KEY`]), so its pod stays Pending and the status
 //! says why, instead of the scheduler putting it somewhere the plan forbids.
 
-use api::constants::{LABEL_CLUSTER, LABEL_MEMBER, LABEL_SHARD};
+use api::constants::{LABEL_MEMBER, LABEL_SHARD};
 use api::v1alpha1::{ResolvedSpreadConstraint, SpreadMode};
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
@@ -64,7 +64,7 @@ pub enum MemberPlacement {
     reason = "written before the lint was on; split it when it next changes"
 )]
 pub fn affinity(
-    cluster: &str,
+    (kind, cluster): (api::SetKind, &str),
     shard: u32,
     member: u32,
     constraints: &[ResolvedSpreadConstraint],
@@ -122,7 +122,7 @@ pub fn affinity(
         Unplanned => {}
     }
     for c in constraints.iter().filter(|c| c.max_replicas == 1) {
-        let term = shard_term(cluster, shard, member, &c.topology_key);
+        let term = shard_term((kind, cluster), shard, member, &c.topology_key);
         match c.mode {
             SpreadMode::Required => required_anti.push(term),
             SpreadMode::Preferred => preferred_anti.push(WeightedPodAffinityTerm {
@@ -230,11 +230,16 @@ fn requirement(key: &str, value: &str) -> NodeSelectorRequirement {
 
 /// "Pods of this cluster's shard `shard`, in the same `topology_key` domain."
 /// The other members of the shard (never the member's own pods).
-fn shard_term(cluster: &str, shard: u32, member: u32, topology_key: &str) -> PodAffinityTerm {
+fn shard_term(
+    (kind, cluster): (api::SetKind, &str),
+    shard: u32,
+    member: u32,
+    topology_key: &str,
+) -> PodAffinityTerm {
     PodAffinityTerm {
         label_selector: Some(LabelSelector {
             match_labels: Some(BTreeMap::from([
-                (LABEL_CLUSTER.to_string(), cluster.to_string()),
+                (kind.label().to_string(), cluster.to_string()),
                 (LABEL_SHARD.to_string(), shard.to_string()),
             ])),
             match_expressions: Some(vec![LabelSelectorRequirement {
@@ -255,6 +260,7 @@ fn non_empty<T>(v: Vec<T>) -> Option<Vec<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use api::constants::LABEL_CLUSTER;
     use api::v1alpha1::validation::{HOSTNAME_KEY, ZONE_KEY};
 
     fn constraint(key: &str, max: u32, mode: SpreadMode) -> ResolvedSpreadConstraint {
@@ -306,7 +312,15 @@ mod tests {
     #[test]
     fn a_required_constraint_pins_the_pod_to_its_planned_domain() {
         let cs = [constraint(ZONE_KEY, 2, SpreadMode::Required)];
-        let a = affinity("c", 0, 0, &cs, &placed("n1", Some("a")), None).unwrap();
+        let a = affinity(
+            (api::SetKind::Cluster, "c"),
+            0,
+            0,
+            &cs,
+            &placed("n1", Some("a")),
+            None,
+        )
+        .unwrap();
         assert_eq!(
             required_exprs(&a),
             vec![vec![(
@@ -322,7 +336,15 @@ mod tests {
     #[test]
     fn required_max_one_adds_required_anti_affinity_against_the_shard() {
         let cs = [constraint(HOSTNAME_KEY, 1, SpreadMode::Required)];
-        let a = affinity("c", 2, 0, &cs, &placed("n1", None), None).unwrap();
+        let a = affinity(
+            (api::SetKind::Cluster, "c"),
+            2,
+            0,
+            &cs,
+            &placed("n1", None),
+            None,
+        )
+        .unwrap();
         let anti = a.pod_anti_affinity.unwrap();
         let terms = anti
             .required_during_scheduling_ignored_during_execution
@@ -347,7 +369,15 @@ mod tests {
     #[test]
     fn anti_affinity_leaves_out_the_members_own_pods_so_its_new_copy_may_share_a_domain() {
         let cs = [constraint(ZONE_KEY, 1, SpreadMode::Required)];
-        let a = affinity("c", 0, 3, &cs, &placed("n1", Some("a")), None).unwrap();
+        let a = affinity(
+            (api::SetKind::Cluster, "c"),
+            0,
+            3,
+            &cs,
+            &placed("n1", Some("a")),
+            None,
+        )
+        .unwrap();
         let terms = a
             .pod_anti_affinity
             .unwrap()
@@ -369,7 +399,15 @@ mod tests {
     #[test]
     fn a_preferred_constraint_only_gives_preferred_terms() {
         let cs = [constraint(ZONE_KEY, 1, SpreadMode::Preferred)];
-        let a = affinity("c", 0, 0, &cs, &placed("n1", Some("a")), None).unwrap();
+        let a = affinity(
+            (api::SetKind::Cluster, "c"),
+            0,
+            0,
+            &cs,
+            &placed("n1", Some("a")),
+            None,
+        )
+        .unwrap();
         assert!(required_exprs(&a).is_empty());
         let node = a.node_affinity.unwrap();
         let prefs = node
@@ -397,7 +435,15 @@ mod tests {
     #[test]
     fn a_preferred_constraint_planned_onto_nodes_without_the_key_prefers_no_domain() {
         let cs = [constraint(ZONE_KEY, 2, SpreadMode::Preferred)];
-        let a = affinity("c", 0, 0, &cs, &placed("n1", None), None).unwrap();
+        let a = affinity(
+            (api::SetKind::Cluster, "c"),
+            0,
+            0,
+            &cs,
+            &placed("n1", None),
+            None,
+        )
+        .unwrap();
         let prefs = a
             .node_affinity
             .unwrap()
@@ -427,7 +473,15 @@ mod tests {
             ..Default::default()
         };
         let cs = [constraint(ZONE_KEY, 1, SpreadMode::Required)];
-        let a = affinity("c", 0, 0, &cs, &placed("n1", Some("a")), Some(&user)).unwrap();
+        let a = affinity(
+            (api::SetKind::Cluster, "c"),
+            0,
+            0,
+            &cs,
+            &placed("n1", Some("a")),
+            Some(&user),
+        )
+        .unwrap();
         let zone = (
             ZONE_KEY.to_string(),
             "In".to_string(),
@@ -449,7 +503,7 @@ mod tests {
     fn user_pod_affinity_and_preferred_terms_are_kept() {
         let user_term = WeightedPodAffinityTerm {
             weight: 7,
-            pod_affinity_term: shard_term("other", 0, 0, "rack"),
+            pod_affinity_term: shard_term((api::SetKind::Cluster, "other"), 0, 0, "rack"),
         };
         let user = Affinity {
             pod_affinity: Some(Default::default()),
@@ -460,7 +514,15 @@ mod tests {
             node_affinity: None,
         };
         let cs = [constraint(ZONE_KEY, 1, SpreadMode::Preferred)];
-        let a = affinity("c", 0, 0, &cs, &placed("n1", Some("a")), Some(&user)).unwrap();
+        let a = affinity(
+            (api::SetKind::Cluster, "c"),
+            0,
+            0,
+            &cs,
+            &placed("n1", Some("a")),
+            Some(&user),
+        )
+        .unwrap();
         assert!(a.pod_affinity.is_some());
         let preferred = a
             .pod_anti_affinity
@@ -477,7 +539,7 @@ mod tests {
         let p = Unplaced {
             reason: "no zone left".into(),
         };
-        let a = affinity("c", 0, 0, &cs, &p, None).unwrap();
+        let a = affinity((api::SetKind::Cluster, "c"), 0, 0, &cs, &p, None).unwrap();
         assert_eq!(
             required_exprs(&a),
             vec![vec![(
@@ -492,6 +554,9 @@ mod tests {
 
     #[test]
     fn without_constraints_plan_or_user_rules_there_is_no_affinity() {
-        assert_eq!(affinity("c", 0, 0, &[], &Unplanned, None), None);
+        assert_eq!(
+            affinity((api::SetKind::Cluster, "c"), 0, 0, &[], &Unplanned, None),
+            None
+        );
     }
 }

@@ -5,12 +5,12 @@
 
 use super::owned_meta;
 use super::{
-    client_service_name, cluster_selector, external_service_name, headless_service_name,
-    member_selector,
+    client_service_name, external_service_name, headless_service_name, member_selector,
+    read_only_service_name, set_selector,
 };
-use api::ValidatedCluster;
-use api::constants::{CLUSTER_BUS_PORT, VALKEY_PORT};
+use api::constants::{CLUSTER_BUS_PORT, LABEL_ROLE, ROLE_PRIMARY, ROLE_REPLICA, VALKEY_PORT};
 use api::v1alpha1::{ExternalAccess, ExternalAccessType};
+use api::{SetKind, ValidatedCluster};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -33,19 +33,26 @@ pub fn headless(c: &ValidatedCluster, owner: &OwnerReference) -> Service {
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
-            selector: Some(cluster_selector(&c.name)),
-            ports: Some(vec![
-                port("client", VALKEY_PORT),
-                port("bus", CLUSTER_BUS_PORT),
-            ]),
+            selector: Some(set_selector(c.kind, &c.name)),
+            ports: Some(if c.kind == SetKind::Replication {
+                vec![port("client", VALKEY_PORT)]
+            } else {
+                vec![port("client", VALKEY_PORT), port("bus", CLUSTER_BUS_PORT)]
+            }),
             ..Default::default()
         }),
         status: None,
     }
 }
 
-/// `<cluster>`: the client port of every Ready member.
+/// `<cluster>`: the client port of every Ready member; of a replication
+/// set, of its primary only (the one pod the operator labels
+/// `valkey.rs/role=primary`).
 pub fn client(c: &ValidatedCluster, owner: &OwnerReference) -> Service {
+    let mut selector = set_selector(c.kind, &c.name);
+    if c.kind == SetKind::Replication {
+        selector.insert(LABEL_ROLE.to_string(), ROLE_PRIMARY.to_string());
+    }
     Service {
         metadata: ObjectMeta {
             annotations: (!c.client_service.annotations.is_empty())
@@ -54,7 +61,25 @@ pub fn client(c: &ValidatedCluster, owner: &OwnerReference) -> Service {
         },
         spec: Some(ServiceSpec {
             type_: Some(c.client_service.type_.as_str().into()),
-            selector: Some(cluster_selector(&c.name)),
+            selector: Some(selector),
+            ports: Some(vec![port("client", VALKEY_PORT)]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// `<replication>-ro`: the client port of a replication set's replicas that
+/// are in sync with the primary (labelled `valkey.rs/role=replica` by the
+/// operator) and Ready.
+pub fn read_only(c: &ValidatedCluster, owner: &OwnerReference) -> Service {
+    let mut selector = set_selector(c.kind, &c.name);
+    selector.insert(LABEL_ROLE.to_string(), ROLE_REPLICA.to_string());
+    Service {
+        metadata: owned_meta(c, owner, read_only_service_name(&c.name)),
+        spec: Some(ServiceSpec {
+            type_: Some(c.client_service.type_.as_str().into()),
+            selector: Some(selector),
             ports: Some(vec![port("client", VALKEY_PORT)]),
             ..Default::default()
         }),

@@ -41,14 +41,14 @@ use super::config::{self, CONFIG_DIR, CONFIG_FILE, DATA_DIR, TLS_DIR};
 use super::hash::Fnv;
 use super::overlay;
 use super::scheduling::{self, MemberPlacement};
-use super::{config_map_name, headless_service_name, member_labels, member_selector};
-use api::ValidatedCluster;
+use super::{config_map_name, headless_service_name, set_member_labels, set_member_selector};
 use api::constants::{
     CLUSTER_BUS_PORT, EXPORTER_CONTAINER, EXPORTER_PORT, EXPORTER_PORT_NAME, TLS_CA_KEY,
-    VALKEY_PORT, member_name,
+    VALKEY_PORT,
 };
 use api::v1alpha1::ReclaimPolicy;
 use api::v1alpha1::ValidatedExporter;
+use api::{SetKind, ValidatedCluster};
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetOrdinals, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetUpdateStrategy,
@@ -210,8 +210,8 @@ pub struct MemberInput<'a> {
 )]
 pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     let c = input.cluster;
-    let name = member_name(&c.name, input.shard, input.member);
-    let labels = member_labels(&c.name, input.shard, input.member);
+    let name = c.member_name(input.shard, input.member);
+    let labels = set_member_labels(c.kind, &c.name, input.shard, input.member);
     // The overlay's labels, then spec.podLabels, then the operator's (the
     // `valkey.rs/` ones, which validation keeps out of the other two).
     let mut pod_labels = c.pod_template.labels.clone();
@@ -233,6 +233,11 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
     if !c.modules.is_empty() {
         restart = restart.feed_json(&c.modules);
     }
+    // A replication set's members take every config key at start (the
+    // operator sets no key live there): a change rolls them.
+    if c.kind == SetKind::Replication {
+        restart = restart.feed_json(&c.config);
+    }
     let overlay_meta = (&c.pod_template.labels, &c.pod_template.annotations);
     if !overlay_meta.0.is_empty() || !overlay_meta.1.is_empty() {
         restart = restart.feed_json(&overlay_meta);
@@ -247,7 +252,7 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
         restore_member(&mut pod_spec, c, restore, input.shard);
     }
     pod_spec.affinity = scheduling::affinity(
-        &c.name,
+        (c.kind, &c.name),
         input.shard,
         input.member,
         &c.spread,
@@ -336,7 +341,12 @@ pub fn statefulset(input: MemberInput<'_>) -> StatefulSet {
                 rolling_update: None,
             }),
             selector: LabelSelector {
-                match_labels: Some(member_selector(&c.name, input.shard, input.member)),
+                match_labels: Some(set_member_selector(
+                    c.kind,
+                    &c.name,
+                    input.shard,
+                    input.member,
+                )),
                 match_expressions: None,
             },
             persistent_volume_claim_retention_policy: retention,
@@ -641,7 +651,11 @@ fn container(c: &ValidatedCluster) -> Container {
         // Kubernetes expands $(VAR) in args from the container's env: every
         // member announces its own pod IP (peers and clients must not learn
         // it from connection source addresses).
-        "--cluster-announce-ip".into(),
+        if c.kind == SetKind::Replication {
+            "--replica-announce-ip".into()
+        } else {
+            "--cluster-announce-ip".into()
+        },
         "$(POD_IP)".into(),
         // The users of spec.users the members took, so a member that
         // restarts has them before the operator sets them again (and when
@@ -761,10 +775,11 @@ fn container(c: &ValidatedCluster) -> Container {
         command: Some(command(c)),
         args: Some(args),
         env: Some(env),
-        ports: Some(vec![
-            port("client", VALKEY_PORT),
-            port("bus", CLUSTER_BUS_PORT),
-        ]),
+        ports: Some(if c.kind == SetKind::Replication {
+            vec![port("client", VALKEY_PORT)]
+        } else {
+            vec![port("client", VALKEY_PORT), port("bus", CLUSTER_BUS_PORT)]
+        }),
         resources: (c.resources != Default::default()).then(|| c.resources.clone()),
         security_context: Some(c.security_context.clone()),
         volume_mounts: Some(mounts),
@@ -856,6 +871,10 @@ pub const FORGET_IDENTITY_SCRIPT: &str = concat!(
     "rm -rf /data/* /data/.[!.]* && exec valkey-server \"$@\""
 );
 
+/// A replication set's member without durable data empties its volume
+/// before it starts (a replica's last full sync would otherwise come back).
+pub const FORGET_DATA_SCRIPT: &str = "rm -rf /data/* /data/.[!.]* && exec valkey-server \"$@\"";
+
 /// The readiness probe of a TLS member: PING over TLS, or, when that does
 /// not answer within two seconds (the probe has three), over plaintext. A cluster that had TLS turned
 /// on live runs its members with the certificates but on plaintext until
@@ -892,6 +911,16 @@ fn forget_identity_script_tls() -> String {
 fn command(c: &ValidatedCluster) -> Vec<String> {
     if crate::config::durable(c) {
         vec!["valkey-server".into()]
+    } else if c.kind == SetKind::Replication {
+        // A replication set's member starts as a replica of nobody (see
+        // `config::REPLICA_OF_NOBODY`): nothing to wait for, only the stale
+        // data of the volume to forget.
+        vec![
+            "sh".into(),
+            "-c".into(),
+            FORGET_DATA_SCRIPT.into(),
+            "valkey-server".into(),
+        ]
     } else {
         vec![
             "sh".into(),

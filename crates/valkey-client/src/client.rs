@@ -136,6 +136,8 @@ pub const COMMANDS_SENT: &[&str] = &[
     "cluster|reset",
     "cluster|shards",
     "module|list",
+    "replicaof",
+    "failover",
     "hello",
     "auth",
 ];
@@ -544,6 +546,47 @@ impl ValkeyAdmin {
             Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
             _ => Ok(0),
         }
+    }
+
+    /// `REPLICAOF host port`, or `REPLICAOF NO ONE` with `None` (a
+    /// replication set's member: the operator promotes and points).
+    pub async fn replicaof(&self, primary: Option<(IpAddr, u16)>) -> Result<(), ClientError> {
+        let mut cmd = redis::cmd("REPLICAOF");
+        match primary {
+            Some((ip, port)) => cmd.arg(ip.to_string()).arg(port),
+            None => cmd.arg("NO").arg("ONE"),
+        };
+        self.ok(&cmd, "REPLICAOF").await
+    }
+
+    /// `FAILOVER TO host port TIMEOUT ms`, sent to a primary: it pauses its
+    /// clients' writes, waits until the replica has every write, and swaps
+    /// roles with it (no acknowledged write lost). Returns once started;
+    /// the roles say when it is done.
+    pub async fn failover_to(
+        &self,
+        (ip, port): (IpAddr, u16),
+        timeout: Duration,
+    ) -> Result<(), ClientError> {
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.ok(
+            redis::cmd("FAILOVER")
+                .arg("TO")
+                .arg(ip.to_string())
+                .arg(port)
+                .arg("TIMEOUT")
+                .arg(millis),
+            "FAILOVER",
+        )
+        .await
+    }
+
+    /// `INFO replication`, typed.
+    pub async fn replication(&self) -> Result<valkey::parse::ReplicationInfo, ClientError> {
+        let text = self
+            .text(redis::cmd("INFO").arg("replication"), "INFO")
+            .await?;
+        valkey::parse::ReplicationInfo::parse(&text).map_err(|e| self.reply_err("INFO", e))
     }
 
     /// `ACL LIST`, parsed.

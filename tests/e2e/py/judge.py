@@ -49,6 +49,20 @@ def connect(args, known=None):
     """A new client; `known`, an old client, adds the nodes it learnt (the
     members' IPs change when their pods are re-created)."""
     hosts = [address(h, args.port) for h in args.host]
+    if getattr(args, "standalone", False):
+        # One server (a replication set's Service): no cluster client.
+        import valkey
+        host, port = hosts[0]
+        return valkey.Valkey(
+            host=host,
+            port=port,
+            username=args.username or None,
+            password=current_password(args),
+            socket_timeout=2.0,
+            socket_connect_timeout=2.0,
+            decode_responses=True,
+            **tls_options(args),
+        )
     if known is not None:
         try:
             hosts += [(n.host, n.port) for n in known.get_nodes()
@@ -138,8 +152,11 @@ def cmd_fill(args):
     for i in range(args.count):
         client.set(f"{args.prefix}:{i}", str(i))
     bad = [i for i in range(args.count) if client.get(f"{args.prefix}:{i}") != str(i)]
-    primaries = {client.get_node_from_key(f"{args.prefix}:{i}").name for i in range(args.count)}
-    nodes = sorted(n.name for n in client.get_nodes())
+    if args.standalone:
+        primaries, nodes = {"standalone"}, []
+    else:
+        primaries = {client.get_node_from_key(f"{args.prefix}:{i}").name for i in range(args.count)}
+        nodes = sorted(n.name for n in client.get_nodes())
     print(json.dumps({"written": args.count, "missing_or_wrong": len(bad),
                       "primaries": len(primaries), "nodes": nodes}))
     return 1 if bad else 0
@@ -161,7 +178,11 @@ def cmd_load(args):
             writes += 1
             try:
                 client.set(key, key)
-                if args.wait_replicas:
+                if args.wait_replicas and args.standalone:
+                    got = client.execute_command("WAIT", args.wait_replicas, 1000)
+                    if int(got) < args.wait_replicas:
+                        continue
+                elif args.wait_replicas:
                     node = client.get_node_from_key(key)
                     got = client.execute_command(
                         "WAIT", args.wait_replicas, 1000, target_nodes=node
@@ -232,6 +253,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", action="append", required=True, help="a member's IP (repeatable)")
     parser.add_argument("--port", type=int, default=6379)
+    parser.add_argument("--standalone", action="store_true",
+                        help="one server (a replication set), not a cluster")
     parser.add_argument("--password", default="")
     parser.add_argument("--username", default="", help="an ACL user (default: the default user)")
     parser.add_argument("--tls-ca", help="connect with TLS, trusting this CA file (PEM)")

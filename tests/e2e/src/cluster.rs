@@ -30,6 +30,9 @@ pub struct Env {
     /// which reaches node and load-balancer addresses only): set by
     /// [`Env::judge_outside`].
     pub outside: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Run the judge with one server's client (a replication set's Service),
+    /// not the cluster client: [`Env::judge_standalone`].
+    pub standalone: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn cache_dir() -> PathBuf {
@@ -76,6 +79,7 @@ impl Env {
             kubeconfig: testbed_dir.join("kubeconfig"),
             tls_ca: Default::default(),
             outside: Default::default(),
+            standalone: Default::default(),
         }
     }
 
@@ -151,6 +155,7 @@ impl Env {
                 "valkeybackupschedule.yaml",
                 "crd/valkeybackupschedules.valkey.rs",
             ),
+            ("valkeyreplication.yaml", "crd/valkeyreplications.valkey.rs"),
         ] {
             let crd = self.root.join("deploy/crd").join(file);
             let crd = crd.to_string_lossy();
@@ -460,6 +465,13 @@ impl Env {
             .store(outside, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// From now on, run the judge with one server's client (`--standalone`:
+    /// a replication set), or the cluster client again.
+    pub fn judge_standalone(&self, standalone: bool) {
+        self.standalone
+            .store(standalone, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// The judge as a command, to run it in the background (load).
     pub fn judge_cmd(&self, hosts: &[&str], password: &str, args: &[&str]) -> Command {
         let mut cmd = if self.outside.load(std::sync::atomic::Ordering::SeqCst) {
@@ -478,6 +490,9 @@ impl Env {
             cmd.args(["--host", h]);
         }
         cmd.args(["--password", password]);
+        if self.standalone.load(std::sync::atomic::Ordering::SeqCst) {
+            cmd.arg("--standalone");
+        }
         if let Some(ca) = self.tls_ca_file() {
             cmd.arg("--tls-ca").arg(ca);
             if self.outside.load(std::sync::atomic::Ordering::SeqCst) {

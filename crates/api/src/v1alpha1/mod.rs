@@ -1,6 +1,7 @@
 //! `valkey.rs/v1alpha1`: the first served version of the API.
 //!
 //! - [`backup`]: `ValkeyBackup`, one backup to an object store;
+//! - [`replication`]: `ValkeyReplication`, one primary and its replicas;
 //! - [`schedule`]: `ValkeyBackupSchedule`, backups on a cron schedule;
 //! - [`spec`]: the user's request, with schema bounds and CEL rules;
 //! - [`status`]: what the operator observed and did;
@@ -14,6 +15,7 @@
 pub mod backup;
 pub mod defaults;
 pub mod extensions;
+pub mod replication;
 pub mod rules;
 pub mod schedule;
 pub mod schema;
@@ -28,13 +30,17 @@ pub use backup::{
     ValkeyBackupSpec, ValkeyBackupStatus, backup_folder,
 };
 pub use extensions::{ValidatedModule, ValidatedPodTemplate};
+pub use replication::{
+    ReplicationMemberStatus, ValkeyReplication, ValkeyReplicationSpec, ValkeyReplicationStatus,
+};
 pub use schedule::{
     LABEL_SCHEDULE, ValkeyBackupSchedule, ValkeyBackupScheduleSpec, ValkeyBackupScheduleStatus,
 };
 pub use spec::*;
 pub use status::*;
 pub use validation::{
-    FieldError, MemberRequest, OperatorPods, ResolvedSpreadConstraint, RestoreSource,
+    FieldError, MemberRequest, OperatorPods, ResolvedSpreadConstraint, RestoreSource, SetKind,
     ValidatedCluster, ValidatedExporter, ValidatedNetworkPolicy, ValidatedTls, ValidatedUser,
-    ValidationError, ValidationSettings, default_exporter_resources, validate, validate_with,
+    ValidationError, ValidationSettings, default_exporter_resources, validate,
+    validate_replication, validate_with,
 };

@@ -110,6 +110,12 @@ pub mod cel {
          digits and '-', starting with a letter (it names the member StatefulSets \
          <cluster>-<shard>-<member> and the Services)";
 
+    /// Root of a ValkeyReplication: the name leaves room for `-<member>`.
+    pub const REPLICATION_NAME: &str = CLUSTER_NAME;
+    pub const REPLICATION_NAME_MESSAGE: &str = "metadata.name: must be at most 40 characters of lower-case letters, \
+         digits and '-', starting with a letter (it names the member StatefulSets \
+         <name>-<member> and the Services)";
+
     /// Spec (transition): persistence is chosen at creation.
     /// Spec (transition): a restore is chosen at creation; adding, removing
     /// or changing it later would mean nothing (the data is loaded once).

@@ -227,6 +227,9 @@ pub struct ValidatedTls {
 /// A ValkeyCluster that passed every rule: the only form later steps read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedCluster {
+    /// A sharded cluster, or a replication set (one primary and its
+    /// replicas, no cluster mode) read as a one-shard cluster.
+    pub kind: SetKind,
     pub name: String,
     pub namespace: String,
     pub uid: Option<String>,
@@ -287,6 +290,118 @@ pub struct ValidatedCluster {
     pub pod_template: super::extensions::ValidatedPodTemplate,
     /// `spec.modules`, checked.
     pub modules: Vec<super::extensions::ValidatedModule>,
+}
+
+/// What kind of set a [`ValidatedCluster`] is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SetKind {
+    /// A `ValkeyCluster`: shards in cluster mode.
+    #[default]
+    Cluster,
+    /// A `ValkeyReplication`: one primary and its replicas, no cluster
+    /// mode; always one shard.
+    Replication,
+}
+
+impl SetKind {
+    /// The label on every object the set owns, naming the set:
+    /// `valkey.rs/cluster` or `valkey.rs/replication`.
+    pub fn label(self) -> &'static str {
+        match self {
+            SetKind::Cluster => crate::constants::LABEL_CLUSTER,
+            SetKind::Replication => crate::constants::LABEL_REPLICATION,
+        }
+    }
+
+    /// The API kind (`ValkeyCluster`, `ValkeyReplication`).
+    pub fn api_kind(self) -> &'static str {
+        match self {
+            SetKind::Cluster => crate::constants::KIND,
+            SetKind::Replication => crate::constants::KIND_REPLICATION,
+        }
+    }
+}
+
+impl ValidatedCluster {
+    /// The name of a member's StatefulSet: `<cluster>-<shard>-<member>`, or
+    /// `<replication>-<member>` for a replication set.
+    pub fn member_name(&self, shard: u32, member: u32) -> String {
+        match self.kind {
+            SetKind::Cluster => crate::constants::member_name(&self.name, shard, member),
+            SetKind::Replication => format!("{}-{member}", self.name),
+        }
+    }
+}
+
+/// Checks a `ValkeyReplication` as the one-shard cluster its spec describes
+/// (every field means what it means there), with what a replication set does
+/// not support yet refused, naming the field.
+pub fn validate_replication(
+    set: &super::replication::ValkeyReplication,
+    settings: &ValidationSettings,
+) -> Result<ValidatedCluster, ValidationError> {
+    let as_cluster = ValkeyCluster {
+        metadata: set.metadata.clone(),
+        spec: set.spec.as_cluster_spec(),
+        status: None,
+    };
+    let mut errors = Errors::default();
+    let spec = &set.spec;
+    if spec.tls.enabled {
+        errors.add(
+            "spec.tls.enabled",
+            "TLS is not supported yet for a ValkeyReplication",
+        );
+    }
+    if !spec.users.is_empty() {
+        errors.add(
+            "spec.users",
+            "ACL users are not supported yet for a ValkeyReplication",
+        );
+    }
+    if spec.external_access.is_some() {
+        errors.add(
+            "spec.externalAccess",
+            "external access is not supported yet for a ValkeyReplication",
+        );
+    }
+    if spec.restore.is_some() {
+        errors.add(
+            "spec.restore",
+            "restore is not supported yet for a ValkeyReplication",
+        );
+    }
+    if spec
+        .config
+        .keys()
+        .any(|k| k.eq_ignore_ascii_case("replicaof") || k.eq_ignore_ascii_case("slaveof"))
+    {
+        errors.add(
+            "spec.config",
+            "replicaof is the operator's: it points each replica at the primary",
+        );
+    }
+    if let Some(zone) = &spec.primary_zone
+        && zone.is_empty()
+    {
+        errors.add("spec.primaryZone", "must not be empty when set");
+    }
+    match validate_with(&as_cluster, settings) {
+        Ok(mut v) if errors.0.is_empty() => {
+            v.kind = SetKind::Replication;
+            Ok(v)
+        }
+        Ok(_) => Err(ValidationError::Fields(errors.0)),
+        Err(ValidationError::Fields(more)) => {
+            let mut all = errors.0;
+            all.extend(more.into_iter().map(|mut e| {
+                // The cluster's words for the one shard this set is.
+                e.message = e.message.replace("shards x ", "shard x ");
+                e
+            }));
+            Err(ValidationError::Fields(all))
+        }
+    }
 }
 
 /// A restore in progress, as the members' pods need it.
@@ -662,6 +777,7 @@ fn validate_spec(
         }
     };
     Some(ValidatedCluster {
+        kind: SetKind::Cluster,
         name: name.to_string(),
         namespace: namespace.to_string(),
         uid: None,

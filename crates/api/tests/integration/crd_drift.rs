@@ -32,3 +32,14 @@ fn committed_schedule_crd_matches_the_rust_types() {
          `cargo run -p operator -- crd --kind schedule > deploy/crd/valkeybackupschedule.yaml` (or `make crd`)"
     );
 }
+
+#[test]
+fn committed_replication_crd_matches_the_rust_types() {
+    let committed = include_str!("../../../../deploy/crd/valkeyreplication.yaml");
+    let generated = api::replication_crd_yaml().unwrap();
+    assert!(
+        committed == generated,
+        "deploy/crd/valkeyreplication.yaml is stale: regenerate it with \
+         `cargo run -p operator -- crd --kind replication > deploy/crd/valkeyreplication.yaml` (or `make crd`)"
+    );
+}

@@ -24,7 +24,7 @@
 
 pub mod act;
 pub mod done;
-pub mod events;
+pub use crate::events;
 pub mod observe;
 pub mod pulse;
 pub mod reconcile;
@@ -62,6 +62,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
+pub(crate) use crate::watches::{SHARED_BUFFER, Triggers, owned_store, scoped};
+
 /// How long a reconcile request waits for more of its kind before it runs
 /// (a pass that creates nine StatefulSets, a status write and the watch
 /// events it causes, come within milliseconds). Every request waits it,
@@ -98,45 +100,6 @@ fn slim_pod(pod: &mut Pod) {
     }
 }
 
-/// Events a shared store's subscribers may fall behind by before its watch
-/// waits for them (the controller reads them as triggers).
-const SHARED_BUFFER: usize = 1024;
-
-/// A store of kind `K` in scope `ns` with label `valkey.rs/cluster`, the
-/// stream of its objects for the controller's triggers, and the task that
-/// drives its watch.
-fn owned_store<K>(
-    client: &Client,
-    ns: Option<&str>,
-) -> Option<(
-    Store<K>,
-    impl futures::Stream<Item = Arc<K>> + Send + 'static,
-    tokio::task::JoinHandle<()>,
-)>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store_shared::<K>(SHARED_BUFFER);
-    let subscriber = writer.subscribe()?;
-    let kind = K::kind(&()).to_string();
-    let driver = watcher(
-        scoped::<K>(client, ns),
-        watcher::Config::default().labels(LABEL_CLUSTER),
-    )
-    .default_backoff()
-    .modify(|o: &mut K| o.managed_fields_mut().clear())
-    .reflect_shared(writer)
-    .for_each(|_| futures::future::ready(()));
-    let task = tokio::spawn(driver.instrument(tracing::info_span!("owned_cache", %kind)));
-    Some((reader, subscriber, task))
-}
-
 /// What of a Node the planner reads: a change of anything else (heartbeats)
 /// must not reconcile every cluster.
 fn node_fingerprint(node: &Node) -> String {
@@ -171,19 +134,24 @@ pub async fn run(
     // through a subscriber per scope, the controllers' triggers.
     let (nodes, node_writer) = reflector::store_shared::<Node>(SHARED_BUFFER);
     let (pods, pod_writer) = reflector::store_shared::<Pod>(SHARED_BUFFER);
-    let subscribers: Option<Vec<Triggers>> = scopes
+    // Each scope's cluster and replication controllers subscribe.
+    let subscribers: Option<Vec<(Triggers, Triggers)>> = scopes
         .iter()
         .map(|_| {
-            Some(Triggers {
-                nodes: node_writer.subscribe()?,
-                pods: pod_writer.subscribe()?,
-            })
+            let pair = || {
+                Some(Triggers {
+                    nodes: node_writer.subscribe()?,
+                    pods: pod_writer.subscribe()?,
+                })
+            };
+            Some((pair()?, pair()?))
         })
         .collect();
     let Some(subscribers) = subscribers else {
         tracing::error!("a shared store gave no subscriber");
         return;
     };
+    let (subscribers, replication_triggers): (Vec<_>, Vec<_>) = subscribers.into_iter().unzip();
     let node_cache = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .modify(slim_node)
@@ -207,24 +175,7 @@ pub async fn run(
     );
     health.set_ready(true);
 
-    let reporter = Reporter {
-        controller: api::constants::FIELD_MANAGER.to_string(),
-        instance: settings.instance.clone(),
-    };
-    let recorder = Recorder::new(client.clone(), reporter.clone());
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        nodes,
-        pods,
-        metrics,
-        recorder,
-        reporter,
-        settings: settings.clone(),
-        memory: Mutex::new(HashMap::new()),
-        pulse: pulse::Pulse::new(),
-        owned: Mutex::new(HashMap::new()),
-        secrets_written: Mutex::new(HashMap::new()),
-    });
+    let ctx = context(&client, (nodes, pods), metrics, &settings);
     // The pulse runs while this instance leads (it ends with the controller).
     let pulse_task = settings.pulse.map(|every| {
         let ctx = ctx.clone();
@@ -251,32 +202,49 @@ pub async fn run(
             shutdown.clone(),
         )
     }));
+    let replications = futures::future::join_all(
+        scopes
+            .iter()
+            .cloned()
+            .zip(replication_triggers)
+            .map(|(ns, t)| crate::replication::run(ns, t, ctx.clone(), shutdown.clone())),
+    );
     let clusters =
         futures::future::join_all(scopes.into_iter().zip(subscribers).map(|(ns, triggers)| {
             watch_scope(client.clone(), ns, triggers, ctx.clone(), shutdown.clone())
         }));
-    futures::future::join3(clusters, backups, schedules).await;
+    futures::future::join4(clusters, backups, schedules, replications).await;
     if let Some(task) = pulse_task {
         task.abort();
     }
     tracing::info!("controller stopped");
 }
 
-/// `Api` of a namespaced kind in `ns`, or in every namespace.
-fn scoped<K>(client: &Client, ns: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match ns {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// A scope's subscribers to the cluster-wide Node and Pod caches.
-struct Triggers {
-    nodes: reflector::ReflectHandle<Node>,
-    pods: reflector::ReflectHandle<Pod>,
+/// What every reconcile of every controller shares.
+fn context(
+    client: &Client,
+    (nodes, pods): (Store<Node>, Store<Pod>),
+    metrics: Arc<Metrics>,
+    settings: &Settings,
+) -> Arc<Context> {
+    let reporter = Reporter {
+        controller: api::constants::FIELD_MANAGER.to_string(),
+        instance: settings.instance.clone(),
+    };
+    let recorder = Recorder::new(client.clone(), reporter.clone());
+    Arc::new(Context {
+        client: client.clone(),
+        nodes,
+        pods,
+        metrics,
+        recorder,
+        reporter,
+        settings: settings.clone(),
+        memory: Mutex::new(HashMap::new()),
+        pulse: pulse::Pulse::new(),
+        owned: Mutex::new(HashMap::new()),
+        secrets_written: Mutex::new(HashMap::new()),
+    })
 }
 
 /// One controller over the ValkeyClusters of `ns` (every namespace when
@@ -332,12 +300,12 @@ async fn watch_scope(
         Some((network_policies, np_events, np_task)),
         Some((secrets, secret_events, secret_task)),
     ) = (
-        owned_store::<StatefulSet>(&client, ns),
-        owned_store::<Service>(&client, ns),
-        owned_store::<ConfigMap>(&client, ns),
-        owned_store::<PodDisruptionBudget>(&client, ns),
-        owned_store::<NetworkPolicy>(&client, ns),
-        owned_store::<Secret>(&client, ns),
+        owned_store::<StatefulSet>(&client, ns, LABEL_CLUSTER),
+        owned_store::<Service>(&client, ns, LABEL_CLUSTER),
+        owned_store::<ConfigMap>(&client, ns, LABEL_CLUSTER),
+        owned_store::<PodDisruptionBudget>(&client, ns, LABEL_CLUSTER),
+        owned_store::<NetworkPolicy>(&client, ns, LABEL_CLUSTER),
+        owned_store::<Secret>(&client, ns, LABEL_CLUSTER),
     )
     else {
         tracing::error!("a shared store gave no subscriber");

@@ -15,7 +15,7 @@
 
 use super::{AdaptError, add};
 use api::ValidatedCluster;
-use api::constants::{LABEL_CLUSTER, LABEL_MEMBER, LABEL_ROLE, LABEL_SHARD, ROLE_PRIMARY};
+use api::constants::{LABEL_MEMBER, LABEL_ROLE, LABEL_SHARD, ROLE_PRIMARY};
 use api::quantity;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -41,7 +41,7 @@ pub fn member_of(cluster: &ValidatedCluster, pod: &Pod) -> Option<(ShardIndex, M
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let labels = pod.metadata.labels.as_ref()?;
     if namespace != cluster.namespace
-        || labels.get(LABEL_CLUSTER).map(String::as_str) != Some(cluster.name.as_str())
+        || labels.get(cluster.kind.label()).map(String::as_str) != Some(cluster.name.as_str())
     {
         return None;
     }

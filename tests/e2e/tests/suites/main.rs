@@ -21,6 +21,7 @@ mod operator_upgrade;
 mod placement_spread;
 mod pod_security;
 mod raw_manifests;
+mod replication;
 mod safety_small_clusters;
 mod security_reversals;
 mod testbed;

@@ -3,7 +3,7 @@
 //! restarts in [`moves`]). Nothing here chooses; every step may be cut short
 //! and is taken again from the top by the next reconcile.
 
-pub mod apply;
+pub use crate::apply;
 pub mod kube;
 pub mod moves;
 pub mod rotation;

@@ -165,22 +165,7 @@ pub async fn kubernetes(ctx: &Context, cluster: &ValidatedCluster) -> Result<Kub
     })
 }
 
-/// A `'static` name for the kinds the operator writes (metric labels and
-/// error messages).
-pub fn kind_name(kind: &str) -> &'static str {
-    match kind {
-        "StatefulSet" => "StatefulSet",
-        "Service" => "Service",
-        "ConfigMap" => "ConfigMap",
-        "PodDisruptionBudget" => "PodDisruptionBudget",
-        "NetworkPolicy" => "NetworkPolicy",
-        "Secret" => "Secret",
-        "Pod" => "Pod",
-        "PersistentVolumeClaim" => "PersistentVolumeClaim",
-        "ValkeyCluster" => "ValkeyCluster",
-        _ => "Object",
-    }
-}
+pub use crate::apply::kind_name;
 
 #[cfg(test)]
 mod tests {

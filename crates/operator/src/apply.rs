@@ -8,7 +8,6 @@
 //! server defaults or others own do not matter: only the operator's fields are
 //! compared.
 
-pub use crate::controller::observe::kube::kind_name;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use api::constants::FIELD_MANAGER;
@@ -169,6 +168,24 @@ fn strip_type_meta(mut v: Value) -> Value {
         m.remove("kind");
     }
     v
+}
+
+/// A `'static` name for the kinds the operator writes (metric labels and
+/// error messages).
+pub fn kind_name(kind: &str) -> &'static str {
+    match kind {
+        "StatefulSet" => "StatefulSet",
+        "Service" => "Service",
+        "ConfigMap" => "ConfigMap",
+        "PodDisruptionBudget" => "PodDisruptionBudget",
+        "NetworkPolicy" => "NetworkPolicy",
+        "Secret" => "Secret",
+        "Pod" => "Pod",
+        "PersistentVolumeClaim" => "PersistentVolumeClaim",
+        "ValkeyCluster" => "ValkeyCluster",
+        "ValkeyReplication" => "ValkeyReplication",
+        _ => "Object",
+    }
 }
 
 #[cfg(test)]

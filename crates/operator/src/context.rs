@@ -3,7 +3,8 @@
 //! reconciles. A module of its own, beside the controllers: a step that needs
 //! the context reaches nothing of another step through it.
 
-use crate::controller::{events, pulse, valkey_io};
+use crate::controller::{pulse, valkey_io};
+use crate::events;
 use crate::metrics::Metrics;
 use api::constants::LABEL_CLUSTER;
 use decide::memory::Memory;

@@ -26,11 +26,11 @@
 
 use super::act::{self, Actor};
 use super::done::Done;
-use super::events::{Events, reason};
 use super::observe::valkey::{AuthState, TlsState, ValkeyObservation};
 use super::report::{self, Target};
 use super::{Context, Error, Memory, Settings, observe};
 use crate::backup::restore;
+use crate::events::{Events, reason};
 use crate::metrics;
 use api::{ValidatedCluster, ValkeyCluster};
 use decide::facts::{Facts, recorded_members};

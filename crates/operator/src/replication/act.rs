@@ -4,7 +4,7 @@
 //! labels off, promote or switch over, point the replicas, labels on, the
 //! rolling restart's pod, the StatefulSets of members that left.
 
-use super::Shared;
+use super::shared::Shared;
 use crate::apply::apply;
 use crate::error::Error;
 use api::ValidatedCluster;

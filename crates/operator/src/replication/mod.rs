@@ -20,6 +20,9 @@ pub mod act;
 pub mod observe;
 pub mod reconcile;
 pub mod report;
+pub mod shared;
+
+pub use shared::Shared;
 
 use crate::context::{Context, OwnedStores};
 pub use crate::watches::Triggers;
@@ -37,18 +40,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// What one scope's replication controller shares between reconciles.
-pub struct Shared {
-    pub ctx: Arc<Context>,
-    pub owned: OwnedStores,
-    /// Per set (`namespace/name`): since when each member has not answered.
-    pub unanswered: Mutex<HashMap<String, HashMap<u32, Instant>>>,
-    /// Per set: whether it was Ready at the last reconcile (an event when it
-    /// becomes so).
-    pub was_ready: Mutex<HashMap<String, bool>>,
-}
+use std::time::Duration;
 
 /// Runs the ValkeyReplication controller of scope `ns` until `shutdown`.
 pub async fn run(

@@ -2,7 +2,7 @@
 //! the caches, the Secrets it needs, and what every member's server says
 //! (INFO replication, all members at once).
 
-use super::Shared;
+use super::shared::Shared;
 use api::ValidatedCluster;
 use api::constants::{LABEL_MEMBER, LABEL_REPLICATION, LABEL_ROLE, ROLE_PRIMARY};
 use decide::replication::{MemberFacts, Said};

@@ -1,7 +1,8 @@
 //! The driver of one ValkeyReplication reconcile: dereference + validate ->
 //! observe -> decide -> act -> report, each step a call into its module.
 
-use super::{Shared, act, observe, report};
+use super::shared::Shared;
+use super::{act, observe, report};
 use crate::error::Error;
 use crate::events::{Events, reason as note};
 use api::ValidatedCluster;

@@ -3,11 +3,11 @@
 //! when it knows it, so a newer object of the same name is never deleted.
 
 use super::Actor;
+use crate::apply;
 use crate::context::Context;
-use crate::controller::act::apply;
-use crate::controller::events::{Events, reason};
 pub use crate::controller::observe::valkey::AuthState;
 use crate::error::Error;
+use crate::events::{Events, reason};
 use api::ValidatedCluster;
 use api::constants::{FIELD_MANAGER, LABEL_ROLE};
 use decide::cleanup::{Doomed, Leaving, Orphans};

@@ -14,10 +14,10 @@ pub mod users;
 pub mod valkey;
 
 use super::done::Done;
-use super::events::{Events, reason};
 use super::valkey_io::Session;
 use crate::context::Context;
 use crate::error::Error;
+use crate::events::{Events, reason};
 use ::kube::ResourceExt;
 use api::ValidatedCluster;
 use decide::heal::Heal;

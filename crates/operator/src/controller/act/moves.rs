@@ -4,8 +4,8 @@
 
 use super::Actor;
 use super::kube::{apply_ordinals, delete_claim_of, delete_pod, force_delete_pod};
-use crate::controller::events::reason;
 use crate::error::Error;
+use crate::events::reason;
 use api::constants::member_name;
 use decide::moves::GiveUp;
 use decide::moves::{Move, MoveStep};

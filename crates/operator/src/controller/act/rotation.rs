@@ -5,9 +5,9 @@
 
 use crate::context::Context;
 use crate::controller::act::secrets;
-use crate::controller::events::{Events, reason};
 use crate::controller::valkey_io::Session;
 use crate::error::Error;
+use crate::events::{Events, reason};
 use api::ValidatedCluster;
 use api::constants::auth_applied_secret_name;
 use decide::rotation::{

@@ -45,7 +45,7 @@ pub async fn read(ctx: &Context, api: &Api<Secret>, name: &str) -> Result<Option
 pub async fn apply(ctx: &Context, api: &Api<Secret>, secret: &Secret) -> Result<(), Error> {
     let name = secret.metadata.name.clone().unwrap_or_default();
     if let Some(existing) = read(ctx, api, &name).await?
-        && !super::apply::same_owner(&existing.metadata, &secret.metadata)
+        && !crate::apply::same_owner(&existing.metadata, &secret.metadata)
     {
         return Err(Error::NotOwned {
             kind: "Secret",

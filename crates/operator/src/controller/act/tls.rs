@@ -14,9 +14,9 @@
 
 use super::secrets;
 use crate::context::Context;
-use crate::controller::events::{Events, reason};
 pub use crate::controller::observe::valkey::TlsState;
 use crate::error::Error;
+use crate::events::{Events, reason};
 use api::ValidatedCluster;
 use api::constants::{
     FIELD_MANAGER, TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, tls_ca_key_secret_name,

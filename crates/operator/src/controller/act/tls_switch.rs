@@ -2,11 +2,11 @@
 //! [`decide::tls::switch_step`] decided (the switch itself is explained
 //! there).
 
-use super::apply;
+use crate::apply;
 use crate::context::Context;
-use crate::controller::events::{Events, reason};
 use crate::controller::valkey_io::Session;
 use crate::error::Error;
+use crate::events::{Events, reason};
 use api::ValidatedCluster;
 use decide::tls::Step;
 use decide::view::KubeView;

@@ -13,9 +13,9 @@
 
 use crate::context::Context;
 use crate::controller::act::secrets;
-use crate::controller::events::{Events, reason};
 use crate::controller::valkey_io::Session;
 use crate::error::Error;
+use crate::events::{Events, reason};
 use api::ValidatedCluster;
 use decide::memory::Memory;
 use k8s_openapi::api::core::v1::Secret;

@@ -18,8 +18,8 @@
 //! a host that is not saturated, 0.04-0.17 s (docs/benchmarks.md).
 
 use crate::context::Context;
-use crate::controller::events::{Events, action_reason, reason};
 use crate::controller::valkey_io::{self, Session};
+use crate::events::{Events, action_reason, reason};
 use decide::memory::Memory;
 use futures::StreamExt as _;
 use std::collections::BTreeMap;

@@ -6,8 +6,8 @@
 //! recorded node id, so the planner can tell whether it owns slots.
 
 use crate::context::Context;
-use crate::controller::events::reason;
 use crate::controller::valkey_io::{self, Session};
+use crate::events::reason;
 use api::ValidatedCluster;
 use api::v1alpha1::ValkeyClusterStatus;
 use decide::facts::{desired_members, member_of};

@@ -8,9 +8,9 @@ pub mod observations;
 pub mod status;
 
 use super::done::Done;
-use super::events::{Events, Note, reason};
 use crate::context::Context;
 use crate::error::Error;
+use crate::events::{Events, Note, reason};
 use api::ValkeyCluster;
 use api::constants::FIELD_MANAGER;
 use api::v1alpha1::{CONDITION_READY, ValkeyClusterStatus};

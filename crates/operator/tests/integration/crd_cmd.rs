@@ -16,6 +16,7 @@ fn crd(args: &[&str]) -> String {
 const CLUSTER: &str = include_str!("../../../../deploy/crd/valkeycluster.yaml");
 const BACKUP: &str = include_str!("../../../../deploy/crd/valkeybackup.yaml");
 const SCHEDULE: &str = include_str!("../../../../deploy/crd/valkeybackupschedule.yaml");
+const REPLICATION: &str = include_str!("../../../../deploy/crd/valkeyreplication.yaml");
 
 #[test]
 fn crd_kind_schedule_prints_the_committed_schedule_crd() {
@@ -42,6 +43,17 @@ fn crd_kind_backup_prints_the_committed_backup_crd() {
 }
 
 #[test]
+fn crd_kind_replication_prints_the_committed_replication_crd() {
+    assert!(
+        crd(&["--kind", "replication"]) == REPLICATION,
+        "deploy/crd/valkeyreplication.yaml differs from `valkey-operator crd --kind replication`: run `make crd`"
+    );
+}
+
+#[test]
 fn crd_prints_every_kind_as_one_stream() {
-    assert_eq!(crd(&[]), format!("{CLUSTER}---\n{BACKUP}---\n{SCHEDULE}"));
+    assert_eq!(
+        crd(&[]),
+        format!("{CLUSTER}---\n{BACKUP}---\n{SCHEDULE}---\n{REPLICATION}")
+    );
 }

@@ -411,7 +411,8 @@ mod tests {
                  +client|setname +cluster|addslotsrange +cluster|bumpepoch +cluster|cancelslotmigrations \
                  +cluster|failover +cluster|forget +cluster|getslotmigrations +cluster|info \
                  +cluster|meet +cluster|migrateslots +cluster|myid +cluster|nodes \
-                 +cluster|replicate +cluster|reset +cluster|shards +module|list +hello +auth",
+                 +cluster|replicate +cluster|reset +cluster|shards +module|list +replicaof +failover \
+                 +hello +auth",
                 password_hash("0wn")
             ),
             "{text}"

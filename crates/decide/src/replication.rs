@@ -610,6 +610,16 @@ mod tests {
         }
     }
 
+    /// A member as it starts: a replica of nobody, with no data.
+    fn nobody() -> Said {
+        Said {
+            primary: false,
+            following: Some(("127.0.0.1".into(), 1)),
+            link_up: false,
+            offset: 0,
+        }
+    }
+
     fn member(i: u32, said: Option<Said>, role: Option<&str>) -> MemberFacts {
         MemberFacts {
             member: i,
@@ -650,12 +660,6 @@ mod tests {
 
     #[test]
     fn the_bootstrap_promotes_member_zero_and_points_the_others() {
-        let nobody = || Said {
-            primary: false,
-            following: Some(("127.0.0.1".into(), 1)),
-            link_up: false,
-            offset: 0,
-        };
         let facts = SetFacts {
             replicas: 2,
             members: (0..3).map(|i| member(i, Some(nobody()), None)).collect(),
@@ -670,12 +674,6 @@ mod tests {
 
     #[test]
     fn the_primary_zone_breaks_the_tie_at_the_bootstrap() {
-        let nobody = || Said {
-            primary: false,
-            following: Some(("127.0.0.1".into(), 1)),
-            link_up: false,
-            offset: 0,
-        };
         let facts = SetFacts {
             replicas: 2,
             members: (0..3).map(|i| member(i, Some(nobody()), None)).collect(),
@@ -703,12 +701,7 @@ mod tests {
     fn a_primary_that_restarted_as_a_replica_is_lost_at_once_and_never_chosen_when_behind() {
         let mut facts = steady_set();
         // Restarted empty: a replica of nobody with offset 0, still labelled.
-        facts.members[0].said = Some(Said {
-            primary: false,
-            following: Some(("127.0.0.1".into(), 1)),
-            link_up: false,
-            offset: 0,
-        });
+        facts.members[0].said = Some(nobody());
         let p = plan(&facts);
         assert_eq!(p.promote, Some(1));
         assert_eq!(p.unlabel, vec!["cache-0-0".to_string()]);

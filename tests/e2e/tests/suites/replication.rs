@@ -87,6 +87,34 @@ fn pods(env: &Env, ns: &str) -> Result<Vec<(String, String, String, String)>> {
         .collect())
 }
 
+/// The uids of the member pods (those being deleted included).
+fn pod_uids(env: &Env, ns: &str) -> Result<BTreeSet<String>> {
+    let label = format!("valkey.rs/replication={NAME}");
+    let list = env.kubectl_json(&["get", "pods", "-n", ns, "-l", &label])?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["metadata"]["uid"].as_str().map(str::to_string))
+        .collect())
+}
+
+/// A merge patch of the set's spec.
+fn patch_spec(env: &Env, ns: &str, spec: &str) -> Result<()> {
+    let patch = format!("{{\"spec\":{spec}}}");
+    env.kubectl(&[
+        "patch",
+        "valkeyreplication",
+        NAME,
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        &patch,
+    ])?;
+    Ok(())
+}
+
 /// The ready addresses of Service `svc`'s EndpointSlices.
 fn endpoints(env: &Env, ns: &str, svc: &str) -> Result<BTreeSet<String>> {
     let slices = env.kubectl_json(&[
@@ -228,6 +256,8 @@ fn fault(
             .map(|p| p.0)
             .collect();
         now = labelled.join(",");
+        // Never two: Service `<name>` would route writes to both.
+        ensure!(labelled.len() <= 1, "{part}: two pods labelled primary: {now}");
         Ok(labelled.len() == 1 && labelled[0] != old)
     })
     .with_context(|| format!("{part}: the primary label did not move off {old} (now {now:?})"))?;
@@ -270,16 +300,7 @@ fn scale(env: &Env, ns: &str, password: &str) -> Result<()> {
     let load = start_writer(env, ns, password, part)?;
     for replicas in [3u32, 1] {
         let t = Instant::now();
-        env.kubectl(&[
-            "patch",
-            "valkeyreplication",
-            NAME,
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &format!("{{\"spec\":{{\"replicas\":{replicas}}}}}"),
-        ])?;
+        patch_spec(env, ns, &format!("{{\"replicas\":{replicas}}}"))?;
         // Four members cannot keep one per zone in three zones: the spread is
         // Preferred for this step.
         let took = wait_ready(env, ns, u64::from(replicas), READY_TIMEOUT)?;
@@ -296,51 +317,21 @@ fn scale(env: &Env, ns: &str, password: &str) -> Result<()> {
 fn roll(env: &Env, ns: &str, password: &str) -> Result<()> {
     let part = "roll";
     let load = start_writer(env, ns, password, part)?;
-    let before: BTreeSet<String> = env.kubectl_json(&[
-        "get",
-        "pods",
-        "-n",
-        ns,
-        "-l",
-        &format!("valkey.rs/replication={NAME}"),
-    ])?["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p["metadata"]["uid"].as_str().map(str::to_string))
-        .collect();
+    let before = pod_uids(env, ns)?;
     let t = Instant::now();
-    env.kubectl(&[
-        "patch",
-        "valkeyreplication",
-        NAME,
-        "-n",
+    patch_spec(
+        env,
         ns,
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"resources":{"requests":{"cpu":"60m","memory":"40Mi"}}}}"#,
-    ])?;
+        r#"{"resources":{"requests":{"cpu":"60m","memory":"40Mi"}}}"#,
+    )?;
     let mut last = String::new();
     wait_until(READY_TIMEOUT, Duration::from_secs(1), || {
-        let now = env.kubectl_json(&[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            &format!("valkey.rs/replication={NAME}"),
-        ])?;
-        let uids: Vec<&str> = now["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p["metadata"]["uid"].as_str())
-            .collect();
+        let uids = pod_uids(env, ns)?;
         let s = set(env, ns)?;
         let progressing = condition(&s, "Progressing").map(|c| c["reason"].clone());
         last = format!("pods {uids:?}, Progressing {progressing:?}");
         Ok(uids.len() == 2
-            && uids.iter().all(|u| !before.contains(*u))
+            && uids.is_disjoint(&before)
             && condition(&s, "Ready").is_some_and(|c| c["status"] == "True")
             && progressing.is_some_and(|r| r == "Stable"))
     })

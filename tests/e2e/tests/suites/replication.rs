@@ -257,7 +257,10 @@ fn fault(
             .collect();
         now = labelled.join(",");
         // Never two: Service `<name>` would route writes to both.
-        ensure!(labelled.len() <= 1, "{part}: two pods labelled primary: {now}");
+        ensure!(
+            labelled.len() <= 1,
+            "{part}: two pods labelled primary: {now}"
+        );
         Ok(labelled.len() == 1 && labelled[0] != old)
     })
     .with_context(|| format!("{part}: the primary label did not move off {old} (now {now:?})"))?;

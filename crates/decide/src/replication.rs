@@ -99,6 +99,18 @@ pub struct SetFacts {
     pub switchover_to: Option<String>,
 }
 
+impl SetFacts {
+    /// The pod IP of member `member` ("" when it has none): what a replica
+    /// of it names as `master_host`.
+    fn ip_of(&self, member: u32) -> String {
+        self.members
+            .iter()
+            .find(|m| m.member == member)
+            .and_then(|m| m.ip.clone())
+            .unwrap_or_default()
+    }
+}
+
 /// What one reconcile does, in this order: [`Plan::unlabel`], then
 /// [`Plan::promote`] or [`Plan::switchover`], then [`Plan::point`], then
 /// [`Plan::labels`].
@@ -492,12 +504,7 @@ fn in_sync(m: &MemberFacts, primary_ip: &str) -> bool {
 /// The labels once `primary` serves: it is the primary; a member in sync is
 /// a replica; any other member carries no role label (no Service routes to it).
 fn labels(facts: &SetFacts, plan: &mut Plan, primary: u32) {
-    let primary_ip = facts
-        .members
-        .iter()
-        .find(|m| m.member == primary)
-        .and_then(|m| m.ip.clone())
-        .unwrap_or_default();
+    let primary_ip = facts.ip_of(primary);
     plan.ready_replicas = 0;
     for m in &facts.members {
         let Some(pod) = &m.pod else { continue };
@@ -525,12 +532,7 @@ fn labels(facts: &SetFacts, plan: &mut Plan, primary: u32) {
 /// primary is outside the spec (a scale-in), the most advanced replica in
 /// sync within it.
 fn switchover_target(facts: &SetFacts, plan: &mut Plan, primary: u32) -> Option<u32> {
-    let primary_ip = facts
-        .members
-        .iter()
-        .find(|m| m.member == primary)
-        .and_then(|m| m.ip.clone())
-        .unwrap_or_default();
+    let primary_ip = facts.ip_of(primary);
     if let Some(pod) = &facts.switchover_to {
         plan.switchover_done = true;
         let target = facts
